@@ -1,0 +1,120 @@
+//! Subcommand dispatch: which config type each command loads, dry runs, schemas and help.
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use rl_configs::{
+    ConfigFile, EnvServerConfig, InferenceConfig, OrchestratorConfig, RlConfig, SftConfig, TrainerConfig, load,
+    schema_json, write_json_atomic,
+};
+
+/// Commands that take a config, with the config type they load.
+const CONFIG_COMMANDS: &[(&str, &str)] = &[
+    ("rl", "launch inference, env servers, orchestrator and trainer for an RL run"),
+    ("sft", "supervised fine-tuning on a built-in task or a JSONL file"),
+    ("orchestrator", "run the orchestrator alone"),
+    ("trainer", "run the trainer alone"),
+    ("inference", "run the embedded OpenAI-compatible inference server"),
+    ("env-server", "run one environment's gRPC server"),
+    ("eval", "evaluate a model on environments"),
+];
+
+/// Schema parts `rl schema <part>` knows.
+const SCHEMA_PARTS: &[&str] = &["rl", "sft", "orchestrator", "trainer", "inference", "env-server"];
+
+/// Runs the command line (without the program name).
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        print_usage()?;
+        bail!("no command given");
+    };
+    match command.as_str() {
+        "-h" | "--help" | "help" => print_usage(),
+        "schema" => print_schema(rest),
+        "rl" => config_command::<RlConfig>(command, rest),
+        "sft" => config_command::<SftConfig>(command, rest),
+        "orchestrator" => config_command::<OrchestratorConfig>(command, rest),
+        "trainer" => config_command::<TrainerConfig>(command, rest),
+        "inference" => config_command::<InferenceConfig>(command, rest),
+        "env-server" => config_command::<EnvServerConfig>(command, rest),
+        // Evaluation runs envs against a model exactly like the orchestrator's online eval.
+        "eval" => config_command::<OrchestratorConfig>(command, rest),
+        "model" => model_command(rest),
+        other => bail!("unknown command `{other}`; run `rl --help` for the list"),
+    }
+}
+
+fn config_command<T: ConfigFile>(command: &str, args: &[String]) -> anyhow::Result<()> {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        return print_command_help::<T>(command);
+    }
+    let dry_run = args.iter().any(|a| a == "--dry-run");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--dry-run").cloned().collect();
+    let loaded = load::<T>(&args).with_context(|| format!("`rl {command}`: the config is not valid"))?;
+    let mut err = std::io::stderr().lock();
+    for w in &loaded.warnings {
+        writeln!(err, "warning: {w}")?;
+    }
+    drop(err);
+    if dry_run {
+        let (dir, files) = loaded.config.resolved_files()?;
+        for (name, value) in &files {
+            write_json_atomic(&dir.join(name), value)?;
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "config is valid; wrote {} resolved config file(s) to {}", files.len(), dir.display())?;
+        return Ok(());
+    }
+    bail!("`rl {command}` is not implemented yet (the config is valid; use --dry-run to see it resolved)")
+}
+
+fn model_command(args: &[String]) -> anyhow::Result<()> {
+    match args.first().map(String::as_str) {
+        Some("init") => bail!("`rl model init` is not implemented yet"),
+        Some(other) => bail!("unknown `rl model` command `{other}`; expected `init`"),
+        None => bail!("expected `rl model init --out DIR [--preset tiny|small] [--seed N]`"),
+    }
+}
+
+fn print_schema(args: &[String]) -> anyhow::Result<()> {
+    let part = args.first().map(String::as_str).unwrap_or("rl");
+    let schema = match part {
+        "rl" => schema_json::<RlConfig>(),
+        "sft" => schema_json::<SftConfig>(),
+        "orchestrator" | "eval" => schema_json::<OrchestratorConfig>(),
+        "trainer" => schema_json::<TrainerConfig>(),
+        "inference" => schema_json::<InferenceConfig>(),
+        "env-server" => schema_json::<EnvServerConfig>(),
+        other => bail!("unknown schema part `{other}`; expected one of {}", SCHEMA_PARTS.join(", ")),
+    };
+    std::io::stdout().lock().write_all(schema.as_bytes())?;
+    Ok(())
+}
+
+fn print_usage() -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "usage: rl <command> [@ config.toml ...] [--section.key value ...] [--dry-run]\n")?;
+    writeln!(out, "commands:")?;
+    for (name, about) in CONFIG_COMMANDS {
+        writeln!(out, "  {name:<13} {about}")?;
+    }
+    writeln!(out, "  {:<13} write a random Qwen3-architecture model directory", "model init")?;
+    writeln!(out, "  {:<13} print the JSON Schema of a config ({})", "schema <part>", SCHEMA_PARTS.join(", "))?;
+    writeln!(out, "\nconfig files merge left to right, command-line keys last; `rl <command> --help` lists keys")?;
+    Ok(())
+}
+
+fn print_command_help<T: ConfigFile>(command: &str) -> anyhow::Result<()> {
+    let schema = schemars::schema_for!(T).to_value();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "usage: rl {command} [@ config.toml ...] [--section.key value ...] [--dry-run]\n")?;
+    writeln!(out, "top-level keys (full schema: `rl schema {command}`):")?;
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+        for (key, prop) in props {
+            let about = prop.get("description").and_then(|d| d.as_str()).unwrap_or("");
+            let first_line = about.lines().next().unwrap_or("");
+            writeln!(out, "  --{:<24} {first_line}", key.replace('_', "-"))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! The `rl` command: parses the subcommand, loads its config, and runs it (or, with `--dry-run`,
+//! writes the resolved configs and exits).
+
+mod commands;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match commands::run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! `InferenceConfig`: the embedded OpenAI-compatible inference server.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, Result};
+use crate::shared::{Device, Dtype, LogConfig, ModelConfig, positive};
+
+/// The embedded inference server (candle), OpenAI-compatible with the vLLM extensions the env server uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct InferenceConfig {
+    /// The model served.
+    pub model: ModelConfig,
+    /// Address to bind (loopback by default).
+    pub host: String,
+    /// Port to bind; 0 picks a free one and reports it on stdout.
+    pub port: u16,
+    /// Most sequences decoded together in one batch.
+    pub max_batch_size: u32,
+    /// Longest prompt + completion, in tokens (unset: the model's `max_position_embeddings`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u32>,
+    /// Most requests queued or running at once; more are refused with 503.
+    pub max_pending_requests: u32,
+    /// Largest accepted request body, in bytes.
+    pub max_request_bytes: u64,
+    /// Per-request timeout, in seconds.
+    pub request_timeout_s: f64,
+    /// Where to run.
+    pub device: Device,
+    /// Precision (f32 on CPU).
+    pub dtype: Dtype,
+    /// Seed for requests that do not set one.
+    pub seed: u64,
+    /// Tool-call parser: `auto` picks the one matching the model's chat template.
+    pub tool_call_parser: String,
+    /// Directory for dry-run output and logs.
+    pub output_dir: PathBuf,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        InferenceConfig {
+            model: ModelConfig::default(),
+            host: String::from("127.0.0.1"),
+            port: 8000,
+            max_batch_size: 32,
+            max_model_len: None,
+            max_pending_requests: 1024,
+            max_request_bytes: 8 * 1024 * 1024,
+            request_timeout_s: 600.0,
+            device: Device::Cpu,
+            dtype: Dtype::F32,
+            seed: 0,
+            tool_call_parser: String::from("auto"),
+            output_dir: PathBuf::from("outputs"),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// Tool-call parsers the inference server knows.
+pub const TOOL_CALL_PARSERS: &[&str] = &["auto", "hermes", "none"];
+
+impl InferenceConfig {
+    /// The OpenAI base URL clients use to reach this server.
+    pub fn base_url(&self) -> String {
+        format!("http://{}:{}/v1", self.host, self.port)
+    }
+
+    /// Checks every rule that involves only the inference server; `key` is the dotted path of this section.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
+        if self.host.trim().is_empty() {
+            return Err(ConfigError::invalid(k("host"), "must not be empty"));
+        }
+        if self.max_batch_size == 0 {
+            return Err(ConfigError::invalid(k("max_batch_size"), "must be at least 1, got 0"));
+        }
+        if self.max_model_len == Some(0) {
+            return Err(ConfigError::invalid(k("max_model_len"), "must be at least 1 (or unset), got 0"));
+        }
+        if self.max_pending_requests == 0 {
+            return Err(ConfigError::invalid(k("max_pending_requests"), "must be at least 1, got 0"));
+        }
+        if self.max_request_bytes < 1024 {
+            return Err(ConfigError::invalid(k("max_request_bytes"), "must be at least 1024"));
+        }
+        positive(&k("request_timeout_s"), self.request_timeout_s)?;
+        if !TOOL_CALL_PARSERS.contains(&self.tool_call_parser.as_str()) {
+            return Err(ConfigError::invalid(
+                k("tool_call_parser"),
+                format!("unknown parser {:?}; known: {}", self.tool_call_parser, TOOL_CALL_PARSERS.join(", ")),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! Loading: command-line operations -> merged tree (with origins) -> deprecated keys translated ->
+//! typed config (errors carry the full key path and its origin) -> resolved and validated.
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::cli::{Op, parse_args};
+use crate::deprecated::{Deprecation, translate_key, translate_tree};
+use crate::error::{ConfigError, Result};
+use crate::schema_nav::{Lookup, SchemaNav, coerce};
+use crate::suggest::closest;
+use crate::tree::{Origins, from_toml, merge, nest, none_strings_to_null, set_path};
+
+const COMMAND_LINE: &str = "the command line";
+
+/// A config type that `rl <command>` loads.
+pub trait ConfigFile: DeserializeOwned + Serialize + JsonSchema {
+    /// Where the orchestrator section sits, for deprecated-key translation (`None`: nowhere).
+    const ORCHESTRATOR_AT: Option<&'static [&'static str]> = None;
+
+    /// Rewrites the merged raw tree before typing it (shared-key propagation).
+    fn prepare(_raw: &mut Value) -> Result<()> {
+        Ok(())
+    }
+
+    /// Fills derived values in and checks every rule.
+    fn finish(&mut self) -> Result<()>;
+
+    /// The resolved configs a dry run writes: (directory, [(file name, JSON)]).
+    fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)>;
+}
+
+/// A loaded config and the deprecation warnings met on the way.
+#[derive(Debug)]
+pub struct Loaded<T> {
+    /// The resolved, validated config.
+    pub config: T,
+    /// One entry per deprecated key that was translated.
+    pub warnings: Vec<Deprecation>,
+}
+
+/// Loads a config from command-line arguments (`@ file.toml`, `--key value`, ...).
+pub fn load<T: ConfigFile>(args: &[String]) -> Result<Loaded<T>> {
+    let (raw, origins, warnings) = merged_tree::<T>(args)?;
+    let mut config = typed::<T>(raw, &origins)?;
+    config.finish()?;
+    Ok(Loaded { config, warnings })
+}
+
+/// Builds the merged raw tree from the arguments, with the origin of every key.
+fn merged_tree<T: ConfigFile>(args: &[String]) -> Result<(Value, Origins, Vec<Deprecation>)> {
+    let ops = parse_args(args)?;
+    let mut root = Value::Object(serde_json::Map::new());
+    let mut origins = Origins::default();
+    let mut warnings: Vec<Deprecation> = Vec::new();
+    let mut schema: Option<Value> = None;
+    for op in ops {
+        match op {
+            Op::File { path, at } => {
+                let origin = path.display().to_string();
+                let mut tree = nest(&at, read_file(&path)?);
+                let found = translate_tree(&mut tree, T::ORCHESTRATOR_AT, &origin)?;
+                push_unique(&mut warnings, found);
+                origins.record("", &tree, &origin);
+                merge(&mut root, tree);
+            }
+            Op::Set { key, values, negated, arg } => {
+                let (key, found) = translate_key(&key, T::ORCHESTRATOR_AT, COMMAND_LINE);
+                push_unique(&mut warnings, found);
+                let schema = schema.get_or_insert_with(|| schemars::schema_for!(T).to_value());
+                let value = typed_cli_value(schema, &key, &values, negated, &arg)?;
+                origins.record(&key.join("."), &value, COMMAND_LINE);
+                set_path(&mut root, &key, value, &arg)?;
+            }
+        }
+    }
+    T::prepare(&mut root)?;
+    Ok((root, origins, warnings))
+}
+
+fn push_unique(all: &mut Vec<Deprecation>, found: Vec<Deprecation>) {
+    for d in found {
+        if !all.iter().any(|w| w.old == d.old && w.new == d.new) {
+            all.push(d);
+        }
+    }
+}
+
+fn typed_cli_value(schema: &Value, key: &[String], values: &[String], negated: bool, arg: &str) -> Result<Value> {
+    let nav = SchemaNav::new(schema);
+    let mut lookup = nav.lookup(key);
+    let mut negated = negated;
+    // `--no-x` where the schema really has a key named `no_x`: a bare flag, not a negation.
+    if negated && matches!(lookup, Lookup::Unknown { .. }) {
+        let mut literal = key.to_vec();
+        if let Some(last) = literal.last_mut() {
+            *last = format!("no_{last}");
+        }
+        if let found @ Lookup::Known(_) = nav.lookup(&literal) {
+            lookup = found;
+            negated = false;
+        }
+    }
+    match lookup {
+        Lookup::Known(s) => coerce(&nav, Some(s), values, negated, arg),
+        Lookup::Free => coerce(&nav, None, values, negated, arg),
+        Lookup::Unknown { at, expected } => {
+            let unknown = &key[at];
+            Err(ConfigError::UnknownKey {
+                key: key[..=at].join("."),
+                origin: COMMAND_LINE.to_owned(),
+                suggestion: closest(unknown, expected.iter().map(String::as_str)).map(str::to_owned),
+                expected,
+            })
+        }
+    }
+}
+
+/// Reads one TOML (or `.json`) config file into a tree.
+fn read_file(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+    let parse_err = |message: String| ConfigError::Parse { path: path.to_owned(), message };
+    if path.extension().is_some_and(|e| e == "json") {
+        let v: Value = serde_json::from_str(&text).map_err(|e| parse_err(e.to_string()))?;
+        return if v.is_object() { Ok(v) } else { Err(parse_err(String::from("the top level must be an object"))) };
+    }
+    let table: toml::Table = toml::from_str(&text).map_err(|e| parse_err(e.to_string().trim_end().to_owned()))?;
+    let mut v = from_toml(toml::Value::Table(table));
+    none_strings_to_null(&mut v);
+    Ok(v)
+}
+
+/// Types the tree; errors name the full key path and where it came from.
+fn typed<T: DeserializeOwned>(raw: Value, origins: &Origins) -> Result<T> {
+    serde_path_to_error::deserialize::<_, T>(raw).map_err(|e| {
+        let path = dotted(e.path());
+        let message = e.inner().to_string();
+        typed_error(&path, &message, origins)
+    })
+}
+
+fn dotted(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|s| match s {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(key.clone()),
+            Segment::Enum { variant } => Some(variant.clone()),
+            Segment::Unknown => None,
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn typed_error(path: &str, message: &str, origins: &Origins) -> ConfigError {
+    if let Some((field, expected)) = parse_unknown_field(message) {
+        let key = if path.is_empty() {
+            field.clone()
+        } else if path.ends_with(&format!(".{field}")) || path == field {
+            path.to_owned()
+        } else {
+            format!("{path}.{field}")
+        };
+        return ConfigError::UnknownKey {
+            origin: origins.of(&key),
+            suggestion: closest(&field, expected.iter().map(String::as_str)).map(str::to_owned),
+            expected,
+            key,
+        };
+    }
+    let key = if path.is_empty() { String::from("(top level)") } else { path.to_owned() };
+    ConfigError::WrongType { origin: origins.of(path), key, message: message.to_owned() }
+}
+
+/// Parses serde's "unknown field `x`, expected one of `a`, `b`" message.
+fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
+    let rest = &message[message.find("unknown field `")? + "unknown field `".len()..];
+    let (field, after) = rest.split_once('`')?;
+    let expected = if let Some(list) = after.split_once("expected one of ").map(|(_, l)| l) {
+        list.split(", ").map(|s| s.trim().trim_matches('`').to_owned()).collect()
+    } else if let Some(one) = after.split_once("expected ").map(|(_, l)| l) {
+        vec![one.trim().trim_matches('`').to_owned()]
+    } else {
+        Vec::new()
+    };
+    Some((field.to_owned(), expected))
+}
+
+/// Writes `value` as pretty JSON to `path` atomically (temp file in the same directory, then rename).
+pub fn write_json_atomic(path: &Path, value: &Value) -> Result<()> {
+    let write_err = |source| ConfigError::Write { path: path.to_owned(), source };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(write_err)?;
+    }
+    let mut text = serde_json::to_string_pretty(value).expect("JSON values always serialize");
+    text.push('\n');
+    let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(write_err)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        write_err(e)
+    })
+}
+
+/// Serializes a config to a JSON value.
+pub fn to_json<T: Serialize>(config: &T) -> Value {
+    serde_json::to_value(config).expect("configs always serialize to JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_field_messages_are_parsed() {
+        let (f, e) = parse_unknown_field("unknown field `smapling`, expected one of `sampling`, `env`").unwrap();
+        assert_eq!(f, "smapling");
+        assert_eq!(e, ["sampling", "env"]);
+        let (f, e) = parse_unknown_field("unknown field `x`, expected `id`").unwrap();
+        assert_eq!((f.as_str(), e), ("x", vec![String::from("id")]));
+        let (_, e) = parse_unknown_field("unknown field `x`, there are no fields").unwrap();
+        assert!(e.is_empty());
+    }
+}

@@ -1,0 +1,503 @@
+//! `OrchestratorConfig`: the trained model and extra endpoints, the actor, training envs, sampling,
+//! algorithms, batching, staleness bounds, evaluation and checkpoints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::algorithms::{AlgorithmConfig, BuiltinAlgorithm};
+use crate::error::{ConfigError, Result};
+use crate::shared::{
+    CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, http_url, positive,
+};
+
+/// Runtime key of the trained model. It cannot be used under `orchestrator.models`.
+pub const POLICY_KEY: &str = "policy";
+
+/// Orchestrator: samples tasks, asks env servers for rollout groups, computes advantages, ships batches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct OrchestratorConfig {
+    /// The trained model (runtime key `policy`) and the OpenAI-compatible endpoint serving it.
+    pub model: PolicyModelConfig,
+    /// Extra model endpoints by key (reference models, judges, frozen actors). `policy` is reserved.
+    pub models: BTreeMap<String, ModelEndpointConfig>,
+    /// Key of the model that samples rollouts: `policy` or a key of `models`.
+    pub actor: String,
+    /// Training environments and their sampling.
+    pub train: TrainConfig,
+    /// Algorithms applied to every env that does not set its own list.
+    pub algorithms: Vec<AlgorithmConfig>,
+    /// Rollouts per training step (a multiple of every env's group size).
+    pub batch_size: u32,
+    /// Rollouts per example (the group), unless an env sets its own.
+    pub group_size: u32,
+    /// Maximum tokens per packed training row.
+    pub seq_len: u32,
+    /// Number of training steps (unset: run until stopped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+    /// Rollouts may be sampled by a policy at most this many versions behind the step they train.
+    pub max_async_level: u32,
+    /// Finished groups whose policy is more than this many versions old are dropped.
+    pub max_off_policy_steps: u32,
+    /// Drop groups whose advantages are all zero before packing.
+    pub filter_zero_advantages: bool,
+    /// Seed of the task sampler.
+    pub seed: u64,
+    /// Timeout of one rollout group request, in seconds.
+    pub rollout_timeout_s: f64,
+    /// How long to wait for env servers and the model endpoint to become healthy, in seconds.
+    pub wait_for_ready_s: f64,
+    /// Online evaluation on held-out splits (off when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval: Option<EvalConfig>,
+    /// Orchestrator checkpoints (progress, sampler and algorithm state); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ckpt: Option<CkptConfig>,
+    /// Resume from a checkpoint; off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeConfig>,
+    /// The run directory: rollouts, broadcasts, checkpoints and metrics live under it.
+    pub output_dir: PathBuf,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        OrchestratorConfig {
+            model: PolicyModelConfig::default(),
+            models: BTreeMap::new(),
+            actor: String::from(POLICY_KEY),
+            train: TrainConfig::default(),
+            algorithms: vec![AlgorithmConfig::from_id("grpo")],
+            batch_size: 16,
+            group_size: 4,
+            seq_len: 2048,
+            max_steps: None,
+            max_async_level: 1,
+            max_off_policy_steps: 8,
+            filter_zero_advantages: true,
+            seed: 0,
+            rollout_timeout_s: 600.0,
+            wait_for_ready_s: 300.0,
+            eval: None,
+            ckpt: None,
+            resume: None,
+            output_dir: PathBuf::from("outputs"),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// The trained model and its endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicyModelConfig {
+    /// Local HF-format directory of the model (used for its name and tokenizer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Served model name (default: the directory's last component).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// OpenAI-compatible base URL of the inference server (ends in `/v1`). Admin calls
+    /// (`/update_weights`) go to the same host.
+    pub base_url: String,
+    /// Request timeout, in seconds.
+    pub timeout_s: f64,
+}
+
+impl Default for PolicyModelConfig {
+    fn default() -> Self {
+        PolicyModelConfig {
+            path: None,
+            name: None,
+            base_url: String::from("http://127.0.0.1:8000/v1"),
+            timeout_s: 600.0,
+        }
+    }
+}
+
+/// An extra OpenAI-compatible model endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEndpointConfig {
+    /// OpenAI-compatible base URL (ends in `/v1`).
+    pub base_url: String,
+    /// Model name sent in requests.
+    pub name: String,
+    /// The endpoint returns and scores token ids (`return_token_ids`, `prompt_logprobs`): needed to
+    /// act as a trained-on actor or to score reference logprobs.
+    #[serde(default)]
+    pub tokens: bool,
+    /// Request timeout, in seconds.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+}
+
+fn default_timeout() -> f64 {
+    600.0
+}
+
+/// `[orchestrator.train]`: training envs and their shared sampling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Sampling arguments for every env, unless the env overrides them.
+    pub sampling: SamplingConfig,
+    /// The training environments.
+    pub env: Vec<TrainEnvConfig>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig { sampling: SamplingConfig::default(), env: Vec::new() }
+    }
+}
+
+/// One training environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainEnvConfig {
+    /// Environment id (e.g. `reverse-text`, `alphabet-sort`).
+    pub id: String,
+    /// Name of this env in metrics and paths (default: the id). Must be unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Environment arguments (dataset size, seed, turns, ...), passed to the env unchanged.
+    #[serde(default)]
+    pub args: Table,
+    /// Rollouts per example for this env (default: `orchestrator.group_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+    /// Relative sampling weight among envs.
+    #[serde(default = "default_ratio")]
+    pub ratio: f64,
+    /// Sampling fields that replace the group's `train.sampling` for this env.
+    #[serde(default)]
+    pub sampling: SamplingOverride,
+    /// Algorithms for this env (default: `orchestrator.algorithms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithms: Option<Vec<AlgorithmConfig>>,
+    /// Address of an already running env server (`host:port`); unset: the launcher spawns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Settings of the spawned env server.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+fn default_ratio() -> f64 {
+    1.0
+}
+
+impl TrainEnvConfig {
+    /// A training env with defaults for everything but the id.
+    pub fn new(id: &str) -> Self {
+        TrainEnvConfig {
+            id: id.to_owned(),
+            name: None,
+            args: Table::new(),
+            group_size: None,
+            ratio: 1.0,
+            sampling: SamplingOverride::default(),
+            algorithms: None,
+            address: None,
+            serve: ServeConfig::default(),
+        }
+    }
+
+    /// The env's name (its id unless set).
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}
+
+/// `[orchestrator.eval]`: online evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Evaluate every this many steps.
+    pub interval: u64,
+    /// Also evaluate before the first step.
+    pub eval_on_start: bool,
+    /// Examples per env (unset: the whole split).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_examples: Option<u32>,
+    /// Samples per example, for avg@k and pass@k.
+    pub k: u32,
+    /// Sampling for evaluation (default: greedy-ish temperature 0.0 is not assumed; same as training).
+    pub sampling: SamplingOverride,
+    /// Evaluation envs.
+    pub env: Vec<EvalEnvConfig>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            interval: 10,
+            eval_on_start: false,
+            num_examples: None,
+            k: 1,
+            sampling: SamplingOverride::default(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// One evaluation environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalEnvConfig {
+    /// Environment id.
+    pub id: String,
+    /// Name in metrics (default: the id). Must be unique among eval envs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Environment arguments.
+    #[serde(default)]
+    pub args: Table,
+    /// Dataset split to evaluate on.
+    #[serde(default = "default_eval_split")]
+    pub split: String,
+    /// Examples (default: `eval.num_examples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_examples: Option<u32>,
+    /// Samples per example (default: `eval.k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<u32>,
+    /// Sampling fields that replace the eval sampling for this env.
+    #[serde(default)]
+    pub sampling: SamplingOverride,
+    /// Address of an already running env server; unset: the launcher spawns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Settings of the spawned env server.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+fn default_eval_split() -> String {
+    String::from("test")
+}
+
+impl EvalEnvConfig {
+    /// The env's name (its id unless set).
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}
+
+impl OrchestratorConfig {
+    /// The algorithms an env runs: its own list, or the orchestrator's.
+    pub fn env_algorithms<'a>(&'a self, env: &'a TrainEnvConfig) -> &'a [AlgorithmConfig] {
+        env.algorithms.as_deref().unwrap_or(&self.algorithms)
+    }
+
+    /// The group size an env uses.
+    pub fn env_group_size(&self, env: &TrainEnvConfig) -> u32 {
+        env.group_size.unwrap_or(self.group_size)
+    }
+
+    /// The sampling an env uses: the group's `train.sampling` with the env's override on top.
+    pub fn env_sampling(&self, env: &TrainEnvConfig) -> SamplingConfig {
+        self.train.sampling.merged(&env.sampling)
+    }
+
+    /// Fills inherited per-env values in (group size, algorithms, full sampling), so a written
+    /// resolved config says exactly what each env runs with.
+    pub fn resolve(&mut self) {
+        let group = self.group_size;
+        let algorithms = self.algorithms.clone();
+        let sampling = self.train.sampling.clone();
+        for env in &mut self.train.env {
+            env.group_size.get_or_insert(group);
+            env.algorithms.get_or_insert_with(|| algorithms.clone());
+            env.sampling = SamplingOverride::from_full(&sampling.merged(&env.sampling));
+        }
+    }
+
+    /// Checks every rule that involves only the orchestrator; `key` is the dotted path of this section.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
+        http_url(&k("model.base_url"), &self.model.base_url)?;
+        positive(&k("model.timeout_s"), self.model.timeout_s)?;
+        for (name, m) in &self.models {
+            if name == POLICY_KEY {
+                return Err(ConfigError::invalid(
+                    k("models.policy"),
+                    "`policy` is the reserved key of the trained model: configure it under `orchestrator.model`",
+                ));
+            }
+            http_url(&k(&format!("models.{name}.base_url")), &m.base_url)?;
+            positive(&k(&format!("models.{name}.timeout_s")), m.timeout_s)?;
+            if m.name.trim().is_empty() {
+                return Err(ConfigError::invalid(k(&format!("models.{name}.name")), "must not be empty"));
+            }
+        }
+        if self.actor != POLICY_KEY && !self.models.contains_key(&self.actor) {
+            return Err(ConfigError::invalid(
+                k("actor"),
+                format!(
+                    "names model `{}`, which is neither `policy` nor a key of `models` ({})",
+                    self.actor,
+                    self.model_keys()
+                ),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));
+        }
+        if self.group_size == 0 {
+            return Err(ConfigError::invalid(k("group_size"), "must be at least 1, got 0"));
+        }
+        if self.seq_len < 8 {
+            return Err(ConfigError::invalid(k("seq_len"), format!("must be at least 8, got {}", self.seq_len)));
+        }
+        if self.max_steps == Some(0) {
+            return Err(ConfigError::invalid(k("max_steps"), "must be at least 1 (or unset), got 0"));
+        }
+        positive(&k("rollout_timeout_s"), self.rollout_timeout_s)?;
+        positive(&k("wait_for_ready_s"), self.wait_for_ready_s)?;
+        self.train.sampling.validate(&k("train.sampling"))?;
+        self.validate_algorithms(&k("algorithms"), &self.algorithms)?;
+        let mut names = BTreeSet::new();
+        for (i, env) in self.train.env.iter().enumerate() {
+            let ek = k(&format!("train.env.{i}"));
+            self.validate_train_env(&ek, env)?;
+            if !names.insert(env.display_name().to_owned()) {
+                return Err(ConfigError::invalid(
+                    format!("{ek}.name"),
+                    format!("env name `{}` is used twice: give each env a unique `name`", env.display_name()),
+                ));
+            }
+        }
+        if let Some(eval) = &self.eval {
+            self.validate_eval(&k("eval"), eval)?;
+        }
+        if let Some(c) = &self.ckpt {
+            c.validate(&k("ckpt"))?;
+        }
+        if let Some(r) = &self.resume {
+            r.validate(&k("resume"))?;
+        }
+        Ok(())
+    }
+
+    fn validate_train_env(&self, ek: &str, env: &TrainEnvConfig) -> Result<()> {
+        if env.id.trim().is_empty() {
+            return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
+        }
+        if env.display_name() == "agg" {
+            return Err(ConfigError::invalid(format!("{ek}.name"), "`agg` is reserved for aggregate metrics"));
+        }
+        if !(env.ratio.is_finite() && env.ratio > 0.0) {
+            return Err(ConfigError::invalid(format!("{ek}.ratio"), format!("must be > 0, got {}", env.ratio)));
+        }
+        let group = self.env_group_size(env);
+        if group == 0 {
+            return Err(ConfigError::invalid(format!("{ek}.group_size"), "must be at least 1, got 0"));
+        }
+        if self.batch_size % group != 0 {
+            return Err(ConfigError::invalid(
+                format!("{ek}.group_size"),
+                format!("batch_size ({}) must be a multiple of the group size ({group})", self.batch_size),
+            ));
+        }
+        self.env_sampling(env).validate(&format!("{ek}.sampling"))?;
+        if let Some(algos) = &env.algorithms {
+            self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
+        }
+        if env.address.is_none() {
+            env.serve.validate(&format!("{ek}.serve"))?;
+        }
+        Ok(())
+    }
+
+    fn validate_algorithms(&self, key: &str, algos: &[AlgorithmConfig]) -> Result<()> {
+        if algos.is_empty() {
+            return Err(ConfigError::invalid(key, "select at least one algorithm (e.g. [\"grpo\"])"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, a) in algos.iter().enumerate() {
+            let ak = format!("{key}.{i}");
+            a.validate(&ak)?;
+            if !seen.insert(a.id()) {
+                return Err(ConfigError::invalid(ak, format!("algorithm `{}` is selected twice", a.id())));
+            }
+            if let Some(model) = a.model_key() {
+                if model != POLICY_KEY && !self.models.contains_key(model) {
+                    return Err(ConfigError::invalid(
+                        format!("{ak}.model"),
+                        format!(
+                            "`{}` scores with model `{model}`, which is not configured ({})",
+                            a.id(),
+                            self.model_keys()
+                        ),
+                    ));
+                }
+                if let Some(m) = self.models.get(model)
+                    && !m.tokens
+                {
+                    return Err(ConfigError::invalid(
+                        format!("{ak}.model"),
+                        format!(
+                            "`{}` needs token-level scoring, but model `{model}` does not set `tokens = true`",
+                            a.id()
+                        ),
+                    ));
+                }
+            }
+            if matches!(a, AlgorithmConfig::Builtin(BuiltinAlgorithm::Sft {})) && self.actor == POLICY_KEY {
+                return Err(ConfigError::invalid(
+                    ak,
+                    "`sft` trains on a frozen actor's tokens: set `orchestrator.actor` to a key of `orchestrator.models`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_eval(&self, key: &str, eval: &EvalConfig) -> Result<()> {
+        if eval.interval == 0 {
+            return Err(ConfigError::invalid(format!("{key}.interval"), "must be at least 1, got 0"));
+        }
+        if eval.k == 0 {
+            return Err(ConfigError::invalid(format!("{key}.k"), "must be at least 1, got 0"));
+        }
+        if eval.env.is_empty() {
+            return Err(ConfigError::invalid(format!("{key}.env"), "evaluation needs at least one env"));
+        }
+        let base = self.train.sampling.merged(&eval.sampling);
+        let mut names = BTreeSet::new();
+        for (i, env) in eval.env.iter().enumerate() {
+            let ek = format!("{key}.env.{i}");
+            if env.id.trim().is_empty() {
+                return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
+            }
+            if env.k == Some(0) {
+                return Err(ConfigError::invalid(format!("{ek}.k"), "must be at least 1, got 0"));
+            }
+            base.merged(&env.sampling).validate(&format!("{ek}.sampling"))?;
+            if env.address.is_none() {
+                env.serve.validate(&format!("{ek}.serve"))?;
+            }
+            if !names.insert(env.display_name().to_owned()) {
+                return Err(ConfigError::invalid(
+                    format!("{ek}.name"),
+                    format!("eval env name `{}` is used twice", env.display_name()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn model_keys(&self) -> String {
+        let mut keys = vec![POLICY_KEY.to_owned()];
+        keys.extend(self.models.keys().cloned());
+        format!("configured: {}", keys.join(", "))
+    }
+}
