@@ -1,2 +1,87 @@
-//! Project automation.
-fn main() {}
+//! Project automation, the one entry point for CI: `cargo xtask ci` runs fmt, tidy, dependency
+//! rules, clippy and every test; `cargo xtask bench` runs the benchmarks.
+
+mod bench;
+mod deps;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root();
+    std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(&args[1..]),
+        Some("tidy") => tidy::check(&root),
+        Some("deps") => deps::check(),
+        Some("bench") => bench::run(&args[1..]),
+        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench>"),
+    }
+}
+
+/// Every check, cheapest first; stops at the first failure.
+fn ci(args: &[String]) -> anyhow::Result<()> {
+    let gpu = args.iter().any(|a| a == "--gpu");
+    let features: &[&str] = if gpu { &["--features", "cuda"] } else { &[] };
+    step("fmt", || cargo(&["fmt", "--all", "--", "--check"]))?;
+    step("tidy", || tidy::check(&project_root()))?;
+    step("dependency rules", deps::check)?;
+    step("clippy", || {
+        let mut a = vec!["clippy", "--workspace", "--all-targets", "--locked"];
+        a.extend_from_slice(features);
+        a.extend_from_slice(&["--", "-D", "warnings"]);
+        cargo(&a)
+    })?;
+    step("tests", || {
+        if has_nextest() {
+            let mut a = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];
+            a.extend_from_slice(features);
+            cargo(&a)
+        } else {
+            let mut a = vec!["test", "--workspace", "--locked", "--no-fail-fast"];
+            a.extend_from_slice(features);
+            cargo(&a)
+        }
+    })?;
+    eprintln_flush("xtask ci: all checks passed");
+    Ok(())
+}
+
+fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    eprintln_flush(&format!("==> {name}"));
+    let start = std::time::Instant::now();
+    f().with_context(|| format!("ci step `{name}` failed"))?;
+    eprintln_flush(&format!("    {name} ok ({:.1}s)", start.elapsed().as_secs_f64()));
+    Ok(())
+}
+
+fn has_nextest() -> bool {
+    Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
+}
+
+/// Runs cargo with `args`, failing on a non-zero exit.
+pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")))
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot run cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace root").to_path_buf()
+}
+
+fn eprintln_flush(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}

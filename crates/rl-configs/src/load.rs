@@ -180,13 +180,14 @@ fn typed_error(path: &str, message: &str, origins: &Origins) -> ConfigError {
 fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     let rest = &message[message.find("unknown field `")? + "unknown field `".len()..];
     let (field, after) = rest.split_once('`')?;
-    let expected = if let Some(list) = after.split_once("expected one of ").map(|(_, l)| l) {
-        list.split(", ").map(|s| s.trim().trim_matches('`').to_owned()).collect()
-    } else if let Some(one) = after.split_once("expected ").map(|(_, l)| l) {
-        vec![one.trim().trim_matches('`').to_owned()]
-    } else {
-        Vec::new()
-    };
+    // serde writes "expected `a`", "expected `a` or `b`" or "expected one of `a`, `b`, `c`".
+    let list = after.split_once("expected ").map_or("", |(_, l)| l).trim_start_matches("one of ");
+    let expected = list
+        .split(", ")
+        .flat_map(|s| s.split(" or "))
+        .map(|s| s.trim().trim_matches('`').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     Some((field.to_owned(), expected))
 }
 
@@ -220,6 +221,8 @@ mod tests {
         let (f, e) = parse_unknown_field("unknown field `smapling`, expected one of `sampling`, `env`").unwrap();
         assert_eq!(f, "smapling");
         assert_eq!(e, ["sampling", "env"]);
+        let (_, e) = parse_unknown_field("unknown field `alfa`, expected `alpha` or `roles`").unwrap();
+        assert_eq!(e, ["alpha", "roles"]);
         let (f, e) = parse_unknown_field("unknown field `x`, expected `id`").unwrap();
         assert_eq!((f.as_str(), e), ("x", vec![String::from("id")]));
         let (_, e) = parse_unknown_field("unknown field `x`, there are no fields").unwrap();

@@ -2,7 +2,8 @@
 
 /// The candidate closest to `word` by edit distance, if it is close enough to be a plausible typo.
 pub(crate) fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
+    let len = word.chars().count();
+    let limit = if len <= 3 { 1 } else { (len / 3).max(2) };
     candidates
         .into_iter()
         .map(|c| (edit_distance(word, c), c))

@@ -127,9 +127,9 @@ pub enum OptimConfig {
         /// Denominator epsilon.
         #[serde(default = "default_eps")]
         eps: f64,
-        /// Global gradient-norm clip (unset: no clipping).
-        #[serde(default = "default_max_norm", skip_serializing_if = "Option::is_none")]
-        max_norm: Option<f64>,
+        /// Global gradient-norm clip; 0 disables clipping.
+        #[serde(default = "default_max_norm")]
+        max_norm: f64,
     },
     /// SGD with momentum.
     Sgd {
@@ -145,9 +145,9 @@ pub enum OptimConfig {
         /// Weight decay.
         #[serde(default)]
         weight_decay: f64,
-        /// Global gradient-norm clip (unset: no clipping).
-        #[serde(default = "default_max_norm", skip_serializing_if = "Option::is_none")]
-        max_norm: Option<f64>,
+        /// Global gradient-norm clip; 0 disables clipping.
+        #[serde(default = "default_max_norm")]
+        max_norm: f64,
     },
 }
 
@@ -164,6 +164,15 @@ impl Default for OptimConfig {
 }
 
 impl OptimConfig {
+    /// The global gradient-norm clip, if clipping is on.
+    pub fn max_norm(&self) -> Option<f64> {
+        match self {
+            OptimConfig::Adamw { max_norm, .. } | OptimConfig::Sgd { max_norm, .. } => {
+                Some(*max_norm).filter(|n| *n > 0.0)
+            }
+        }
+    }
+
     /// The peak learning rate.
     pub fn lr(&self) -> f64 {
         match self {
@@ -200,8 +209,11 @@ impl OptimConfig {
         if !(wd.is_finite() && wd >= 0.0) {
             return Err(ConfigError::invalid(format!("{key}.weight_decay"), format!("must be >= 0, got {wd}")));
         }
-        if let Some(n) = max_norm {
-            positive(&format!("{key}.max_norm"), n)?;
+        if !(max_norm.is_finite() && max_norm >= 0.0) {
+            return Err(ConfigError::invalid(
+                format!("{key}.max_norm"),
+                format!("must be >= 0 (0 disables clipping), got {max_norm}"),
+            ));
         }
         Ok(())
     }
@@ -219,8 +231,8 @@ fn default_betas() -> [f64; 2] {
 fn default_eps() -> f64 {
     1e-8
 }
-fn default_max_norm() -> Option<f64> {
-    Some(1.0)
+fn default_max_norm() -> f64 {
+    1.0
 }
 fn default_momentum() -> f64 {
     0.9

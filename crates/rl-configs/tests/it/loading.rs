@@ -1,0 +1,193 @@
+//! Loading semantics: file order, CLI precedence, key spelling, flags, lists, sections, deprecations.
+
+use rl_configs::{
+    AlgorithmConfig, BuiltinAlgorithm, ConfigError, OptimConfig, OrchestratorConfig, RlConfig, SchedulerConfig,
+    TrainerConfig,
+};
+use serde_json::json;
+
+use crate::{Files, MINIMAL_RL, load_args};
+
+#[test]
+fn later_files_win_and_tables_merge_deeply() {
+    let f = Files::new();
+    let a = f.write("a.toml", "batch_size = 8\n[train.sampling]\ntemperature = 0.5\nmax_completion_tokens = 10\n");
+    let b = f.write("b.toml", "[train.sampling]\ntemperature = 0.9\n");
+    let c = load_args::<OrchestratorConfig>(&["@", &a, "@", &b]).unwrap().config;
+    assert_eq!(c.batch_size, 8);
+    assert_eq!(c.train.sampling.temperature, 0.9);
+    assert_eq!(c.train.sampling.max_completion_tokens, Some(10));
+}
+
+#[test]
+fn command_line_beats_files_in_either_spelling() {
+    let f = Files::new();
+    let a = f.write("a.toml", "[train.sampling]\ntemperature = 0.5\n");
+    let c = load_args::<OrchestratorConfig>(&[
+        "@",
+        &a,
+        "--train.sampling.temperature",
+        "0.7",
+        "--max-off-policy-steps",
+        "3",
+        "--group_size=2",
+    ])
+    .unwrap()
+    .config;
+    assert_eq!(c.train.sampling.temperature, 0.7);
+    assert_eq!(c.max_off_policy_steps, 3);
+    assert_eq!(c.group_size, 2);
+}
+
+#[test]
+fn flags_lists_and_json_values() {
+    let c = load_args::<OrchestratorConfig>(&[
+        "--no-filter-zero-advantages",
+        "--train.sampling.stop",
+        "</a>",
+        "</b>",
+        "--train.sampling.extra",
+        r#"{"min_p": 0.1}"#,
+        "--algorithms",
+        r#"["grpo", {"id": "echo", "alpha": 0.5}]"#,
+    ])
+    .unwrap()
+    .config;
+    assert!(!c.filter_zero_advantages);
+    assert_eq!(c.train.sampling.stop, ["</a>", "</b>"]);
+    assert_eq!(c.train.sampling.extra.get("min_p"), Some(&json!(0.1)));
+    assert_eq!(c.algorithms.len(), 2);
+    assert!(
+        matches!(&c.algorithms[1], AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo { alpha, .. }) if *alpha == 0.5)
+    );
+    let c = load_args::<OrchestratorConfig>(&["--algorithms", "grpo", "my_env_algo"]).unwrap().config;
+    assert_eq!(c.algorithms.iter().map(AlgorithmConfig::id).collect::<Vec<_>>(), ["grpo", "my_env_algo"]);
+}
+
+#[test]
+fn array_of_tables_is_indexed_on_the_command_line() {
+    let f = Files::new();
+    let a = f.write(
+        "a.toml",
+        "batch_size = 16\n[[train.env]]\nid = \"reverse-text\"\n[[train.env]]\nid = \"alphabet-sort\"\n",
+    );
+    let c =
+        load_args::<OrchestratorConfig>(&["@", &a, "--train.env.1.group-size", "8", "--train.env.1.args.seed", "7"])
+            .unwrap()
+            .config;
+    assert_eq!(c.train.env.len(), 2, "indexing must not replace the list");
+    assert_eq!(c.train.env[0].group_size, Some(4), "resolved from orchestrator.group_size");
+    assert_eq!(c.train.env[1].group_size, Some(8));
+    assert_eq!(c.train.env[1].args.get("seed"), Some(&json!(7)));
+    let err = load_args::<OrchestratorConfig>(&["@", &a, "--train.env.5.id", "x"]).unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+}
+
+#[test]
+fn a_file_can_be_loaded_into_a_section() {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let t = f.write("t.toml", "[optim]\nlr = 0.01\n[scheduler]\ntype = \"cosine\"\nwarmup_steps = 2\n");
+    let c = load_args::<RlConfig>(&["@", &rl, "--trainer", "@", &t, "--dry-run-is-not-a-key"]);
+    assert!(matches!(c, Err(ConfigError::UnknownKey { .. })));
+    let c = load_args::<RlConfig>(&["@", &rl, "--trainer", "@", &t]).unwrap().config;
+    assert_eq!(c.trainer.optim.lr(), 0.01);
+    assert_eq!(c.trainer.scheduler, SchedulerConfig::Cosine { warmup_steps: 2, min_lr: 0.0 });
+}
+
+#[test]
+fn tagged_sections_keep_the_default_variant_when_type_is_omitted() {
+    let c = load_args::<TrainerConfig>(&["--optim.lr", "0.5", "--optim.max-norm", "0"]).unwrap().config;
+    assert!(matches!(c.optim, OptimConfig::Adamw { lr, .. } if lr == 0.5));
+    assert_eq!(c.optim.max_norm(), None, "0 disables clipping");
+    let c = load_args::<TrainerConfig>(&["--optim.type", "sgd", "--optim.momentum", "0.5"]).unwrap().config;
+    assert!(matches!(c.optim, OptimConfig::Sgd { momentum, .. } if momentum == 0.5));
+}
+
+#[test]
+fn bare_optional_section_enables_it_and_none_disables_it() {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let c = load_args::<RlConfig>(&["@", &rl, "--resume", "--ckpt.interval", "5"]).unwrap().config;
+    assert_eq!(c.trainer.resume, Some(Default::default()));
+    assert_eq!(c.orchestrator.resume, Some(Default::default()));
+    assert_eq!(c.trainer.ckpt.as_ref().map(|c| c.interval), Some(5));
+    assert_eq!(c.orchestrator.ckpt.as_ref().map(|c| c.interval), Some(5));
+    let with_none = f.write("n.toml", "[train.sampling]\nmax_completion_tokens = \"None\"\n");
+    let c = load_args::<OrchestratorConfig>(&["--train.sampling.max-completion-tokens", "5", "@", &with_none])
+        .unwrap()
+        .config;
+    assert_eq!(c.train.sampling.max_completion_tokens, None);
+}
+
+#[test]
+fn deprecated_keys_translate_with_one_warning_each_from_files_and_command_line() {
+    let f = Files::new();
+    let old = f.write(
+        "old.toml",
+        "max_steps = 5\n[model]\npath = \"m\"\n[orchestrator]\nrollouts_per_example = 4\n[orchestrator.sampling]\nmax_tokens = 12\n[[orchestrator.env]]\nid = \"reverse-text\"\n",
+    );
+    let loaded = load_args::<RlConfig>(&["@", &old]).unwrap();
+    assert_eq!(loaded.warnings.len(), 4, "{:?}", loaded.warnings);
+    let c = loaded.config;
+    assert_eq!(c.orchestrator.group_size, 4);
+    assert_eq!(c.orchestrator.train.sampling.max_completion_tokens, Some(12));
+    assert_eq!(c.orchestrator.train.env[0].id, "reverse-text");
+    for w in &loaded.warnings {
+        assert!(w.to_string().contains(&old), "warning names the file: {w}");
+    }
+    let loaded = load_args::<OrchestratorConfig>(&["--sampling.max-tokens", "9"]).unwrap();
+    assert_eq!(loaded.config.train.sampling.max_completion_tokens, Some(9));
+    assert_eq!(loaded.warnings.len(), 2);
+}
+
+#[test]
+fn deprecated_and_new_key_with_different_values_is_an_error() {
+    let f = Files::new();
+    let both = f.write("both.toml", "[sampling]\ntemperature = 0.3\n[train.sampling]\ntemperature = 0.4\n");
+    let err = load_args::<OrchestratorConfig>(&["@", &both]).unwrap_err();
+    assert!(matches!(&err, ConfigError::DeprecatedConflict { old, .. } if old == "sampling"), "{err}");
+    let same = f.write("same.toml", "[sampling]\ntemperature = 0.3\n[train.sampling]\ntemperature = 0.3\n");
+    assert!(load_args::<OrchestratorConfig>(&["@", &same]).is_ok());
+}
+
+#[test]
+fn unknown_keys_name_the_full_path_the_file_and_a_suggestion() {
+    let f = Files::new();
+    let bad = f.write("bad.toml", "[[train.env]]\nid = \"x\"\ngroup_sise = 4\n");
+    match load_args::<OrchestratorConfig>(&["@", &bad]).unwrap_err() {
+        ConfigError::UnknownKey { key, origin, suggestion, .. } => {
+            assert_eq!(key, "train.env.0.group_sise");
+            assert_eq!(origin, bad);
+            assert_eq!(suggestion.as_deref(), Some("group_size"));
+        }
+        other => panic!("expected an unknown-key error, got {other}"),
+    }
+    let err = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "echo", "alfa": 1}]"#]).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::UnknownKey { key, suggestion, .. } if key == "algorithms.0.alfa" && suggestion.as_deref() == Some("alpha")),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_types_say_what_was_expected_and_what_was_found() {
+    let f = Files::new();
+    let bad = f.write("bad.toml", "batch_size = \"lots\"\n");
+    let err = load_args::<OrchestratorConfig>(&["@", &bad]).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ConfigError::WrongType { .. }), "{msg}");
+    assert!(msg.contains("batch_size") && msg.contains("u32") && msg.contains("lots"), "{msg}");
+    let err = load_args::<OrchestratorConfig>(&["--batch-size", "many"]).unwrap_err().to_string();
+    assert!(err.contains("expected integer") && err.contains("many"), "{err}");
+}
+
+#[test]
+fn toml_syntax_errors_name_the_file_and_line() {
+    let f = Files::new();
+    let bad = f.write("broken.toml", "a = 1\nb = [\n");
+    let err = load_args::<OrchestratorConfig>(&["@", &bad]).unwrap_err().to_string();
+    assert!(err.contains("broken.toml") && err.contains("line"), "{err}");
+    let err = load_args::<OrchestratorConfig>(&["@", "/nonexistent/x.toml"]).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/x.toml"), "{err}");
+}

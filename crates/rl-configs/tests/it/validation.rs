@@ -1,0 +1,117 @@
+//! Validation rules: shared-key propagation, cross-part checks, model keys, per-env sampling.
+
+use rl_configs::{ConfigError, OrchestratorConfig, RlConfig, SftConfig};
+
+use crate::{Files, MINIMAL_RL, load_args};
+
+fn rl_with(extra: &[&str]) -> Result<RlConfig, ConfigError> {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let mut args = vec!["@", rl.as_str()];
+    args.extend_from_slice(extra);
+    load_args::<RlConfig>(&args).map(|l| l.config)
+}
+
+fn invalid_key(err: ConfigError) -> String {
+    match err {
+        ConfigError::Invalid { key, .. } => key,
+        other => panic!("expected a validation error, got {other}"),
+    }
+}
+
+#[test]
+fn shared_keys_fill_the_parts_and_conflicts_are_errors() {
+    let c = rl_with(&["--seq-len", "300", "--trainer.model.seq-len", "300"]).unwrap();
+    assert_eq!(c.trainer.max_steps, Some(5));
+    assert_eq!(c.orchestrator.max_steps, Some(5));
+    assert_eq!(c.orchestrator.seq_len, 300);
+    assert_eq!(c.trainer.model.path.as_deref(), Some(std::path::Path::new("m/tiny")));
+    let err = rl_with(&["--trainer.max-steps", "6"]).unwrap_err();
+    assert!(matches!(err, ConfigError::SharedConflict { ref target, .. } if target == "trainer.max_steps"), "{err}");
+}
+
+#[test]
+fn parts_are_checked_against_each_other() {
+    assert_eq!(
+        invalid_key(rl_with(&["--trainer.model.seq-len", "64", "--orchestrator.seq-len", "128"]).unwrap_err()),
+        "trainer.model.seq_len"
+    );
+    let f = Files::new();
+    let split = f.write("split.toml", "[trainer.model]\npath = \"m/a\"\n[orchestrator.model]\npath = \"m/b\"\n[[orchestrator.train.env]]\nid = \"x\"\n");
+    assert_eq!(invalid_key(load_args::<RlConfig>(&["@", &split]).unwrap_err()), "orchestrator.model.path");
+    assert_eq!(invalid_key(rl_with(&["--trainer.ckpt.interval", "3"]).unwrap_err()), "ckpt");
+    let no_env = f.write("rl.toml", "[model]\npath = \"m\"\n");
+    assert_eq!(invalid_key(load_args::<RlConfig>(&["@", &no_env]).unwrap_err()), "orchestrator.train.env");
+}
+
+#[test]
+fn the_run_directory_and_the_embedded_endpoint_are_derived() {
+    let c = rl_with(&["--output-dir", "/tmp/x", "--inference.port", "8123"]).unwrap();
+    assert_eq!(c.run.name.as_deref(), Some("reverse-text--tiny"));
+    assert_eq!(c.trainer.output_dir, std::path::Path::new("/tmp/x/reverse-text--tiny"));
+    assert_eq!(c.orchestrator.output_dir, c.trainer.output_dir);
+    assert_eq!(c.orchestrator.model.base_url, "http://127.0.0.1:8123/v1");
+    let err =
+        rl_with(&["--inference.port", "8123", "--orchestrator.model.base-url", "http://127.0.0.1:9/v1"]).unwrap_err();
+    assert_eq!(invalid_key(err), "orchestrator.model.base_url");
+    let parts = c.parts();
+    assert_eq!(parts.env_servers.len(), 1);
+    assert_eq!(parts.env_servers[0].config.env.id, "reverse-text");
+    assert_eq!(parts.env_servers[0].config.serve.host, "127.0.0.1", "servers bind loopback by default");
+}
+
+#[test]
+fn actor_and_algorithm_model_keys_must_be_configured() {
+    let err = load_args::<OrchestratorConfig>(&["--actor", "teacher"]).unwrap_err();
+    assert_eq!(invalid_key(err), "actor");
+    let err = load_args::<OrchestratorConfig>(&["--algorithms", "sft"]).unwrap_err();
+    assert_eq!(invalid_key(err), "algorithms.0");
+    let err =
+        load_args::<OrchestratorConfig>(&["--models.policy.base-url", "http://h/v1", "--models.policy.name", "p"])
+            .unwrap_err();
+    assert_eq!(invalid_key(err), "models.policy");
+    let base = ["--models.ref.base-url", "http://127.0.0.1:9/v1", "--models.ref.name", "r"];
+    let mut opd = base.to_vec();
+    opd.extend(["--algorithms", r#"[{"id": "opd", "model": "ref"}]"#]);
+    assert_eq!(invalid_key(load_args::<OrchestratorConfig>(&opd).unwrap_err()), "algorithms.0.model");
+    opd.extend(["--models.ref.tokens"]);
+    let c = load_args::<OrchestratorConfig>(&opd).unwrap().config;
+    assert!(c.models["ref"].tokens);
+    let mut sft = base.to_vec();
+    sft.extend(["--actor", "ref", "--algorithms", "sft"]);
+    assert!(load_args::<OrchestratorConfig>(&sft).is_ok());
+}
+
+#[test]
+fn per_env_sampling_overrides_merge_over_the_group() {
+    let f = Files::new();
+    let o = f.write(
+        "o.toml",
+        "[train.sampling]\ntemperature = 0.8\nmax_completion_tokens = 40\n[[train.env]]\nid = \"a\"\nsampling = { temperature = 0.2 }\n[[train.env]]\nid = \"b\"\n",
+    );
+    let c = load_args::<OrchestratorConfig>(&["@", &o]).unwrap().config;
+    let a = c.env_sampling(&c.train.env[0]);
+    assert_eq!((a.temperature, a.max_completion_tokens), (0.2, Some(40)));
+    let b = c.env_sampling(&c.train.env[1]);
+    assert_eq!((b.temperature, b.max_completion_tokens), (0.8, Some(40)));
+    let bad = f.write("bad.toml", "[[train.env]]\nid = \"a\"\nsampling = { temperature = 2.5 }\n");
+    assert_eq!(
+        invalid_key(load_args::<OrchestratorConfig>(&["@", &bad]).unwrap_err()),
+        "train.env.0.sampling.temperature"
+    );
+    let dup = f.write("dup.toml", "[[train.env]]\nid = \"a\"\n[[train.env]]\nid = \"a\"\n");
+    assert_eq!(invalid_key(load_args::<OrchestratorConfig>(&["@", &dup]).unwrap_err()), "train.env.1.name");
+}
+
+#[test]
+fn sft_schedules_need_a_sane_budget() {
+    let err =
+        load_args::<SftConfig>(&["--max-steps", "5", "--scheduler.type", "cosine", "--scheduler.warmup-steps", "10"])
+            .unwrap_err();
+    assert_eq!(invalid_key(err), "scheduler.warmup_steps");
+    let err = load_args::<SftConfig>(&["--data.type", "jsonl"]).unwrap_err();
+    assert!(err.to_string().contains("path"), "{err}");
+    assert!(load_args::<SftConfig>(&["--data.task", "alphabet-sort"]).is_ok());
+    let err = load_args::<SftConfig>(&["--data.task", "sorting"]).unwrap_err().to_string();
+    assert!(err.contains("reverse-text") && err.contains("alphabet-sort"), "{err}");
+}

@@ -1,0 +1,46 @@
+//! Dependency-direction rules, checked with `cargo tree` on the normal (non-dev) dependency graph.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// (crate, crates it must never depend on). Crates not in the workspace yet are skipped.
+const RULES: &[(&str, &[&str])] = &[
+    ("rl-configs", &["tokio", "tonic", "prost", "candle-core", "candle-nn", "axum", "reqwest", "hyper", "tokenizers"]),
+    ("rl-proto", &["candle-core", "axum", "reqwest"]),
+    ("rl-model", &["tokio", "tonic", "axum", "reqwest"]),
+    ("rl-serve", &["candle-core"]),
+    ("rl-envs", &["candle-core"]),
+    ("rl-orchestrator", &["candle-core", "candle-nn"]),
+    ("rl-trainer", &["tonic", "axum"]),
+];
+
+/// Fails when a crate depends, directly or not, on a crate its rule forbids.
+pub(crate) fn check() -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    for (krate, forbidden) in RULES {
+        if !crate::project_root().join("crates").join(krate).exists() {
+            continue;
+        }
+        let out = Command::new("cargo")
+            .args(["tree", "-p", krate, "-e", "normal", "--prefix", "none", "--locked"])
+            .output()
+            .with_context(|| format!("cannot run cargo tree for {krate}"))?;
+        if !out.status.success() {
+            bail!("cargo tree -p {krate} failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let tree = String::from_utf8_lossy(&out.stdout);
+        for line in tree.lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if forbidden.contains(&name) {
+                problems.push(format!("{krate} depends on {name}"));
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    if !problems.is_empty() {
+        bail!("dependency rules broken:\n  {}", problems.join("\n  "));
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! Tidy rules checked on the source tree: every `.rs` file opens with a `//!` doc line, and member
+//! manifests take every dependency version and the lints from the workspace.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+
+/// Checks the whole tree under `root`; lists every violation.
+pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    for file in files(root, "rs") {
+        let text = std::fs::read_to_string(&file)?;
+        if !text.lines().find(|l| !l.trim().is_empty()).is_some_and(|l| l.starts_with("//!")) {
+            problems.push(format!("{}: must open with a `//!` line saying what the file is for", rel(root, &file)));
+        }
+    }
+    for manifest in
+        files(root, "toml").into_iter().filter(|p| p.ends_with("Cargo.toml") && p != &root.join("Cargo.toml"))
+    {
+        let text = std::fs::read_to_string(&manifest)?;
+        problems.extend(manifest_problems(&text).into_iter().map(|p| format!("{}: {p}", rel(root, &manifest))));
+    }
+    if !problems.is_empty() {
+        bail!("tidy found {} problem(s):\n  {}", problems.len(), problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// Problems of one member manifest: versions pinned outside the root, lints not inherited.
+fn manifest_problems(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut section = String::new();
+    let mut lints_inherited = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.trim_matches(|c| c == '[' || c == ']').to_owned();
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if section == "lints" && line.replace(' ', "") == "workspace=true" {
+            lints_inherited = true;
+        }
+        if section.ends_with("dependencies") && !line.replace(' ', "").contains("workspace=true") {
+            problems.push(format!(
+                "[{section}] `{line}`: pin versions in the root [workspace.dependencies] and write `.workspace = true`"
+            ));
+        }
+    }
+    if !lints_inherited {
+        problems.push(String::from("must have `[lints] workspace = true`"));
+    }
+    problems
+}
+
+fn files(root: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                if !(name.starts_with('.') || name == "target" || name == "outputs") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == ext) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_is_tidy() {
+        check(&crate::project_root()).unwrap();
+    }
+
+    #[test]
+    fn member_versions_and_missing_lints_are_caught() {
+        let bad = "[package]\nname = \"x\"\n\n[dependencies]\nserde = \"1\"\nfoo.workspace = true\n";
+        let problems = manifest_problems(bad);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("serde"));
+        let good = "[dependencies]\nfoo = { workspace = true, features = [\"x\"] }\n\n[lints]\nworkspace = true\n";
+        assert!(manifest_problems(good).is_empty());
+    }
+}
