@@ -10,7 +10,17 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln_flush(&format!("error: {e:#}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = project_root();
     std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;

@@ -143,19 +143,13 @@ fn default_timeout() -> f64 {
 }
 
 /// `[orchestrator.train]`: training envs and their shared sampling.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// Sampling arguments for every env, unless the env overrides them.
     pub sampling: SamplingConfig,
     /// The training environments.
     pub env: Vec<TrainEnvConfig>,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        TrainConfig { sampling: SamplingConfig::default(), env: Vec::new() }
-    }
 }
 
 /// One training environment.
@@ -401,7 +395,7 @@ impl OrchestratorConfig {
         if group == 0 {
             return Err(ConfigError::invalid(format!("{ek}.group_size"), "must be at least 1, got 0"));
         }
-        if self.batch_size % group != 0 {
+        if !self.batch_size.is_multiple_of(group) {
             return Err(ConfigError::invalid(
                 format!("{ek}.group_size"),
                 format!("batch_size ({}) must be a multiple of the group size ({group})", self.batch_size),

@@ -230,10 +230,11 @@ fn scalar(nav: &SchemaNav<'_>, schema: Option<&Value>, v: &str, arg: &str) -> Re
     if (has("boolean") || any) && (v == "true" || v == "false") {
         return Ok(Value::Bool(v == "true"));
     }
-    if any && (v.starts_with('{') || v.starts_with('[')) {
-        if let Ok(parsed) = serde_json::from_str::<Value>(v) {
-            return Ok(parsed);
-        }
+    if any
+        && (v.starts_with('{') || v.starts_with('['))
+        && let Ok(parsed) = serde_json::from_str::<Value>(v)
+    {
+        return Ok(parsed);
     }
     if has("string") || any {
         return Ok(Value::String(v.to_owned()));

@@ -148,9 +148,11 @@ prop_compose! {
         ckpt in prop::option::of(1u64..20),
         seq_len in 64u32..4096,
     ) -> RlConfig {
-        let mut c = RlConfig::default();
-        c.model = Some(ModelConfig { path: Some(PathBuf::from("models/tiny")), name: None });
-        c.max_steps = Some(max_steps);
+        let mut c = RlConfig {
+            model: Some(ModelConfig { path: Some(PathBuf::from("models/tiny")), name: None }),
+            max_steps: Some(max_steps),
+            ..RlConfig::default()
+        };
         c.trainer.max_steps = Some(max_steps);
         c.orchestrator.max_steps = Some(max_steps);
         c.trainer.model.path = Some(PathBuf::from("models/tiny"));

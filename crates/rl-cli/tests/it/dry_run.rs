@@ -1,0 +1,107 @@
+//! `--dry-run` on every shipped config, the deprecated-key compat configs, and error exits.
+
+use std::path::Path;
+
+use crate::{rl, root, stderr, stdout};
+
+/// The `rl` command a shipped config is for, from its file name.
+fn command_for(path: &Path) -> &'static str {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("sft") { "sft" } else { "rl" }
+}
+
+fn tomls(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read configs/").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            tomls(&path, out);
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_shipped_config_dry_runs() {
+    let mut files = Vec::new();
+    tomls(&root().join("configs"), &mut files);
+    assert!(files.len() >= 5, "configs/ should hold the shipped recipes, found {files:?}");
+    let out = tempfile::tempdir().unwrap();
+    for file in &files {
+        let rel = file.strip_prefix(root()).unwrap().display().to_string();
+        let o = rl(&[command_for(file), "@", &rel, "--dry-run", "--output-dir", out.path().to_str().unwrap()]);
+        assert!(o.status.success(), "{rel} failed to dry-run:\n{}", stderr(&o));
+        assert!(stdout(&o).contains("config is valid"), "{rel}: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn compat_config_translates_each_deprecated_key_with_one_warning() {
+    let out = tempfile::tempdir().unwrap();
+    let o = rl(&[
+        "rl",
+        "@",
+        "configs/compat/reverse_text_rl.toml",
+        "--dry-run",
+        "--output-dir",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let warnings: Vec<String> = stderr(&o).lines().filter(|l| l.starts_with("warning:")).map(String::from).collect();
+    for (old, new) in [
+        ("orchestrator.sampling`", "orchestrator.train.sampling`"),
+        ("orchestrator.env`", "orchestrator.train.env`"),
+        ("orchestrator.sampling.max_tokens`", "max_completion_tokens`"),
+        ("orchestrator.rollouts_per_example`", "orchestrator.group_size`"),
+    ] {
+        let n = warnings.iter().filter(|w| w.contains(old) && w.contains(new)).count();
+        assert_eq!(n, 1, "expected one warning for {old} -> {new}, got {warnings:#?}");
+    }
+    assert_eq!(warnings.len(), 4, "{warnings:#?}");
+    let json = out.path().join("reverse-text-rl-compat/configs/rl.json");
+    let resolved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(resolved["orchestrator"]["train"]["sampling"]["max_completion_tokens"], 32);
+    assert_eq!(resolved["orchestrator"]["train"]["env"][0]["group_size"], 8);
+    let orch = out.path().join("reverse-text-rl-compat/configs/orchestrator.json");
+    assert!(orch.exists(), "the orchestrator's own config is written too");
+    assert!(out.path().join("reverse-text-rl-compat/configs/envs/train/reverse-text.json").exists());
+}
+
+#[test]
+fn unknown_key_exits_non_zero_naming_its_path() {
+    let o = rl(&[
+        "rl",
+        "@",
+        "configs/reverse_text/rl.toml",
+        "--orchestrator.train.sampling.temprature",
+        "0.5",
+        "--dry-run",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("orchestrator.train.sampling.temprature") && err.contains("did you mean `temperature`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn commands_that_do_not_exist_yet_fail_loudly_after_validating() {
+    let o = rl(&["model", "init"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not implemented yet"), "{}", stderr(&o));
+    let o = rl(&["frobnicate"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown command"), "{}", stderr(&o));
+}
+
+#[test]
+fn schema_prints_json_schema_for_each_part() {
+    for part in ["rl", "sft", "orchestrator", "trainer", "inference", "env-server"] {
+        let o = rl(&["schema", part]);
+        assert!(o.status.success(), "{part}: {}", stderr(&o));
+        let schema: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert!(schema.get("properties").is_some(), "{part} schema has properties");
+    }
+    assert!(!rl(&["schema", "nope"]).status.success());
+}
