@@ -1,0 +1,88 @@
+//! The `Environment` trait: a dataset of tasks per split, the prompt of a task, the environment's
+//! replies between model turns, tools, and the rubric that scores an episode.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::rubric::RubricGroup;
+use crate::types::{Message, Task, ToolSpec};
+
+/// What the environment does after a model turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnvReply {
+    /// The episode is over.
+    Done,
+    /// Continue: these messages (user feedback, tool results) go to the model next.
+    Continue(Vec<Message>),
+}
+
+/// Mutable state of one episode, owned by that episode only.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct State {
+    /// The conversation so far, prompt included.
+    pub messages: Vec<Message>,
+    /// Model turns taken.
+    pub turns: u32,
+    /// Free-form data an environment keeps between turns.
+    pub data: BTreeMap<String, Value>,
+}
+
+/// An environment: tasks, how an episode unfolds, and how it is scored.
+#[async_trait]
+pub trait Environment: Send + Sync + 'static {
+    /// Environment id (e.g. `reverse-text`).
+    fn id(&self) -> &str;
+
+    /// Dataset splits and their sizes.
+    fn splits(&self) -> Vec<(String, u64)>;
+
+    /// The task at `index` of `split`; a bad split or index is a `BadRequest` naming the field.
+    fn task(&self, split: &str, index: u64) -> Result<Task>;
+
+    /// A task sent inline, in the env's task format.
+    fn inline_task(&self, data: Value) -> Result<Task>;
+
+    /// The first messages of an episode.
+    fn prompt(&self, task: &Task) -> Result<Vec<Message>>;
+
+    /// Tools offered to the model.
+    fn tools(&self, _task: &Task) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    /// Most model turns in an episode.
+    fn max_turns(&self, _task: &Task) -> u32 {
+        1
+    }
+
+    /// Called after each model turn (the reply is the last message of `state.messages`).
+    async fn env_response(&self, task: &Task, state: &mut State) -> Result<EnvReply>;
+
+    /// The rubric scoring an episode.
+    fn rubric(&self) -> &RubricGroup;
+
+    /// Free-form facts for `Info`.
+    fn metadata(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+}
+
+/// Looks up `index` in a split of `len` tasks, with the errors every env gives.
+pub fn check_index(split: &str, known: &[&str], index: u64, len: u64) -> Result<()> {
+    if !known.contains(&split) {
+        return Err(crate::error::Error::bad_request(
+            "example.dataset.split",
+            format!("unknown split {split:?}; this env has {}", known.join(", ")),
+        ));
+    }
+    if index >= len {
+        return Err(crate::error::Error::bad_request(
+            "example.dataset.index",
+            format!("index {index} is out of range for split {split:?} of {len} tasks"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! A scripted OpenAI-compatible model server for tests (feature `fake-model`). It renders messages
+//! with a Qwen-style template and uses bytes as token ids, so token prefixes behave like a real
+//! server's: each turn's prompt extends the previous prompt plus completion.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// What the script sees of a request.
+#[derive(Debug, Clone)]
+pub struct FakeRequest {
+    /// (role, content) of each message.
+    pub messages: Vec<(String, String)>,
+    /// The whole request body.
+    pub body: Value,
+    /// Choice index within the request (0..n).
+    pub choice: u32,
+}
+
+impl FakeRequest {
+    /// Content of the last user message.
+    pub fn last_user(&self) -> &str {
+        self.messages.iter().rev().find(|(r, _)| r == "user").map_or("", |(_, c)| c.as_str())
+    }
+
+    /// Content of the system message.
+    pub fn system(&self) -> &str {
+        self.messages.iter().find(|(r, _)| r == "system").map_or("", |(_, c)| c.as_str())
+    }
+
+    /// Number of assistant messages already in the conversation.
+    pub fn turn(&self) -> usize {
+        self.messages.iter().filter(|(r, _)| r == "assistant").count()
+    }
+}
+
+/// What the script answers.
+#[derive(Debug, Clone)]
+pub enum FakeReply {
+    /// A completion with this text (and `finish_reason` stop).
+    Text(String),
+    /// A completion with tool calls: (name, JSON arguments).
+    ToolCalls(Vec<(String, String)>),
+    /// An HTTP error.
+    Error(u16, String),
+}
+
+type Script = dyn Fn(&FakeRequest) -> FakeReply + Send + Sync;
+
+/// The end-of-turn marker appended to every completion.
+pub const END: &str = "<|im_end|>";
+
+/// Logprob given to every sampled token.
+pub const TOKEN_LOGPROB: f32 = -0.25;
+
+#[derive(Clone)]
+struct AppState {
+    script: Arc<Script>,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+/// A running fake server.
+#[derive(Debug)]
+pub struct FakeModel {
+    /// Its OpenAI base URL (`http://127.0.0.1:PORT/v1`).
+    pub base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeModel {
+    /// Starts a server answering with `script` on 127.0.0.1, a free port.
+    pub async fn start(script: impl Fn(&FakeRequest) -> FakeReply + Send + Sync + 'static) -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = AppState { script: Arc::new(script), requests: Arc::clone(&requests) };
+        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the fake model");
+        let addr: SocketAddr = listener.local_addr().expect("bound address");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        FakeModel { base_url: format!("http://{addr}/v1"), requests, _shutdown: tx }
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().expect("requests lock").clone()
+    }
+}
+
+/// Renders messages as the fake template does (what its token ids are the bytes of).
+pub fn render(messages: &[(String, String)]) -> String {
+    let mut s = String::new();
+    for (role, content) in messages {
+        s.push_str(&format!("<|im_start|>{role}\n{content}{END}\n"));
+    }
+    s.push_str("<|im_start|>assistant\n");
+    s
+}
+
+fn byte_ids(s: &str) -> Vec<u32> {
+    s.bytes().map(u32::from).collect()
+}
+
+async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> Response {
+    state.requests.lock().expect("requests lock").push(body.clone());
+    let messages: Vec<(String, String)> = body["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| (m["role"].as_str().unwrap_or("").to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let n = body["n"].as_u64().unwrap_or(1) as u32;
+    let max_tokens = body["max_completion_tokens"].as_u64().map(|m| m as usize);
+    let prompt = render(&messages);
+    let mut choices = Vec::new();
+    for choice in 0..n {
+        let req = FakeRequest { messages: messages.clone(), body: body.clone(), choice };
+        let (text, tool_calls) = match (state.script)(&req) {
+            FakeReply::Text(t) => (t, Vec::new()),
+            FakeReply::ToolCalls(calls) => (String::new(), calls),
+            FakeReply::Error(code, message) => {
+                let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return (status, axum::Json(json!({"error": {"message": message}}))).into_response();
+            }
+        };
+        let mut ids = byte_ids(&format!("{text}{END}"));
+        let mut finish = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
+        let mut content = text;
+        if let Some(max) = max_tokens
+            && ids.len() > max
+        {
+            ids.truncate(max);
+            content = String::from_utf8_lossy(&ids.iter().map(|&b| b as u8).collect::<Vec<u8>>()).into_owned();
+            finish = "length";
+        }
+        let calls: Vec<Value> = tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+        let mut message = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            message["tool_calls"] = Value::Array(calls);
+        }
+        choices.push(json!({
+            "index": choice,
+            "message": message,
+            "finish_reason": finish,
+            "token_ids": ids,
+            "logprobs": {"content": ids.iter().map(|_| json!({"token": "", "logprob": TOKEN_LOGPROB})).collect::<Vec<_>>()},
+        }));
+    }
+    axum::Json(json!({
+        "id": "fake",
+        "object": "chat.completion",
+        "model": body["model"],
+        "prompt_token_ids": byte_ids(&prompt),
+        "choices": choices,
+    }))
+    .into_response()
+}

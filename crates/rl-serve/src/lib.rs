@@ -1,0 +1,32 @@
+//! The environment server: the `Environment` and `Rubric` abstractions, the rollout loop, the gRPC
+//! service (`EnvService`, `serve`), the orchestrator's `EnvClient`, and an OpenAI-compatible
+//! `ModelClient` that environments sample through.
+//!
+//! Depends on rl-proto and rl-configs; it must never depend on candle (models are reached over HTTP).
+
+mod algorithms;
+mod client;
+mod env;
+mod error;
+#[cfg(feature = "fake-model")]
+pub mod fake_model;
+mod model_client;
+mod rollout;
+mod rubric;
+mod server;
+mod trace;
+mod types;
+
+pub use algorithms::{BranchOutput, EnvAlgorithm, Rloo, default_algorithms};
+pub use client::{ClientOptions, EnvClient};
+pub use env::{EnvReply, Environment, State, check_index};
+pub use error::{Error, Result};
+pub use model_client::{ChatResponse, Choice, ModelClient};
+pub use rl_proto::env::v1 as pb;
+pub use rollout::{RolloutRequest, run_episode};
+pub use rubric::{FnReward, RewardFn, Rubric, RubricGroup, Scores, ScoringContext, reward_fn};
+pub use server::{EnvService, MAX_GROUP_SIZE, bind, serve};
+pub use trace::{Branch, branches, check_trace};
+pub use types::{
+    DEFAULT_MODEL_TIMEOUT, Message, ModelRuntime, Role, Sampling, Task, ToolCall, ToolSpec, TrainingContext,
+};

@@ -1,0 +1,141 @@
+//! Running episodes: the turn loop against the actor model, stop conditions, scoring with the
+//! request's training context, and assembling the wire trace.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rl_proto::env::v1 as pb;
+
+use crate::env::{EnvReply, Environment, State};
+use crate::error::Error;
+use crate::model_client::ModelClient;
+use crate::rubric::ScoringContext;
+use crate::trace::TraceBuilder;
+use crate::types::{ModelRuntime, Task, TrainingContext, tool_spec};
+
+/// Everything one episode needs besides the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct RolloutRequest<'a> {
+    /// The task.
+    pub task: &'a Task,
+    /// The acting model.
+    pub actor: &'a ModelRuntime,
+    /// Position in its group (offsets the sampling seed).
+    pub index: u32,
+    /// The request's training context (the wire form is echoed back on the trace).
+    pub training_context: Option<&'a pb::TrainingContext>,
+}
+
+/// Runs one single-agent episode and scores it. Model and env failures are recorded on the trace.
+pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: RolloutRequest<'_>) -> pb::Trace {
+    let start = Instant::now();
+    let mut model_s = 0.0;
+    let tools = env.tools(req.task);
+    let max_turns = env.max_turns(req.task);
+    let mut builder = TraceBuilder::default();
+    let mut state = State::default();
+    let mut errors = Vec::new();
+    let mut stop = String::from("max_turns");
+    let mut truncated = false;
+    match env.prompt(req.task) {
+        Ok(prompt) => state.messages = prompt,
+        Err(e) => {
+            errors.push(e.to_trace_error());
+            stop = String::from("error");
+        }
+    }
+    let seed = req.actor.sampling.seed.map(|s| s.wrapping_add(u64::from(req.index)));
+    while errors.is_empty() && state.turns < max_turns {
+        let call = Instant::now();
+        let response = models
+            .chat(req.actor, &state.messages, &tools, seed.map(|s| s.wrapping_add(u64::from(state.turns) << 32)), 1)
+            .await;
+        model_s += call.elapsed().as_secs_f64();
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(e.to_trace_error());
+                stop = String::from(if matches!(e, Error::OverlongPrompt(_)) { "context_length" } else { "error" });
+                break;
+            }
+        };
+        let Some(choice) = response.choices.into_iter().next() else { break };
+        builder.add_turn(&state.messages, response.prompt_token_ids.as_deref(), &choice);
+        truncated = choice.finish_reason == "length";
+        state.messages.push(choice.message);
+        state.turns += 1;
+        match env.env_response(req.task, &mut state).await {
+            Ok(EnvReply::Done) => {
+                stop = String::from("env_done");
+                break;
+            }
+            Ok(EnvReply::Continue(replies)) => {
+                if state.turns >= max_turns {
+                    builder.add_trailing(&replies);
+                    state.messages.extend(replies);
+                    break;
+                }
+                state.messages.extend(replies);
+            }
+            Err(e) => {
+                errors.push(e.to_trace_error());
+                stop = String::from("error");
+            }
+        }
+    }
+    let scoring = Instant::now();
+    let context = req.training_context.map(TrainingContext::from_wire);
+    let (rewards, metrics, reward_errors) = if errors.is_empty() {
+        let ctx = ScoringContext {
+            task: req.task,
+            messages: &state.messages,
+            state: &state,
+            training_context: context.as_ref(),
+        };
+        let scores = env.rubric().score(&ctx).await;
+        let rewards: BTreeMap<String, pb::RewardValue> = scores
+            .rewards
+            .iter()
+            .map(|(k, (score, weight))| (k.clone(), pb::RewardValue { score: *score, weight: *weight }))
+            .collect();
+        let errors = scores
+            .errors
+            .iter()
+            .map(|(name, message)| pb::RewardError { name: name.clone(), message: message.clone() })
+            .collect();
+        (rewards, scores.metrics, errors)
+    } else {
+        (BTreeMap::new(), BTreeMap::new(), Vec::new())
+    };
+    let reward = rewards.values().map(|r| r.score * r.weight).sum();
+    let mut metrics: std::collections::HashMap<String, f64> = metrics.into_iter().collect();
+    metrics.insert(String::from("num_turns"), f64::from(state.turns));
+    pb::Trace {
+        id: new_id(),
+        member_id: String::new(),
+        nodes: builder.nodes,
+        tools: tools.iter().map(tool_spec).collect(),
+        rewards: rewards.into_iter().collect(),
+        reward,
+        metrics,
+        stop_condition: stop,
+        is_truncated: truncated,
+        errors,
+        reward_errors,
+        timing: Some(pb::Timing {
+            total_s: start.elapsed().as_secs_f64(),
+            model_s,
+            scoring_s: scoring.elapsed().as_secs_f64(),
+        }),
+        num_turns: state.turns,
+        scored_with: req.training_context.cloned(),
+    }
+}
+
+/// A process-unique id (time-based prefix plus a counter).
+pub(crate) fn new_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}-{:x}", nanos as u64, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}

@@ -1,0 +1,194 @@
+//! Rubrics: weighted reward functions plus zero-weight metrics, grouped with `RubricGroup`.
+//!
+//! The training context reaches reward functions only through [`ScoringContext`], built per
+//! request. Rubrics are immutable and shared by every request, so a context can never leak from one
+//! request into another or linger after it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::env::State;
+use crate::types::{Message, Role, Task, TrainingContext};
+
+/// Everything a reward function may look at for one rollout.
+#[derive(Debug, Clone, Copy)]
+pub struct ScoringContext<'a> {
+    /// The task.
+    pub task: &'a Task,
+    /// The whole conversation, prompt included.
+    pub messages: &'a [Message],
+    /// The episode's state (turn count, env scratch data).
+    pub state: &'a State,
+    /// The request's training context; `None` when the request carried none.
+    pub training_context: Option<&'a TrainingContext>,
+}
+
+impl ScoringContext<'_> {
+    /// The training step this rollout is scored at (0 without a context).
+    pub fn step(&self) -> u64 {
+        self.training_context.map_or(0, |c| c.step)
+    }
+
+    /// Contents of the assistant messages, in order.
+    pub fn assistant_replies(&self) -> Vec<&str> {
+        self.messages.iter().filter(|m| m.role == Role::Assistant).map(|m| m.content.as_str()).collect()
+    }
+
+    /// The last assistant reply ("" if none).
+    pub fn last_reply(&self) -> &str {
+        self.messages.iter().rev().find(|m| m.role == Role::Assistant).map_or("", |m| m.content.as_str())
+    }
+}
+
+/// A reward (or metric) function.
+#[async_trait]
+pub trait RewardFn: Send + Sync {
+    /// Name in `rewards` / `metrics`.
+    fn name(&self) -> &str;
+    /// Scores one rollout. An error scores 0 and is recorded.
+    async fn score(&self, ctx: &ScoringContext<'_>) -> Result<f64, String>;
+}
+
+/// A reward function from a plain closure.
+pub struct FnReward<F> {
+    name: String,
+    f: F,
+}
+
+impl<F> std::fmt::Debug for FnReward<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnReward").field("name", &self.name).finish()
+    }
+}
+
+/// Wraps a closure as a [`RewardFn`].
+pub fn reward_fn<F>(name: &str, f: F) -> Arc<dyn RewardFn>
+where
+    F: Fn(&ScoringContext<'_>) -> Result<f64, String> + Send + Sync + 'static,
+{
+    Arc::new(FnReward { name: name.to_owned(), f })
+}
+
+#[async_trait]
+impl<F> RewardFn for FnReward<F>
+where
+    F: Fn(&ScoringContext<'_>) -> Result<f64, String> + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn score(&self, ctx: &ScoringContext<'_>) -> Result<f64, String> {
+        (self.f)(ctx)
+    }
+}
+
+/// The outcome of scoring one rollout.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scores {
+    /// Weighted components: name -> (score, weight).
+    pub rewards: BTreeMap<String, (f64, f64)>,
+    /// Zero-weight metrics.
+    pub metrics: BTreeMap<String, f64>,
+    /// Functions that failed: (name, message). Each scored 0.
+    pub errors: Vec<(String, String)>,
+}
+
+impl Scores {
+    /// The total reward: sum of score * weight.
+    pub fn total(&self) -> f64 {
+        self.rewards.values().map(|(s, w)| s * w).sum()
+    }
+
+    fn absorb(&mut self, other: Scores) {
+        for (name, (score, weight)) in other.rewards {
+            let entry = self.rewards.entry(name).or_insert((0.0, weight));
+            entry.0 += score;
+        }
+        for (name, value) in other.metrics {
+            *self.metrics.entry(name).or_insert(0.0) += value;
+        }
+        self.errors.extend(other.errors);
+    }
+}
+
+/// Weighted reward functions and zero-weight metrics.
+#[derive(Default, Clone)]
+pub struct Rubric {
+    funcs: Vec<(Arc<dyn RewardFn>, f64)>,
+}
+
+impl std::fmt::Debug for Rubric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<(&str, f64)> = self.funcs.iter().map(|(g, w)| (g.name(), *w)).collect();
+        f.debug_struct("Rubric").field("funcs", &names).finish()
+    }
+}
+
+impl Rubric {
+    /// An empty rubric.
+    pub fn new() -> Self {
+        Rubric::default()
+    }
+
+    /// Adds a reward function with a weight.
+    pub fn reward(mut self, f: Arc<dyn RewardFn>, weight: f64) -> Self {
+        self.funcs.push((f, weight));
+        self
+    }
+
+    /// Adds a metric (a zero-weight function, reported but not part of the reward).
+    pub fn metric(mut self, f: Arc<dyn RewardFn>) -> Self {
+        self.funcs.push((f, 0.0));
+        self
+    }
+
+    /// Scores one rollout: every function runs; a failing one scores 0 and is recorded.
+    pub async fn score(&self, ctx: &ScoringContext<'_>) -> Scores {
+        let mut scores = Scores::default();
+        for (f, weight) in &self.funcs {
+            let value = match f.score(ctx).await {
+                Ok(v) if v.is_finite() => v,
+                Ok(v) => {
+                    scores.errors.push((f.name().to_owned(), format!("returned a non-finite value {v}")));
+                    0.0
+                }
+                Err(message) => {
+                    tracing::warn!(function = f.name(), %message, "reward function failed; scoring 0");
+                    scores.errors.push((f.name().to_owned(), message));
+                    0.0
+                }
+            };
+            if *weight == 0.0 {
+                scores.metrics.insert(f.name().to_owned(), value);
+            } else {
+                scores.rewards.insert(f.name().to_owned(), (value, *weight));
+            }
+        }
+        scores
+    }
+}
+
+/// Several rubrics scored together: rewards and metrics are summed by name.
+#[derive(Debug, Default, Clone)]
+pub struct RubricGroup {
+    rubrics: Vec<Rubric>,
+}
+
+impl RubricGroup {
+    /// A group of rubrics.
+    pub fn new(rubrics: Vec<Rubric>) -> Self {
+        RubricGroup { rubrics }
+    }
+
+    /// Scores one rollout with every child rubric, each seeing the same context.
+    pub async fn score(&self, ctx: &ScoringContext<'_>) -> Scores {
+        let mut total = Scores::default();
+        for rubric in &self.rubrics {
+            total.absorb(rubric.score(ctx).await);
+        }
+        total
+    }
+}

@@ -1,0 +1,252 @@
+//! The gRPC service: bounded concurrency (episodes), bounded message size, per-request timeout,
+//! cancellation when the client goes away (handler futures are dropped, and every rollout runs
+//! inside them), and graceful shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use prost::Message as _;
+use rl_configs::ServeConfig;
+use rl_proto::env::v1 as pb;
+use rl_proto::env::v1::env_server_server::{EnvServer, EnvServerServer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tonic::{Request, Response, Status};
+
+use crate::algorithms::{EnvAlgorithm, check_outputs, default_algorithms};
+use crate::env::Environment;
+use crate::error::{Error, Result};
+use crate::model_client::ModelClient;
+use crate::rollout::{RolloutRequest, new_id, run_episode};
+use crate::trace::check_trace;
+use crate::types::{ModelRuntime, Task};
+
+/// Largest group accepted in one request.
+pub const MAX_GROUP_SIZE: u32 = 4096;
+
+/// The env-server gRPC service for one environment.
+#[derive(Clone)]
+pub struct EnvService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    env: Arc<dyn Environment>,
+    models: ModelClient,
+    gate: Semaphore,
+    max_concurrent: u32,
+    request_timeout: Duration,
+    max_message_bytes: usize,
+    algorithms: BTreeMap<String, Arc<dyn EnvAlgorithm>>,
+}
+
+impl std::fmt::Debug for EnvService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvService").field("env", &self.inner.env.id()).finish()
+    }
+}
+
+impl EnvService {
+    /// A service for `env` with the limits of `config`.
+    pub fn new(env: Arc<dyn Environment>, config: &ServeConfig) -> Self {
+        EnvService {
+            inner: Arc::new(Inner {
+                env,
+                models: ModelClient::new(),
+                gate: Semaphore::new(config.max_concurrent as usize),
+                max_concurrent: config.max_concurrent,
+                request_timeout: Duration::from_secs_f64(config.request_timeout_s),
+                max_message_bytes: usize::try_from(config.max_message_bytes).unwrap_or(usize::MAX),
+                algorithms: default_algorithms(),
+            }),
+        }
+    }
+
+    /// The tonic server wrapper, with message-size limits. Requests over `max_message_bytes` are
+    /// answered INVALID_ARGUMENT by the handlers; tonic's own limit is a backstop at twice that.
+    pub fn into_server(self) -> EnvServerServer<EnvService> {
+        let backstop = self.inner.max_message_bytes.saturating_mul(2);
+        EnvServerServer::new(self).max_decoding_message_size(backstop).max_encoding_message_size(backstop)
+    }
+
+    fn check_size(&self, what: &str, len: usize, largest: &str) -> Result<()> {
+        if len > self.inner.max_message_bytes {
+            return Err(Error::bad_request(
+                largest,
+                format!(
+                    "{what} is {len} bytes, more than the server's max_message_bytes ({}); send less data per request",
+                    self.inner.max_message_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn task(&self, example: Option<&pb::ExampleRef>) -> Result<Task> {
+        let source = example.and_then(|e| e.source.as_ref()).ok_or_else(|| {
+            Error::bad_request("example", "set either `example.dataset` (split + index) or `example.inline_json`")
+        })?;
+        match source {
+            pb::example_ref::Source::Dataset(d) => self.inner.env.task(&d.split, d.index),
+            pb::example_ref::Source::InlineJson(json) => {
+                let data: serde_json::Value = serde_json::from_str(json)
+                    .map_err(|e| Error::bad_request("example.inline_json", format!("is not valid JSON: {e}")))?;
+                self.inner.env.inline_task(data)
+            }
+        }
+    }
+
+    async fn episode(
+        &self,
+        task: &Task,
+        actor: &ModelRuntime,
+        index: u32,
+        ctx: Option<&pb::TrainingContext>,
+    ) -> pb::Trace {
+        let _permit = self.inner.gate.acquire().await.expect("the gate is never closed");
+        run_episode(&*self.inner.env, &self.inner.models, RolloutRequest { task, actor, index, training_context: ctx })
+            .await
+    }
+
+    async fn with_timeout<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.inner.request_timeout, fut).await.unwrap_or_else(|_| {
+            Err(Error::Timeout(format!("request took longer than the server's {:?} limit", self.inner.request_timeout)))
+        })
+    }
+
+    async fn group(&self, req: pb::RunGroupRequest) -> Result<pb::RunGroupResponse> {
+        self.check_size("RunGroupRequest", req.encoded_len(), "example.inline_json")?;
+        if req.group_size == 0 || req.group_size > MAX_GROUP_SIZE {
+            return Err(Error::bad_request(
+                "group_size",
+                format!("must be in 1..={MAX_GROUP_SIZE}, got {}", req.group_size),
+            ));
+        }
+        let task = self.task(req.example.as_ref())?;
+        let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
+        let ctx = req.training_context.as_ref();
+        let traces = join_all((0..req.group_size).map(|i| self.episode(&task, &actor, i, ctx))).await;
+        let episodes = traces
+            .into_iter()
+            .map(|t| pb::Episode { id: new_id(), task_key: task.key.clone(), traces: vec![t], ..Default::default() })
+            .collect();
+        Ok(pb::RunGroupResponse { episodes })
+    }
+
+    async fn rollout(&self, req: pb::RunRolloutRequest) -> Result<pb::RunRolloutResponse> {
+        self.check_size("RunRolloutRequest", req.encoded_len(), "example.inline_json")?;
+        let task = self.task(req.example.as_ref())?;
+        let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
+        let trace = self.episode(&task, &actor, 0, req.training_context.as_ref()).await;
+        Ok(pb::RunRolloutResponse {
+            episode: Some(pb::Episode { id: new_id(), task_key: task.key, traces: vec![trace], ..Default::default() }),
+        })
+    }
+
+    async fn algorithms(&self, req: pb::RunAlgorithmsRequest) -> Result<pb::RunAlgorithmsResponse> {
+        self.check_size("RunAlgorithmsRequest", req.encoded_len(), "traces")?;
+        for (i, t) in req.traces.iter().enumerate() {
+            check_trace(t, &format!("traces[{i}]"))?;
+        }
+        let mut models = BTreeMap::new();
+        for (k, m) in &req.models {
+            models.insert(k.clone(), ModelRuntime::from_wire(m, &format!("models.{k}"))?);
+        }
+        let mut out = vec![pb::TraceAdvantages::default(); req.traces.len()];
+        for (k, spec) in req.algorithms.iter().enumerate() {
+            let algo = self.inner.algorithms.get(&spec.id).ok_or_else(|| {
+                let known: Vec<&str> = self.inner.algorithms.keys().map(String::as_str).collect();
+                Error::bad_request(
+                    format!("algorithms[{k}].id"),
+                    format!("unknown algorithm {:?}; this server knows {}", spec.id, known.join(", ")),
+                )
+            })?;
+            let fields = match spec.fields_json.trim() {
+                "" => serde_json::Map::new(),
+                text => match serde_json::from_str(text) {
+                    Ok(serde_json::Value::Object(m)) => m,
+                    _ => {
+                        return Err(Error::bad_request(format!("algorithms[{k}].fields_json"), "must be a JSON object"));
+                    }
+                },
+            };
+            let outputs = algo.run(&req.traces, &fields, &models).await?;
+            check_outputs(&spec.id, &req.traces, &outputs)?;
+            for (slot, outs) in out.iter_mut().zip(outputs) {
+                slot.branches.extend(outs.into_iter().map(|o| pb::BranchAdvantages {
+                    branch_index: o.branch_index,
+                    algorithm: spec.id.clone(),
+                    loss: algo.loss() as i32,
+                    advantages: o.advantages,
+                    mask: o.mask,
+                }));
+            }
+        }
+        Ok(pb::RunAlgorithmsResponse { traces: out })
+    }
+}
+
+#[tonic::async_trait]
+impl EnvServer for EnvService {
+    async fn health(&self, _: Request<pb::HealthRequest>) -> Result<Response<pb::HealthResponse>, Status> {
+        Ok(Response::new(pb::HealthResponse { ok: true, env_id: self.inner.env.id().to_owned() }))
+    }
+
+    async fn info(&self, _: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        let env = &self.inner.env;
+        let mut metadata: std::collections::HashMap<String, String> = env.metadata().into_iter().collect();
+        metadata.insert(String::from("max_concurrent"), self.inner.max_concurrent.to_string());
+        Ok(Response::new(pb::InfoResponse {
+            env_id: env.id().to_owned(),
+            splits: env.splits().into_iter().map(|(name, size)| pb::SplitInfo { name, size }).collect(),
+            metadata,
+            member_ids: Vec::new(),
+            algorithms: self.inner.algorithms.keys().cloned().collect(),
+        }))
+    }
+
+    async fn run_rollout(
+        &self,
+        req: Request<pb::RunRolloutRequest>,
+    ) -> Result<Response<pb::RunRolloutResponse>, Status> {
+        Ok(Response::new(self.with_timeout(self.rollout(req.into_inner())).await?))
+    }
+
+    async fn run_group(&self, req: Request<pb::RunGroupRequest>) -> Result<Response<pb::RunGroupResponse>, Status> {
+        Ok(Response::new(self.with_timeout(self.group(req.into_inner())).await?))
+    }
+
+    async fn run_algorithms(
+        &self,
+        req: Request<pb::RunAlgorithmsRequest>,
+    ) -> Result<Response<pb::RunAlgorithmsResponse>, Status> {
+        Ok(Response::new(self.with_timeout(self.algorithms(req.into_inner())).await?))
+    }
+}
+
+/// Binds the configured address (port 0 picks a free port; read it from the listener).
+pub async fn bind(config: &ServeConfig) -> std::io::Result<TcpListener> {
+    TcpListener::bind((config.host.as_str(), config.port)).await
+}
+
+/// Serves `env` on `listener` until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(
+    env: Arc<dyn Environment>,
+    config: &ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<()> {
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::info!(env = env.id(), ?addr, "env server listening");
+    let service = EnvService::new(env, config).into_server();
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(service)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|e| Error::Infrastructure(format!("gRPC server failed: {e}")))
+}

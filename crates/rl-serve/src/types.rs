@@ -1,0 +1,287 @@
+//! Domain types of environments: chat messages, tools, tasks, model runtimes, training context,
+//! and their conversion from the wire (validated, with the field at fault named).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rl_proto::env::v1 as pb;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The user or the environment.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool result.
+    Tool,
+}
+
+impl Role {
+    /// The OpenAI role name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    /// Parses an OpenAI role name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// A function call made by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// Call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments, JSON text.
+    pub arguments: String,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Author.
+    pub role: Role,
+    /// Text.
+    pub content: String,
+    /// Calls made by an assistant message.
+    pub tool_calls: Vec<ToolCall>,
+    /// For a tool message: the call answered.
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    /// A message with only text.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Message { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Message::new(Role::System, content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::new(Role::User, content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message::new(Role::Assistant, content)
+    }
+
+    /// A tool result answering `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message { tool_call_id: Some(call_id.into()), ..Message::new(Role::Tool, content) }
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// One task: its key and the env's task data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// `<split>/<index>` or `inline`.
+    pub key: String,
+    /// Task data in the env's format.
+    pub data: Value,
+}
+
+/// Training progress, given to the scoring of one request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrainingContext {
+    /// Orchestrator step (1-indexed).
+    pub step: u64,
+    /// Latest checkpoint step.
+    pub ckpt_step: u64,
+    /// Policy version (0-indexed).
+    pub policy_version: u64,
+    /// Anything else.
+    pub extra: BTreeMap<String, Value>,
+}
+
+impl TrainingContext {
+    /// Decodes the wire form (`extra` values are JSON text; plain text is kept as a string).
+    pub fn from_wire(c: &pb::TrainingContext) -> Self {
+        let extra = c
+            .extra
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.clone()))))
+            .collect();
+        TrainingContext { step: c.step, ckpt_step: c.ckpt_step, policy_version: c.policy_version, extra }
+    }
+}
+
+/// Sampling arguments of model calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    /// Temperature.
+    pub temperature: Option<f64>,
+    /// Nucleus threshold.
+    pub top_p: Option<f64>,
+    /// Top-k.
+    pub top_k: Option<i64>,
+    /// Most tokens per turn.
+    pub max_completion_tokens: Option<u32>,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Base seed.
+    pub seed: Option<u64>,
+    /// Extra request-body fields.
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// A model endpoint and how to sample from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRuntime {
+    /// OpenAI base URL (`.../v1`).
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Sampling arguments.
+    pub sampling: Sampling,
+    /// Token ids and logprobs are required.
+    pub tokens: bool,
+    /// Prefix-cache salt (the policy version).
+    pub cache_salt: Option<String>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+}
+
+/// Default per-call timeout when the request leaves it at 0.
+pub const DEFAULT_MODEL_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl ModelRuntime {
+    /// Validates and decodes a wire runtime; `field` names it in errors.
+    pub fn from_wire(m: &pb::ModelRuntime, field: &str) -> Result<Self> {
+        if !(m.base_url.starts_with("http://") || m.base_url.starts_with("https://")) {
+            return Err(Error::bad_request(
+                format!("{field}.base_url"),
+                format!("must be an http(s) URL, got {:?}", m.base_url),
+            ));
+        }
+        if m.model.is_empty() {
+            return Err(Error::bad_request(format!("{field}.model"), "must name a model"));
+        }
+        let s = m.sampling.clone().unwrap_or_default();
+        if let Some(t) = s.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(Error::bad_request(
+                format!("{field}.sampling.temperature"),
+                format!("must be in [0, 2], got {t}"),
+            ));
+        }
+        if let Some(p) = s.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(Error::bad_request(format!("{field}.sampling.top_p"), format!("must be in (0, 1], got {p}")));
+        }
+        let extra = if s.extra_json.trim().is_empty() {
+            serde_json::Map::new()
+        } else {
+            match serde_json::from_str::<Value>(&s.extra_json) {
+                Ok(Value::Object(map)) => map,
+                _ => {
+                    return Err(Error::bad_request(
+                        format!("{field}.sampling.extra_json"),
+                        "must be a JSON object (or empty)",
+                    ));
+                }
+            }
+        };
+        if !(m.timeout_s >= 0.0 && m.timeout_s.is_finite()) {
+            return Err(Error::bad_request(format!("{field}.timeout_s"), "must be >= 0"));
+        }
+        Ok(ModelRuntime {
+            base_url: m.base_url.trim_end_matches('/').to_owned(),
+            model: m.model.clone(),
+            sampling: Sampling {
+                temperature: s.temperature,
+                top_p: s.top_p,
+                top_k: s.top_k,
+                max_completion_tokens: s.max_completion_tokens,
+                stop: s.stop,
+                seed: s.seed,
+                extra,
+            },
+            tokens: m.tokens,
+            cache_salt: Some(m.cache_salt.clone()).filter(|s| !s.is_empty()),
+            timeout: if m.timeout_s > 0.0 { Duration::from_secs_f64(m.timeout_s) } else { DEFAULT_MODEL_TIMEOUT },
+        })
+    }
+
+    /// The wire form.
+    pub fn to_wire(&self) -> pb::ModelRuntime {
+        pb::ModelRuntime {
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            sampling: Some(pb::SamplingArgs {
+                temperature: self.sampling.temperature,
+                top_p: self.sampling.top_p,
+                top_k: self.sampling.top_k,
+                max_completion_tokens: self.sampling.max_completion_tokens,
+                stop: self.sampling.stop.clone(),
+                seed: self.sampling.seed,
+                extra_json: if self.sampling.extra.is_empty() {
+                    String::new()
+                } else {
+                    Value::Object(self.sampling.extra.clone()).to_string()
+                },
+            }),
+            tokens: self.tokens,
+            cache_salt: self.cache_salt.clone().unwrap_or_default(),
+            timeout_s: self.timeout.as_secs_f64(),
+        }
+    }
+}
+
+/// Converts a message to its wire node (without tokens).
+pub(crate) fn message_node(m: &Message, parent: i32) -> pb::MessageNode {
+    pb::MessageNode {
+        parent,
+        role: m.role.as_str().to_owned(),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .iter()
+            .map(|c| pb::ToolCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+            .collect(),
+        tool_call_id: m.tool_call_id.clone().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+/// Converts a tool to its wire form.
+pub(crate) fn tool_spec(t: &ToolSpec) -> pb::ToolSpec {
+    pb::ToolSpec { name: t.name.clone(), description: t.description.clone(), parameters_json: t.parameters.to_string() }
+}
