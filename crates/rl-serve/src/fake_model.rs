@@ -49,6 +49,8 @@ pub enum FakeReply {
     ToolCalls(Vec<(String, String)>),
     /// An HTTP error.
     Error(u16, String),
+    /// The reply, after a delay.
+    Delayed(std::time::Duration, Box<FakeReply>),
 }
 
 type Script = dyn Fn(&FakeRequest) -> FakeReply + Send + Sync;
@@ -129,13 +131,19 @@ async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>
     let mut choices = Vec::new();
     for choice in 0..n {
         let req = FakeRequest { messages: messages.clone(), body: body.clone(), choice };
-        let (text, tool_calls) = match (state.script)(&req) {
+        let mut reply = (state.script)(&req);
+        while let FakeReply::Delayed(delay, inner) = reply {
+            tokio::time::sleep(delay).await;
+            reply = *inner;
+        }
+        let (text, tool_calls) = match reply {
             FakeReply::Text(t) => (t, Vec::new()),
             FakeReply::ToolCalls(calls) => (String::new(), calls),
             FakeReply::Error(code, message) => {
                 let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 return (status, axum::Json(json!({"error": {"message": message}}))).into_response();
             }
+            FakeReply::Delayed(..) => unreachable!("delays are unwrapped above"),
         };
         let mut ids = byte_ids(&format!("{text}{END}"));
         let mut finish = if tool_calls.is_empty() { "stop" } else { "tool_calls" };

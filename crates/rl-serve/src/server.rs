@@ -170,7 +170,10 @@ impl EnvService {
                 text => match serde_json::from_str(text) {
                     Ok(serde_json::Value::Object(m)) => m,
                     _ => {
-                        return Err(Error::bad_request(format!("algorithms[{k}].fields_json"), "must be a JSON object"));
+                        return Err(Error::bad_request(
+                            format!("algorithms[{k}].fields_json"),
+                            "must be a JSON object",
+                        ));
                     }
                 },
             };

@@ -1,0 +1,390 @@
+//! `alphabet-sort`: sort names by first or last name over several turns; later turns add names that
+//! must be marked `// new name!`. Reward: mean over turns of difflib similarity^power; within a turn
+//! a repeated attempt counts only if each is strictly better than the one before.
+
+use async_trait::async_trait;
+use rl_serve::{
+    EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, check_index,
+    reward_fn,
+};
+use serde_json::{Map, Value, json};
+
+use crate::args::Args;
+use crate::difflib::ratio;
+use crate::rng::Rng;
+
+const FIRST: &[&str] = &[
+    "Ada",
+    "Alan",
+    "Grace",
+    "Linus",
+    "Ken",
+    "Dennis",
+    "Barbara",
+    "Edsger",
+    "Donald",
+    "John",
+    "Margaret",
+    "Tim",
+    "Radia",
+    "Frances",
+    "Niklaus",
+    "Bjarne",
+    "Guido",
+    "Yukihiro",
+    "Anders",
+    "James",
+    "Leslie",
+    "Tony",
+    "Robin",
+    "Shafi",
+    "Silvio",
+    "Judea",
+    "Yoshua",
+    "Geoffrey",
+    "Yann",
+    "Fei",
+    "Andrew",
+    "Daphne",
+    "Cynthia",
+    "Whitfield",
+    "Martin",
+    "Ivan",
+    "Butler",
+    "Adele",
+    "Carl",
+    "Hedy",
+];
+const LAST: &[&str] = &[
+    "Lovelace",
+    "Turing",
+    "Hopper",
+    "Torvalds",
+    "Thompson",
+    "Ritchie",
+    "Liskov",
+    "Dijkstra",
+    "Knuth",
+    "McCarthy",
+    "Hamilton",
+    "Berners",
+    "Perlman",
+    "Allen",
+    "Wirth",
+    "Stroustrup",
+    "Rossum",
+    "Matsumoto",
+    "Hejlsberg",
+    "Gosling",
+    "Lamport",
+    "Hoare",
+    "Milner",
+    "Goldwasser",
+    "Micali",
+    "Pearl",
+    "Bengio",
+    "Hinton",
+    "Lecun",
+    "Li",
+    "Ng",
+    "Koller",
+    "Dwork",
+    "Diffie",
+    "Hellman",
+    "Sutherland",
+    "Lampson",
+    "Goldberg",
+    "Shannon",
+    "Lamarr",
+];
+
+/// Suffix marking names added in a later turn.
+pub const NEW_MARK: &str = " // new name!";
+
+/// The alphabet-sort environment.
+#[derive(Debug)]
+pub struct AlphabetSort {
+    train: Vec<Value>,
+    test: Vec<Value>,
+    rubric: RubricGroup,
+}
+
+/// Generation settings.
+#[derive(Debug, Clone, Copy)]
+struct Gen {
+    min_turns: u64,
+    max_turns: u64,
+    min_names: u64,
+    max_names: u64,
+}
+
+/// The sort key: the part before (by first name) or from (by last name) the first capital after index 0.
+fn sort_key(name: &str, by_first: bool) -> &str {
+    let split = name.char_indices().skip(1).find(|(_, c)| c.is_uppercase()).map_or(name.len(), |(i, _)| i);
+    if by_first { &name[..split] } else { &name[split..] }
+}
+
+fn episode(rng: &mut Rng, g: Gen) -> Value {
+    let turns = rng.range(g.min_turns, g.max_turns) as usize;
+    let counts: Vec<usize> = (0..turns).map(|_| rng.range(g.min_names, g.max_names) as usize).collect();
+    let total: usize = counts.iter().sum();
+    let mut names: Vec<String> = Vec::new();
+    while names.len() < total {
+        let name = format!("{}{}", rng.choose(FIRST), rng.choose(LAST));
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let by_first = rng.coin();
+    let which = if by_first { "FIRST" } else { "LAST" };
+    let mut user_turns = Vec::new();
+    let mut truths: Vec<Vec<String>> = Vec::new();
+    let mut seen = 0;
+    for (t, &count) in counts.iter().enumerate() {
+        let turn_names = &names[seen..seen + count];
+        let cumulative = &names[..seen + count];
+        let mut sorted: Vec<&String> = cumulative.iter().collect();
+        sorted.sort_by(|a, b| sort_key(a, by_first).cmp(sort_key(b, by_first)));
+        truths.push(
+            sorted
+                .iter()
+                .map(|n| if t > 0 && turn_names.contains(n) { format!("{n}{NEW_MARK}") } else { (*n).clone() })
+                .collect(),
+        );
+        if t == 0 {
+            let mut shown = turn_names.to_vec();
+            rng.shuffle(&mut shown);
+            let k = rng.range(g.min_names, g.max_names);
+            let lines: Vec<String> = (1..=k).map(|j| format!("Name{j}")).collect();
+            user_turns.push(format!(
+                "Sort these names in alphabetical order by {which} name: {}\n\nUse exactly this format:\n<alphabetical_sorted>\n{}\n</alphabetical_sorted>",
+                shown.join(", "),
+                lines.join("\n")
+            ));
+        } else {
+            let mut shown = cumulative.to_vec();
+            rng.shuffle(&mut shown);
+            let mut prompt = format!(
+                "Now sort ALL of these names alphabetically by {which} name: {}\n\nThese are in addition to the prior list. Mark any NEW names (that weren't in the prior list) with `// new name!` at the end.",
+                shown.join(", ")
+            );
+            if t == 1 {
+                let k = rng.range(g.min_names, (seen + count) as u64);
+                let threshold = rng.range(0, k - 1);
+                let lines: Vec<String> = (1..=k)
+                    .map(|j| if j > threshold { format!("Name{j}{NEW_MARK}") } else { format!("Name{j}") })
+                    .collect();
+                prompt.push_str(&format!(
+                    "\n\nUse exactly this format:\n<combined_alphabetical_sorted>\n{}\n</combined_alphabetical_sorted>",
+                    lines.join("\n")
+                ));
+            } else {
+                prompt.push_str(" Follow the same format as before.");
+            }
+            user_turns.push(prompt);
+        }
+        seen += count;
+    }
+    json!({"user_turns": user_turns, "ground_truths": truths, "num_turns": turns})
+}
+
+/// Every `<tag>...</tag>` block of `text`, in order.
+fn find_all<'a>(text: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(s) = rest.find(&open) {
+        let after = &rest[s + open.len()..];
+        let Some(e) = after.find(&close) else { break };
+        out.push(&after[..e]);
+        rest = &after[e + close.len()..];
+    }
+    out
+}
+
+/// The episode reward from the assistant replies (see the module doc).
+pub fn score(replies: &[&str], truths: &[Vec<String>], power: f64, power_per_turn: bool) -> f64 {
+    if truths.is_empty() {
+        return 0.0;
+    }
+    let mut sum = 0.0;
+    for (t, truth) in truths.iter().enumerate() {
+        let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
+        let expected: Vec<String> = truth.iter().map(|s| s.trim().to_lowercase()).collect();
+        let expected = expected.join("\n");
+        let Some(reply) = replies.get(t) else { continue };
+        let attempts: Vec<f64> = find_all(reply, tag)
+            .into_iter()
+            .map(|content| {
+                let pred: Vec<String> =
+                    content.split('\n').filter(|l| !l.trim().is_empty()).map(|l| l.trim().to_lowercase()).collect();
+                let pred = pred.join("\n");
+                let sim = if pred.is_empty() || expected.is_empty() { 0.0 } else { ratio(&pred, &expected) };
+                if power_per_turn { sim.powf(power) } else { sim }
+            })
+            .collect();
+        sum += match attempts.as_slice() {
+            [] => 0.0,
+            [one] => *one,
+            many if many.windows(2).all(|w| w[1] > w[0]) => *many.last().expect("non-empty"),
+            _ => 0.0,
+        };
+    }
+    let avg = sum / truths.len() as f64;
+    if power_per_turn { avg } else { avg.powf(power) }
+}
+
+fn truths_of(task: &Task) -> Vec<Vec<String>> {
+    task.data["ground_truths"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    t.as_array()
+                        .map(|l| l.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn user_turns(task: &Task) -> Vec<&str> {
+    task.data["user_turns"].as_array().map(|u| u.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+impl AlphabetSort {
+    /// Builds the env from its args: `num_examples`, `test_examples`, `min_turns`, `max_turns`,
+    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`.
+    pub fn new(args: &Map<String, Value>) -> Result<Self> {
+        let mut a = Args::new("alphabet-sort", args);
+        let num = a.u64("num_examples", 1000)?;
+        let test_num = a.u64("test_examples", 100)?;
+        let g = Gen {
+            min_turns: a.u64("min_turns", 1)?,
+            max_turns: a.u64("max_turns", 3)?,
+            min_names: a.u64("min_names", 1)?,
+            max_names: a.u64("max_names", 5)?,
+        };
+        let power = a.f64("power", 4.0)?;
+        let per_turn = a.bool("power_per_turn", true)?;
+        let seed = a.u64("seed", 0)?;
+        a.ordered("min_turns", g.min_turns, "max_turns", g.max_turns)?;
+        a.ordered("min_names", g.min_names, "max_names", g.max_names)?;
+        if g.min_turns == 0 || g.min_names == 0 {
+            return Err(Error::bad_request("env.args.min_turns", "min_turns and min_names must be at least 1"));
+        }
+        if g.max_turns * g.max_names > (FIRST.len() * LAST.len()) as u64 {
+            return Err(Error::bad_request("env.args.max_names", "too many names per episode for the name pool"));
+        }
+        a.finish()?;
+        let gen_split = |stream: &str, n: u64| {
+            let mut rng = Rng::new(seed, stream);
+            (0..n).map(|_| episode(&mut rng, g)).collect::<Vec<_>>()
+        };
+        let rubric = Rubric::new().reward(
+            reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
+                Ok(score(&ctx.assistant_replies(), &truths_of(ctx.task), power, per_turn))
+            }),
+            1.0,
+        );
+        Ok(AlphabetSort {
+            train: gen_split("alphabet-sort/train", num),
+            test: gen_split("alphabet-sort/test", test_num),
+            rubric: RubricGroup::new(vec![rubric]),
+        })
+    }
+
+    fn split(&self, name: &str) -> &[Value] {
+        if name == "test" { &self.test } else { &self.train }
+    }
+}
+
+#[async_trait]
+impl Environment for AlphabetSort {
+    fn id(&self) -> &str {
+        "alphabet-sort"
+    }
+
+    fn splits(&self) -> Vec<(String, u64)> {
+        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+    }
+
+    fn task(&self, split: &str, index: u64) -> Result<Task> {
+        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
+        Ok(Task { key: format!("{split}/{index}"), data: self.split(split)[index as usize].clone() })
+    }
+
+    fn inline_task(&self, data: Value) -> Result<Task> {
+        let ok = data["user_turns"].as_array().is_some_and(|u| !u.is_empty())
+            && data["ground_truths"].as_array().map(Vec::len) == data["user_turns"].as_array().map(Vec::len);
+        if !ok {
+            return Err(Error::bad_request(
+                "example.inline_json",
+                "alphabet-sort tasks are {\"user_turns\": [...], \"ground_truths\": [[...], ...]} of equal length",
+            ));
+        }
+        Ok(Task { key: String::from("inline"), data })
+    }
+
+    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+        let turns = user_turns(task);
+        let first = turns.first().ok_or_else(|| Error::Env(String::from("alphabet-sort task without user turns")))?;
+        Ok(vec![Message::user(*first)])
+    }
+
+    fn max_turns(&self, task: &Task) -> u32 {
+        user_turns(task).len() as u32
+    }
+
+    async fn env_response(&self, task: &Task, state: &mut State) -> Result<EnvReply> {
+        let turns = user_turns(task);
+        Ok(match turns.get(state.turns as usize) {
+            Some(next) => EnvReply::Continue(vec![Message::user(*next)]),
+            None => EnvReply::Done,
+        })
+    }
+
+    fn rubric(&self) -> &RubricGroup {
+        &self.rubric
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_keys_split_at_the_second_capital() {
+        assert_eq!(sort_key("AdaLovelace", true), "Ada");
+        assert_eq!(sort_key("AdaLovelace", false), "Lovelace");
+        assert_eq!(sort_key("Plain", false), "");
+    }
+
+    #[test]
+    fn perfect_answers_score_one_and_worse_retries_score_zero() {
+        let truths = vec![vec![String::from("AdaLovelace"), String::from("AlanTuring")]];
+        let good = "<alphabetical_sorted>\nAdaLovelace\nAlanTuring\n</alphabetical_sorted>";
+        assert_eq!(score(&[good], &truths, 4.0, true), 1.0);
+        let bad = "<alphabetical_sorted>\nAlanTuring\n</alphabetical_sorted>";
+        let worse_then_better = format!("{bad}{good}");
+        assert_eq!(score(&[&worse_then_better], &truths, 4.0, true), 1.0, "strictly better retry counts");
+        let better_then_worse = format!("{good}{bad}");
+        assert_eq!(score(&[&better_then_worse], &truths, 4.0, true), 0.0, "a worse retry voids the turn");
+        assert_eq!(score(&["no tags"], &truths, 4.0, true), 0.0);
+    }
+
+    #[test]
+    fn later_turns_mark_new_names_and_sort_everything() {
+        let args = json!({"num_examples": 20, "min_turns": 2, "max_turns": 2, "min_names": 2, "max_names": 3});
+        let env = AlphabetSort::new(args.as_object().unwrap()).unwrap();
+        for ep in &env.train {
+            let truths: Vec<Vec<String>> = serde_json::from_value(ep["ground_truths"].clone()).unwrap();
+            assert_eq!(truths.len(), 2);
+            assert!(truths[1].len() > truths[0].len());
+            let marked = truths[1].iter().filter(|n| n.ends_with(NEW_MARK)).count();
+            assert_eq!(marked, truths[1].len() - truths[0].len());
+            assert!(ep["user_turns"][1].as_str().unwrap().contains("<combined_alphabetical_sorted>"));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Reads an environment's `args` table with defaults, rejecting unknown keys and wrong types.
+
+use std::collections::BTreeSet;
+
+use rl_serve::{Error, Result};
+use serde_json::{Map, Value};
+
+/// Typed access to an env's args; call [`Args::finish`] to reject keys nobody read.
+#[derive(Debug)]
+pub(crate) struct Args<'a> {
+    env: &'static str,
+    map: &'a Map<String, Value>,
+    read: BTreeSet<&'static str>,
+}
+
+impl<'a> Args<'a> {
+    pub(crate) fn new(env: &'static str, map: &'a Map<String, Value>) -> Self {
+        Args { env, map, read: BTreeSet::new() }
+    }
+
+    fn field(&self, key: &str) -> String {
+        format!("env.args.{key}")
+    }
+
+    pub(crate) fn u64(&mut self, key: &'static str, default: u64) -> Result<u64> {
+        self.read.insert(key);
+        match self.map.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_u64().ok_or_else(|| {
+                Error::bad_request(self.field(key), format!("{} expects a non-negative integer, got {v}", self.env))
+            }),
+        }
+    }
+
+    pub(crate) fn f64(&mut self, key: &'static str, default: f64) -> Result<f64> {
+        self.read.insert(key);
+        match self.map.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|f| f.is_finite())
+                .ok_or_else(|| Error::bad_request(self.field(key), format!("{} expects a number, got {v}", self.env))),
+        }
+    }
+
+    pub(crate) fn bool(&mut self, key: &'static str, default: bool) -> Result<bool> {
+        self.read.insert(key);
+        match self.map.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| {
+                Error::bad_request(self.field(key), format!("{} expects true or false, got {v}", self.env))
+            }),
+        }
+    }
+
+    /// Fails on any key that was not read.
+    pub(crate) fn finish(self) -> Result<()> {
+        if let Some(unknown) = self.map.keys().find(|k| !self.read.contains(k.as_str())) {
+            let known: Vec<&str> = self.read.iter().copied().collect();
+            return Err(Error::bad_request(
+                self.field(unknown),
+                format!("{} has no argument `{unknown}`; it takes {}", self.env, known.join(", ")),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks `lo <= hi` for a pair of arguments.
+    pub(crate) fn ordered(&self, lo_key: &str, lo: u64, hi_key: &str, hi: u64) -> Result<()> {
+        if lo > hi {
+            return Err(Error::bad_request(self.field(lo_key), format!("{lo_key} ({lo}) must be <= {hi_key} ({hi})")));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+//! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text` and
+//! `alphabet-sort`. [`load`] builds one by id from its `args` table.
+//!
+//! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
+
+mod alphabet_sort;
+mod args;
+pub mod difflib;
+mod reverse_text;
+mod rng;
+
+use std::sync::Arc;
+
+pub use alphabet_sort::{AlphabetSort, NEW_MARK, score as alphabet_sort_reward};
+pub use reverse_text::{
+    ReverseText, SYSTEM_PROMPT as REVERSE_TEXT_SYSTEM_PROMPT, lcs_reward, parse_answer as parse_reversed_text,
+};
+use rl_serve::{Environment, Error, Result};
+use serde_json::{Map, Value};
+
+/// Ids of the built-in environments.
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort"];
+
+/// Builds the environment `id` from its args (`_` and `-` are interchangeable in the id).
+pub fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>> {
+    match id.replace('_', "-").as_str() {
+        "reverse-text" => Ok(Arc::new(ReverseText::new(args)?)),
+        "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
+        _ => Err(Error::bad_request("env.id", format!("unknown environment {id:?}; built in: {}", ENV_IDS.join(", ")))),
+    }
+}
