@@ -31,20 +31,28 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     match command.as_str() {
         "-h" | "--help" | "help" => print_usage(),
         "schema" => print_schema(rest),
-        "rl" => config_command::<RlConfig>(command, rest),
-        "sft" => config_command::<SftConfig>(command, rest),
-        "orchestrator" => config_command::<OrchestratorConfig>(command, rest),
-        "trainer" => config_command::<TrainerConfig>(command, rest),
-        "inference" => config_command::<InferenceConfig>(command, rest),
-        "env-server" => config_command::<EnvServerConfig>(command, rest),
+        "rl" => config_command::<RlConfig>(command, rest, not_yet),
+        "sft" => config_command::<SftConfig>(command, rest, not_yet),
+        "orchestrator" => config_command::<OrchestratorConfig>(command, rest, not_yet),
+        "trainer" => config_command::<TrainerConfig>(command, rest, not_yet),
+        "inference" => config_command::<InferenceConfig>(command, rest, not_yet),
+        "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),
         // Evaluation runs envs against a model exactly like the orchestrator's online eval.
-        "eval" => config_command::<OrchestratorConfig>(command, rest),
+        "eval" => config_command::<OrchestratorConfig>(command, rest, not_yet),
         "model" => model_command(rest),
         other => bail!("unknown command `{other}`; run `rl --help` for the list"),
     }
 }
 
-fn config_command<T: ConfigFile>(command: &str, args: &[String]) -> anyhow::Result<()> {
+fn not_yet<T>(command: &str, _config: T) -> anyhow::Result<()> {
+    bail!("`rl {command}` is not implemented yet (the config is valid; use --dry-run to see it resolved)")
+}
+
+fn config_command<T: ConfigFile>(
+    command: &str,
+    args: &[String],
+    run: fn(&str, T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         return print_command_help::<T>(command);
     }
@@ -65,7 +73,7 @@ fn config_command<T: ConfigFile>(command: &str, args: &[String]) -> anyhow::Resu
         writeln!(out, "config is valid; wrote {} resolved config file(s) to {}", files.len(), dir.display())?;
         return Ok(());
     }
-    bail!("`rl {command}` is not implemented yet (the config is valid; use --dry-run to see it resolved)")
+    run(command, loaded.config)
 }
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {

@@ -2,6 +2,8 @@
 //! writes the resolved configs and exits).
 
 mod commands;
+mod env_server;
+mod logging;
 
 use std::io::Write;
 use std::process::ExitCode;

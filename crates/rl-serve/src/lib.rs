@@ -25,7 +25,7 @@ pub use model_client::{ChatResponse, Choice, ModelClient};
 pub use rl_proto::env::v1 as pb;
 pub use rollout::{RolloutRequest, run_episode};
 pub use rubric::{FnReward, RewardFn, Rubric, RubricGroup, Scores, ScoringContext, reward_fn};
-pub use server::{EnvService, MAX_GROUP_SIZE, bind, serve};
+pub use server::{DRAIN_TIMEOUT, EnvService, MAX_GROUP_SIZE, bind, serve};
 pub use trace::{Branch, branches, check_trace};
 pub use types::{
     DEFAULT_MODEL_TIMEOUT, Message, ModelRuntime, Role, Sampling, Task, ToolCall, ToolSpec, TrainingContext,

@@ -236,7 +236,11 @@ pub async fn bind(config: &ServeConfig) -> std::io::Result<TcpListener> {
     TcpListener::bind((config.host.as_str(), config.port)).await
 }
 
-/// Serves `env` on `listener` until `shutdown` resolves, then drains in-flight requests.
+/// How long in-flight requests may take to finish after shutdown is requested.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `env` on `listener` until `shutdown` resolves, then drains in-flight requests for at
+/// most [`DRAIN_TIMEOUT`] (a client that never hangs up cannot keep the server alive).
 pub async fn serve(
     env: Arc<dyn Environment>,
     config: &ServeConfig,
@@ -246,10 +250,24 @@ pub async fn serve(
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(env = env.id(), ?addr, "env server listening");
     let service = EnvService::new(env, config).into_server();
-    tonic::transport::Server::builder()
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let server = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(service)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
-        .await
-        .map_err(|e| Error::Infrastructure(format!("gRPC server failed: {e}")))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        });
+    let deadline = async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = stop_tx.send(true);
+        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    };
+    tokio::select! {
+        result = server => result.map_err(|e| Error::Infrastructure(format!("gRPC server failed: {e}"))),
+        () = deadline => {
+            tracing::warn!(?DRAIN_TIMEOUT, "requests still in flight after the drain timeout; stopping anyway");
+            Ok(())
+        }
+    }
 }

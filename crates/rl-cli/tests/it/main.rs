@@ -2,6 +2,7 @@
 //! errors and exit codes, schemas.
 
 mod dry_run;
+mod env_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

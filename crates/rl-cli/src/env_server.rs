@@ -1,0 +1,54 @@
+//! `rl env-server`: serves one built-in environment over gRPC. After binding it prints one JSON
+//! line on stdout, `{"event":"listening","address":"HOST:PORT","env":"ID"}`, which launchers read
+//! (port 0 picks a free port, so parallel servers never race for one).
+
+use std::io::Write;
+
+use anyhow::Context;
+use rl_configs::EnvServerConfig;
+
+/// Runs the server until SIGINT or SIGTERM, then drains in-flight requests.
+pub(crate) fn run(_command: &str, config: EnvServerConfig) -> anyhow::Result<()> {
+    crate::logging::init(&config.log);
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let args: serde_json::Map<String, serde_json::Value> = config.env.args.clone().into_iter().collect();
+        let env =
+            rl_envs::load(&config.env.id, &args).with_context(|| format!("cannot build env `{}`", config.env.id))?;
+        let listener = rl_serve::bind(&config.serve)
+            .await
+            .with_context(|| format!("cannot bind {}:{}", config.serve.host, config.serve.port))?;
+        let addr = listener.local_addr()?;
+        let line = serde_json::json!({"event": "listening", "address": addr.to_string(), "env": config.env.id});
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+        drop(out);
+        rl_serve::serve(env, &config.serve, listener, shutdown_signal()).await?;
+        tracing::info!("env server stopped");
+        Ok(())
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,63 @@
+//! A full alphabet-sort episode: several turns on one branch, env turns not trained.
+
+use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest};
+use rl_serve::{branches, pb};
+use serde_json::json;
+
+use crate::{actor, example, serve};
+
+/// Answers with the ground truth of each turn, read from the task the test fetched.
+#[tokio::test]
+async fn a_multi_turn_episode_is_one_branch_with_only_model_tokens_trained() {
+    let args = json!({"num_examples": 10, "min_turns": 3, "max_turns": 3, "min_names": 1, "max_names": 3, "seed": 2});
+    let h = serve("alphabet-sort", args.clone()).await;
+    let env = rl_envs::load("alphabet-sort", args.as_object().unwrap()).unwrap();
+    let task = env.task("train", 2).unwrap();
+    let truths: Vec<Vec<String>> = serde_json::from_value(task.data["ground_truths"].clone()).unwrap();
+    let answers = truths.clone();
+    let model = FakeModel::start(move |r: &FakeRequest| {
+        let t = r.turn();
+        let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
+        FakeReply::Text(format!("<{tag}>\n{}\n</{tag}>", answers[t].join("\n")))
+    })
+    .await;
+    let resp = h
+        .client
+        .run_rollout(pb::RunRolloutRequest {
+            example: example("train", 2),
+            actor: Some(actor(&model, "1")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let trace = &resp.episode.unwrap().traces[0];
+    assert!(trace.errors.is_empty(), "{:?}", trace.errors);
+    assert_eq!(trace.num_turns, 3);
+    assert_eq!(trace.reward, 1.0);
+    assert_eq!(trace.stop_condition, "env_done");
+    let roles: Vec<&str> = trace.nodes.iter().map(|n| n.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant", "user", "assistant"]);
+    let bs = branches(trace);
+    assert_eq!(bs.len(), 1, "each prompt extends the previous one");
+    for node in &trace.nodes {
+        assert_eq!(node.sampled, node.role == "assistant");
+        assert!(node.mask.iter().all(|m| *m == node.sampled), "only sampled tokens are trained");
+        assert_eq!(node.logprobs.len(), if node.sampled { node.token_ids.len() } else { 0 });
+    }
+    assert_eq!(model.requests().len(), 3);
+
+    let wrong = FakeModel::start(|_: &FakeRequest| {
+        FakeReply::Text(String::from("<alphabetical_sorted>\nNobody\n</alphabetical_sorted>"))
+    })
+    .await;
+    let resp = h
+        .client
+        .run_rollout(pb::RunRolloutRequest {
+            example: example("train", 2),
+            actor: Some(actor(&wrong, "1")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(resp.episode.unwrap().traces[0].reward < 0.2);
+}
