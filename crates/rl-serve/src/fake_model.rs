@@ -86,6 +86,10 @@ impl FakeModel {
         let addr: SocketAddr = listener.local_addr().expect("bound address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async {
                     let _ = rx.await;

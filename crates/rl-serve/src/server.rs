@@ -251,10 +251,12 @@ pub async fn serve(
     tracing::info!(env = env.id(), ?addr, "env server listening");
     let service = EnvService::new(env, config).into_server();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let server = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(service)
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async move {
+    // tonic's builder-level `tcp_nodelay` applies only to sockets it binds itself: set it on the
+    // accepted ones too, or responses sent after the handler awaited I/O stall ~40 ms on Nagle +
+    // delayed ACK (measured: 44 ms per RunGroup at 1 in flight).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let server =
+        tonic::transport::Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, async move {
             let _ = stop_rx.wait_for(|stop| *stop).await;
         });
     let deadline = async move {
