@@ -1,0 +1,150 @@
+//! The Qwen3 architecture's `config.json` (HF names), and the `tiny` and `small` presets.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Hyper-parameters of a Qwen3 decoder, as in HF `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Qwen3Config {
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention).
+    pub num_key_value_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Longest supported sequence.
+    pub max_position_embeddings: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// Rotary base.
+    pub rope_theta: f64,
+    /// The output projection is the embedding.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Biases on q/k/v/o projections (false for Qwen3).
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// Beginning-of-sequence id.
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence id(s) (HF allows a number or a list).
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+    /// Every other key of the file, kept so a saved config round-trips.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// Named model sizes for `rl model init`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// hidden 128, 4 layers, 4/2 heads of 32, MLP 384, tied embeddings (~0.8M params).
+    Tiny,
+    /// hidden 256, 6 layers, 8/4 heads of 32, MLP 768, tied embeddings (~4.8M params).
+    Small,
+}
+
+impl Preset {
+    /// Parses `tiny` or `small`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "tiny" => Some(Preset::Tiny),
+            "small" => Some(Preset::Small),
+            _ => None,
+        }
+    }
+}
+
+impl Qwen3Config {
+    /// The config of a preset for a vocabulary of `vocab_size`.
+    pub fn preset(preset: Preset, vocab_size: usize) -> Self {
+        let (hidden, layers, heads, kv, inter) = match preset {
+            Preset::Tiny => (128, 4, 4, 2, 384),
+            Preset::Small => (256, 6, 8, 4, 768),
+        };
+        let mut extra = BTreeMap::new();
+        for (k, v) in [
+            ("architectures", serde_json::json!(["Qwen3ForCausalLM"])),
+            ("model_type", serde_json::json!("qwen3")),
+            ("hidden_act", serde_json::json!("silu")),
+            ("torch_dtype", serde_json::json!("float32")),
+            ("attention_dropout", serde_json::json!(0.0)),
+            ("initializer_range", serde_json::json!(0.02)),
+            ("use_cache", serde_json::json!(true)),
+            ("use_sliding_window", serde_json::json!(false)),
+            ("sliding_window", serde_json::Value::Null),
+            ("max_window_layers", serde_json::json!(layers)),
+            ("rope_scaling", serde_json::Value::Null),
+        ] {
+            extra.insert(k.to_owned(), v);
+        }
+        Qwen3Config {
+            vocab_size,
+            hidden_size: hidden,
+            intermediate_size: inter,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv,
+            head_dim: 32,
+            max_position_embeddings: 2048,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10000.0,
+            tie_word_embeddings: true,
+            attention_bias: false,
+            bos_token_id: None,
+            eos_token_id: None,
+            extra,
+        }
+    }
+
+    /// Reads `config.json`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let cfg: Qwen3Config = serde_json::from_str(&text)
+            .map_err(|e| Error::bad_dir(path.parent().unwrap_or(path), format!("config.json: {e}")))?;
+        cfg.check().map_err(|m| Error::bad_dir(path.parent().unwrap_or(path), format!("config.json: {m}")))?;
+        Ok(cfg)
+    }
+
+    /// Checks the shape relations the model relies on.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err(format!(
+                "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(format!("head_dim ({}) must be even for rotary embeddings", self.head_dim));
+        }
+        if self.attention_bias {
+            return Err(String::from("attention_bias = true is not supported (Qwen3 has no attention biases)"));
+        }
+        if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
+            return Err(String::from("vocab_size, hidden_size and num_hidden_layers must be positive"));
+        }
+        Ok(())
+    }
+
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        let h = self.hidden_size;
+        let q = self.num_attention_heads * self.head_dim;
+        let kv = self.num_key_value_heads * self.head_dim;
+        let layer = h * q + 2 * h * kv + q * h + 2 * self.head_dim + 3 * h * self.intermediate_size + 2 * h;
+        let head = if self.tie_word_embeddings { 0 } else { self.vocab_size * h };
+        self.vocab_size * h + self.num_hidden_layers * layer + h + head
+    }
+}

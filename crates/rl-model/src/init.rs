@@ -1,0 +1,87 @@
+//! `rl model init`: a complete HF-format directory with a random Qwen3 model, the character-level
+//! tokenizer and a Qwen-style chat template. Weights ~ N(0, 0.02), norms 1 (HF's initialisation).
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::chat::write_tokenizer_config;
+use crate::config::{Preset, Qwen3Config};
+use crate::error::{Error, Result};
+use crate::tokenizer::{SPECIAL_TOKENS, write_char_tokenizer};
+use crate::weights::{weight_names, write_model_dir};
+
+/// Writes a random model of `preset` to `out` (replacing it when `force`); returns its config.
+pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<Qwen3Config> {
+    if out.exists() && std::fs::read_dir(out).map_err(|e| Error::io(out, e))?.next().is_some() && !force {
+        return Err(Error::bad_dir(out, "already exists and is not empty (pass --force to replace it)"));
+    }
+    let scratch = std::env::temp_dir().join(format!("rl-model-init-{}-{seed}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| Error::io(&scratch, e))?;
+    let result = (|| {
+        let vocab = write_char_tokenizer(&scratch.join("tokenizer.json"))?;
+        write_tokenizer_config(&scratch.join("tokenizer_config.json"), SPECIAL_TOKENS)?;
+        let generation = serde_json::json!({"eos_token_id": [2, 0], "pad_token_id": 0});
+        std::fs::write(scratch.join("generation_config.json"), generation.to_string())
+            .map_err(|e| Error::io(&scratch, e))?;
+        let mut cfg = Qwen3Config::preset(preset, vocab.div_ceil(64) * 64);
+        cfg.eos_token_id = Some(serde_json::json!(2));
+        let tensors = random_weights(&cfg, seed)?;
+        write_model_dir(out, &cfg, &tensors, &scratch)?;
+        Ok(cfg)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Random weights for `cfg`: N(0, 0.02) matrices, ones for norms.
+pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<Vec<(String, Tensor)>> {
+    let device = Device::Cpu;
+    let mut rng = Normal { state: seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678 };
+    let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+    let (q, kv, i) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
+    let mut out = Vec::new();
+    for name in weight_names(cfg) {
+        let shape: (usize, usize) = if name.ends_with("embed_tokens.weight") || name == "lm_head.weight" {
+            (cfg.vocab_size, h)
+        } else if name.ends_with("q_proj.weight") {
+            (q, h)
+        } else if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") {
+            (kv, h)
+        } else if name.ends_with("o_proj.weight") {
+            (h, q)
+        } else if name.ends_with("gate_proj.weight") || name.ends_with("up_proj.weight") {
+            (i, h)
+        } else if name.ends_with("down_proj.weight") {
+            (h, i)
+        } else {
+            let n = if name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight") { hd } else { h };
+            out.push((name, Tensor::ones(n, DType::F32, &device)?));
+            continue;
+        };
+        let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.next() * 0.02).collect();
+        out.push((name, Tensor::from_vec(data, shape, &device)?));
+    }
+    Ok(out)
+}
+
+/// Standard normal samples (Box–Muller over SplitMix64).
+struct Normal {
+    state: u64,
+}
+
+impl Normal {
+    fn uniform(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    fn next(&mut self) -> f32 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+}

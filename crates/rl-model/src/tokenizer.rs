@@ -1,0 +1,81 @@
+//! Tokenization through the `tokenizers` crate (`tokenizer.json`), and the character-level
+//! tokenizer `rl model init` writes: printable ASCII, newline and tab, plus the chat special tokens.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use tokenizers::models::wordlevel::WordLevel;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use crate::error::{Error, Result};
+
+/// Special tokens of the chat format, in id order (ids 0..).
+pub const SPECIAL_TOKENS: &[&str] =
+    &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>", "<unk>"];
+
+/// A loaded tokenizer with the ids generation needs.
+#[derive(Debug, Clone)]
+pub struct Tok {
+    inner: Tokenizer,
+    /// Ids that end a completion (`<|im_end|>`, `<|endoftext|>`).
+    pub stop_ids: Vec<u32>,
+}
+
+impl Tok {
+    /// Loads `tokenizer.json` from a model directory.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        let inner = Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let stop_ids = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();
+        Ok(Tok { inner, stop_ids })
+    }
+
+    /// Token ids of `text` (special tokens in the text are recognised; nothing is added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?.get_ids().to_vec())
+    }
+
+    /// Text of `ids` (special tokens kept).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// The text of one token.
+    pub fn token(&self, id: u32) -> String {
+        self.inner.id_to_token(id).unwrap_or_default()
+    }
+
+    /// Vocabulary size including added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+/// Builds the character-level tokenizer and writes it to `path`; returns its vocabulary size.
+pub fn write_char_tokenizer(path: &Path) -> Result<usize> {
+    let mut vocab: HashMap<String, u32> = HashMap::new();
+    for (i, t) in SPECIAL_TOKENS.iter().enumerate() {
+        vocab.insert((*t).to_owned(), i as u32);
+    }
+    let chars = (b' '..=b'~').map(char::from).chain(['\n', '\t']);
+    for c in chars {
+        let id = vocab.len() as u32;
+        vocab.insert(c.to_string(), id);
+    }
+    let size = vocab.len();
+    let model = WordLevel::builder()
+        .vocab(vocab.into_iter().collect())
+        .unk_token(String::from("<unk>"))
+        .build()
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    let mut tok = Tokenizer::new(model);
+    let split = Split::new(SplitPattern::String(String::new()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    tok.with_pre_tokenizer(Some(split));
+    tok.with_decoder(Some(tokenizers::decoders::fuse::Fuse::new()));
+    let specials: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();
+    tok.add_special_tokens(specials).map_err(|e| Error::Tokenizer(e.to_string()))?;
+    tok.save(path, true).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    Ok(size)
+}

@@ -1,0 +1,187 @@
+//! Model directories: loading weights (any float dtype, converted to f32; single or sharded
+//! safetensors) as plain tensors for inference or as `Var`s for training, and saving them under
+//! the HF names, atomically.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarBuilder;
+
+use crate::config::Qwen3Config;
+use crate::error::{Error, Result};
+use crate::model::Qwen3;
+
+/// The HF names of every weight the model reads, in a stable order.
+pub fn weight_names(cfg: &Qwen3Config) -> Vec<String> {
+    let mut names = vec![String::from("model.embed_tokens.weight")];
+    for i in 0..cfg.num_hidden_layers {
+        let l = format!("model.layers.{i}");
+        for p in ["q_proj", "k_proj", "v_proj", "o_proj"] {
+            names.push(format!("{l}.self_attn.{p}.weight"));
+        }
+        names.push(format!("{l}.self_attn.q_norm.weight"));
+        names.push(format!("{l}.self_attn.k_norm.weight"));
+        for p in ["gate_proj", "up_proj", "down_proj"] {
+            names.push(format!("{l}.mlp.{p}.weight"));
+        }
+        names.push(format!("{l}.input_layernorm.weight"));
+        names.push(format!("{l}.post_attention_layernorm.weight"));
+    }
+    names.push(String::from("model.norm.weight"));
+    if !cfg.tie_word_embeddings {
+        names.push(String::from("lm_head.weight"));
+    }
+    names
+}
+
+/// Reads every tensor of `model.safetensors` (or the shards listed in
+/// `model.safetensors.index.json`) as f32 on `device`.
+pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let single = dir.join("model.safetensors");
+    let files: Vec<PathBuf> = if single.exists() {
+        vec![single]
+    } else {
+        let index = dir.join("model.safetensors.index.json");
+        let text = std::fs::read_to_string(&index)
+            .map_err(|_| Error::bad_dir(dir, "has neither model.safetensors nor model.safetensors.index.json"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::bad_dir(dir, format!("bad safetensors index: {e}")))?;
+        let mut shards: Vec<String> = v["weight_map"]
+            .as_object()
+            .ok_or_else(|| Error::bad_dir(dir, "safetensors index has no weight_map"))?
+            .values()
+            .filter_map(|f| f.as_str().map(str::to_owned))
+            .collect();
+        shards.sort();
+        shards.dedup();
+        shards.into_iter().map(|f| dir.join(f)).collect()
+    };
+    let mut out = HashMap::new();
+    for file in files {
+        let tensors = candle_core::safetensors::load(&file, device)
+            .map_err(|e| Error::bad_dir(dir, format!("cannot read {}: {e}", file.display())))?;
+        for (name, t) in tensors {
+            out.insert(name, t.to_dtype(DType::F32)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A model directory's config.
+pub fn read_config(dir: &Path) -> Result<Qwen3Config> {
+    let path = dir.join("config.json");
+    if !path.exists() {
+        return Err(Error::bad_dir(dir, "has no config.json (is it an HF-format model directory?)"));
+    }
+    Qwen3Config::load(&path)
+}
+
+fn check_names(dir: &Path, cfg: &Qwen3Config, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let missing: Vec<String> = weight_names(cfg).into_iter().filter(|n| !tensors.contains_key(n)).collect();
+    if !missing.is_empty() {
+        return Err(Error::bad_dir(dir, format!("missing {} weight(s), e.g. {}", missing.len(), missing[0])));
+    }
+    Ok(())
+}
+
+/// Loads a model for inference.
+pub fn load_model(dir: &Path, device: &Device) -> Result<Qwen3> {
+    let cfg = read_config(dir)?;
+    load_weights_for(&cfg, dir, device)
+}
+
+/// Loads the weights in `dir` (a weight broadcast: `model.safetensors` without a config) into a
+/// model of architecture `cfg`; names and shapes must match exactly.
+pub fn load_weights_for(cfg: &Qwen3Config, dir: &Path, device: &Device) -> Result<Qwen3> {
+    let tensors = read_weights(dir, device)?;
+    check_names(dir, cfg, &tensors)?;
+    Qwen3::new(cfg, VarBuilder::from_tensors(tensors, DType::F32, device))
+        .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))
+}
+
+/// Trainable weights: one `Var` per HF name, in [`weight_names`] order.
+#[derive(Debug, Clone)]
+pub struct Trainable {
+    /// (name, variable).
+    pub vars: Vec<(String, Var)>,
+}
+
+impl Trainable {
+    /// Wraps tensors as variables (every tensor the model reads).
+    pub fn from_tensors(cfg: &Qwen3Config, tensors: &HashMap<String, Tensor>) -> Result<Self> {
+        let mut vars = Vec::new();
+        for name in weight_names(cfg) {
+            let t = tensors.get(&name).ok_or_else(|| Error::Input(format!("missing weight {name}")))?;
+            vars.push((name, Var::from_tensor(t)?));
+        }
+        Ok(Trainable { vars })
+    }
+
+    /// A model whose weights are these variables (gradients flow to them), in their dtype.
+    pub fn model(&self, cfg: &Qwen3Config, device: &Device) -> Result<Qwen3> {
+        let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
+        let map: HashMap<String, Tensor> = self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+        Qwen3::new(cfg, VarBuilder::from_tensors(map, dtype, device))
+    }
+
+    /// Current values, detached.
+    pub fn tensors(&self) -> Vec<(String, Tensor)> {
+        self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()
+    }
+}
+
+/// Loads a model's weights as trainable variables.
+pub fn load_trainable(dir: &Path, device: &Device) -> Result<(Qwen3Config, Trainable)> {
+    let cfg = read_config(dir)?;
+    let tensors = read_weights(dir, device)?;
+    check_names(dir, &cfg, &tensors)?;
+    Ok((cfg.clone(), Trainable::from_tensors(&cfg, &tensors)?))
+}
+
+/// Writes `tensors` to `path` as safetensors, atomically (temp file, then rename).
+pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    let map: HashMap<String, Tensor> = tensors.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
+    let tmp = path.with_extension(format!("safetensors.tmp.{}", std::process::id()));
+    candle_core::safetensors::save(&map, &tmp)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// Writes a complete model directory at `out`: `config.json`, `model.safetensors`, and the
+/// tokenizer files copied from `tokenizer_dir`. Built in a sibling temp directory, then renamed,
+/// so `out` is never half-written. An existing `out` is replaced.
+pub fn write_model_dir(
+    out: &Path,
+    cfg: &Qwen3Config,
+    tensors: &[(String, Tensor)],
+    tokenizer_dir: &Path,
+) -> Result<()> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    let name = out.file_name().map_or_else(|| String::from("model"), |n| n.to_string_lossy().into_owned());
+    let tmp = parent.join(format!(".{name}.tmp.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let result = (|| {
+        let cfg_text = serde_json::to_string_pretty(cfg).expect("configs serialize");
+        std::fs::write(tmp.join("config.json"), cfg_text).map_err(|e| Error::io(tmp.join("config.json"), e))?;
+        write_safetensors(&tmp.join("model.safetensors"), tensors)?;
+        for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"] {
+            let src = tokenizer_dir.join(f);
+            if src.exists() {
+                std::fs::copy(&src, tmp.join(f)).map_err(|e| Error::io(&src, e))?;
+            }
+        }
+        if out.exists() {
+            std::fs::remove_dir_all(out).map_err(|e| Error::io(out, e))?;
+        }
+        std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}

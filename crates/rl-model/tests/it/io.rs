@@ -1,0 +1,95 @@
+//! Model directories: `init_model` output loads, the tokenizer and template behave, save/load is exact.
+
+use candle_core::{DType, Device};
+use rl_model::{
+    ChatTemplate, KvCache, Preset, TemplateMessage, Tok, Trainable, init_model, load_model, load_trainable,
+    read_config, write_model_dir,
+};
+
+use crate::{max_abs_diff, micro_config, weights};
+
+#[test]
+fn init_writes_a_complete_tiny_model_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny");
+    let cfg = init_model(&out, Preset::Tiny, 0, false).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    assert_eq!(cfg.vocab_size, 128);
+    let params = cfg.num_params();
+    assert!((700_000..1_000_000).contains(&params), "tiny has ~0.8M params, got {params}");
+    assert_eq!(read_config(&out).unwrap(), cfg);
+    let m = load_model(&out, &Device::Cpu).unwrap();
+    let logits = m.extend(&[1, 40, 41], &mut KvCache::default()).unwrap();
+    assert_eq!(logits.dims(), [3, 128]);
+    let err = init_model(&out, Preset::Tiny, 0, false).unwrap_err().to_string();
+    assert!(err.contains("--force"), "{err}");
+    init_model(&out, Preset::Small, 1, true).unwrap();
+    assert_eq!(read_config(&out).unwrap().hidden_size, 256);
+}
+
+#[test]
+fn tokenizer_is_character_level_with_single_special_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    init_model(dir.path(), Preset::Tiny, 0, true).unwrap();
+    let tok = Tok::load(dir.path()).unwrap();
+    let text = "<|im_start|>user\nHello, world! ~{}<|im_end|>\n";
+    let ids = tok.encode(text).unwrap();
+    assert_eq!(ids[0], 1, "<|im_start|> is one token");
+    assert_eq!(ids.len(), 1 + "user\nHello, world! ~{}".len() + 1 + 1);
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+    assert!(tok.stop_ids.contains(&2));
+}
+
+#[test]
+fn chat_template_renders_qwen_format_that_extends_turn_by_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    init_model(dir.path(), Preset::Tiny, 0, true).unwrap();
+    let t = ChatTemplate::load(dir.path()).unwrap();
+    let msg =
+        |role: &str, content: &str| TemplateMessage { role: role.into(), content: content.into(), tool_calls: vec![] };
+    let first = vec![msg("system", "Be brief."), msg("user", "hi")];
+    let prompt = t.render(&first, &[], true).unwrap();
+    assert_eq!(
+        prompt,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let mut second = first.clone();
+    second.push(msg("assistant", "yo"));
+    second.push(msg("user", "again"));
+    let next = t.render(&second, &[], true).unwrap();
+    assert!(next.starts_with(&format!("{prompt}yo<|im_end|>")), "the next prompt extends prompt + completion");
+    let tools = vec![serde_json::json!({"type": "function", "function": {"name": "f", "parameters": {}}})];
+    assert!(t.render(&first, &tools, true).unwrap().contains("<tools>"));
+}
+
+#[test]
+fn saving_then_loading_gives_identical_logits() {
+    let cfg = micro_config();
+    let tensors = weights(&cfg, 7, DType::F32);
+    let t = Trainable::from_tensors(&cfg, &tensors).unwrap();
+    let original = t.model(&cfg, &Device::Cpu).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tokdir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("saved");
+    write_model_dir(&out, &cfg, &t.tensors(), tokdir.path()).unwrap();
+    let loaded = load_model(&out, &Device::Cpu).unwrap();
+    let ids = vec![vec![3u32, 8, 1, 22]];
+    let pos = vec![vec![0u32, 1, 2, 3]];
+    let a = original.forward_packed(&ids, &pos).unwrap();
+    let b = loaded.forward_packed(&ids, &pos).unwrap();
+    assert_eq!(max_abs_diff(&a, &b), 0.0);
+    let (_, trainable) = load_trainable(&out, &Device::Cpu).unwrap();
+    assert_eq!(trainable.vars.len(), t.vars.len());
+}
+
+#[test]
+fn broken_directories_are_errors_naming_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = load_model(dir.path(), &Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("config.json"), "{err}");
+    std::fs::write(dir.path().join("config.json"), serde_json::to_string(&micro_config()).unwrap()).unwrap();
+    let err = load_model(dir.path(), &Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("model.safetensors"), "{err}");
+}
