@@ -76,12 +76,52 @@ fn config_command<T: ConfigFile>(
     run(command, loaded.config)
 }
 
+const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small] [--seed N] [--force]";
+
 fn model_command(args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
-        Some("init") => bail!("`rl model init` is not implemented yet"),
-        Some(other) => bail!("unknown `rl model` command `{other}`; expected `init`"),
-        None => bail!("expected `rl model init --out DIR [--preset tiny|small] [--seed N]`"),
+        Some("init") => model_init(&args[1..]),
+        Some(other) => bail!("unknown `rl model` command `{other}`; expected `{MODEL_INIT_USAGE}`"),
+        None => bail!("expected `{MODEL_INIT_USAGE}`"),
     }
+}
+
+/// `rl model init`: writes a random Qwen3 model directory with a character-level tokenizer.
+fn model_init(args: &[String]) -> anyhow::Result<()> {
+    let (mut out, mut preset, mut seed, mut force) = (None, rl_model::Preset::Tiny, 0u64, false);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next().with_context(|| format!("`{name}` needs a value; usage: {MODEL_INIT_USAGE}")).cloned()
+        };
+        match arg.as_str() {
+            "--out" => out = Some(std::path::PathBuf::from(value("--out")?)),
+            "--preset" => {
+                let v = value("--preset")?;
+                preset = rl_model::Preset::parse(&v)
+                    .with_context(|| format!("unknown preset `{v}`; expected tiny or small"))?;
+            }
+            "--seed" => {
+                let v = value("--seed")?;
+                seed = v.parse().with_context(|| format!("--seed expects a non-negative integer, got `{v}`"))?;
+            }
+            "--force" => force = true,
+            other => bail!("unexpected argument `{other}`; usage: {MODEL_INIT_USAGE}"),
+        }
+    }
+    let out = out.with_context(|| format!("`--out DIR` is required; usage: {MODEL_INIT_USAGE}"))?;
+    let cfg = rl_model::init_model(&out, preset, seed, force)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "wrote a random Qwen3 model ({} params, hidden {}, {} layers, vocab {}) to {}",
+        cfg.num_params(),
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.vocab_size,
+        out.display()
+    )?;
+    Ok(())
 }
 
 fn print_schema(args: &[String]) -> anyhow::Result<()> {

@@ -87,7 +87,7 @@ fn unknown_key_exits_non_zero_naming_its_path() {
 
 #[test]
 fn commands_that_do_not_exist_yet_fail_loudly_after_validating() {
-    let o = rl(&["model", "init"]);
+    let o = rl(&["sft", "@", "configs/reverse_text/sft.toml"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not implemented yet"), "{}", stderr(&o));
     let o = rl(&["frobnicate"]);
@@ -104,4 +104,19 @@ fn schema_prints_json_schema_for_each_part() {
         assert!(schema.get("properties").is_some(), "{part} schema has properties");
     }
     assert!(!rl(&["schema", "nope"]).status.success());
+}
+
+#[test]
+fn model_init_writes_a_loadable_directory_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny");
+    let out_s = out.to_str().unwrap();
+    let o = rl(&["model", "init", "--out", out_s, "--preset", "tiny", "--seed", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("params"), "{}", stdout(&o));
+    assert!(out.join("model.safetensors").exists() && out.join("tokenizer_config.json").exists());
+    let again = rl(&["model", "init", "--out", out_s]);
+    assert!(!again.status.success() && stderr(&again).contains("--force"), "{}", stderr(&again));
+    let bad = rl(&["model", "init", "--out", out_s, "--preset", "huge"]);
+    assert!(stderr(&bad).contains("unknown preset"), "{}", stderr(&bad));
 }
