@@ -14,6 +14,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("rl-envs", &["candle-core"]),
     ("rl-orchestrator", &["candle-core", "candle-nn"]),
     ("rl-trainer", &["tonic", "axum"]),
+    ("rl-inference", &["tonic", "rl-orchestrator", "rl-trainer"]),
 ];
 
 /// Fails when a crate depends, directly or not, on a crate its rule forbids.

@@ -31,7 +31,7 @@ pub(crate) fn run(_command: &str, config: EnvServerConfig) -> anyhow::Result<()>
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

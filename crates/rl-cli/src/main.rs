@@ -4,6 +4,7 @@
 mod commands;
 mod env_server;
 mod logging;
+mod serving;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -120,13 +120,13 @@ impl Qwen3Config {
 
     /// Checks the shape relations the model relies on.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+        if self.num_key_value_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(format!(
                 "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(format!("head_dim ({}) must be even for rotary embeddings", self.head_dim));
         }
         if self.attention_bias {

@@ -71,7 +71,7 @@ fn linear(vb: &VarBuilder<'_>, name: &str, out_dim: usize, in_dim: usize) -> Res
 
 impl Qwen3 {
     /// Builds the model from weights named as in HF (`model.layers.0.self_attn.q_proj.weight`, ...).
-    pub fn new(cfg: &Qwen3Config, vb: VarBuilder<'_>) -> Result<Self> {
+    pub fn new(cfg: &Qwen3Config, vb: &VarBuilder<'_>) -> Result<Self> {
         cfg.check().map_err(Error::Input)?;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let (q_dim, kv_dim) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);

@@ -96,7 +96,7 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<Qwen3> {
 pub fn load_weights_for(cfg: &Qwen3Config, dir: &Path, device: &Device) -> Result<Qwen3> {
     let tensors = read_weights(dir, device)?;
     check_names(dir, cfg, &tensors)?;
-    Qwen3::new(cfg, VarBuilder::from_tensors(tensors, DType::F32, device))
+    Qwen3::new(cfg, &VarBuilder::from_tensors(tensors, DType::F32, device))
         .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))
 }
 
@@ -122,7 +122,7 @@ impl Trainable {
     pub fn model(&self, cfg: &Qwen3Config, device: &Device) -> Result<Qwen3> {
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
         let map: HashMap<String, Tensor> = self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-        Qwen3::new(cfg, VarBuilder::from_tensors(map, dtype, device))
+        Qwen3::new(cfg, &VarBuilder::from_tensors(map, dtype, device))
     }
 
     /// Current values, detached.

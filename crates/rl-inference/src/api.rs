@@ -1,0 +1,218 @@
+//! OpenAI request bodies (with the vLLM extensions) and their validation into engine requests.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::engine::GenRequest;
+use crate::error::{Error, Result};
+
+/// A message of a chat request.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChatMessage {
+    pub(crate) role: String,
+    #[serde(default)]
+    pub(crate) content: Option<Value>,
+    #[serde(default)]
+    pub(crate) tool_calls: Option<Vec<Value>>,
+}
+
+/// `stop` may be a string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Sampling fields shared by chat and text completions. Unknown fields are accepted and ignored,
+/// as OpenAI-compatible servers do; that includes vLLM's `cache_salt` (this server keeps no
+/// cross-request prefix cache, so there is nothing to salt).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Sampling {
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default = "one")]
+    pub(crate) n: u32,
+    #[serde(default)]
+    pub(crate) temperature: Option<f32>,
+    #[serde(default)]
+    pub(crate) top_p: Option<f32>,
+    #[serde(default)]
+    pub(crate) top_k: Option<i64>,
+    #[serde(default)]
+    pub(crate) max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub(crate) max_tokens: Option<u32>,
+    #[serde(default)]
+    pub(crate) stop: Option<Stop>,
+    #[serde(default)]
+    pub(crate) seed: Option<u64>,
+    #[serde(default)]
+    pub(crate) logprobs: Option<Value>,
+    #[serde(default)]
+    pub(crate) top_logprobs: Option<u32>,
+    /// vLLM: return `prompt_token_ids` and `choices[].token_ids`.
+    #[serde(default)]
+    pub(crate) return_token_ids: bool,
+    /// vLLM: log-probabilities of the prompt tokens, with this many alternatives.
+    #[serde(default)]
+    pub(crate) prompt_logprobs: Option<u32>,
+    #[serde(default)]
+    pub(crate) stream: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChatRequest {
+    pub(crate) messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub(crate) tools: Option<Vec<Value>>,
+    #[serde(default = "yes")]
+    pub(crate) add_generation_prompt: bool,
+    #[serde(flatten)]
+    pub(crate) sampling: Sampling,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `prompt` of a text completion: text or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct CompletionRequest {
+    pub(crate) prompt: Prompt,
+    #[serde(flatten)]
+    pub(crate) sampling: Sampling,
+}
+
+/// Limits a request is checked against.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub(crate) model_name: String,
+    pub(crate) max_model_len: usize,
+    pub(crate) max_n: u32,
+    pub(crate) default_seed: u64,
+}
+
+impl Sampling {
+    /// Whether per-token logprobs were asked for (`logprobs: true` for chat, a number for text).
+    pub(crate) fn wants_logprobs(&self) -> bool {
+        match &self.logprobs {
+            Some(Value::Bool(b)) => *b,
+            Some(Value::Number(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// Validates against `limits` and builds the engine request for `prompt`.
+    pub(crate) fn to_request(&self, prompt: Vec<u32>, limits: &Limits, request_seed: u64) -> Result<GenRequest> {
+        if let Some(m) = &self.model
+            && m != &limits.model_name
+        {
+            return Err(Error::UnknownModel(format!(
+                "The model `{m}` does not exist; this server serves `{}`.",
+                limits.model_name
+            )));
+        }
+        if self.stream {
+            return Err(Error::BadRequest(String::from("stream = true is not supported by this server")));
+        }
+        if self.n == 0 || self.n > limits.max_n {
+            return Err(Error::BadRequest(format!("n must be in 1..={}, got {}", limits.max_n, self.n)));
+        }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(Error::BadRequest(format!("temperature must be in [0, 2], got {temperature}")));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(Error::BadRequest(format!("top_p must be in (0, 1], got {top_p}")));
+        }
+        let top_k = match self.top_k {
+            None | Some(-1) => None,
+            Some(k) if k >= 1 => Some(k as usize),
+            Some(k) => return Err(Error::BadRequest(format!("top_k must be -1 or >= 1, got {k}"))),
+        };
+        if prompt.is_empty() {
+            return Err(Error::BadRequest(String::from("the prompt is empty")));
+        }
+        if prompt.len() >= limits.max_model_len {
+            return Err(Error::BadRequest(format!(
+                "This model's maximum context length is {} tokens. However, you requested {} tokens in the prompt.",
+                limits.max_model_len,
+                prompt.len()
+            )));
+        }
+        let room = (limits.max_model_len - prompt.len()) as u32;
+        let max_tokens = self.max_completion_tokens.or(self.max_tokens).unwrap_or(room);
+        if max_tokens > room {
+            return Err(Error::BadRequest(format!(
+                "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {max_tokens} for the completion).",
+                limits.max_model_len,
+                prompt.len() + max_tokens as usize,
+                prompt.len()
+            )));
+        }
+        let top_logprobs = self.top_logprobs.unwrap_or(match &self.logprobs {
+            Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as u32,
+            _ => 0,
+        });
+        if top_logprobs > 20 {
+            return Err(Error::BadRequest(format!("top_logprobs must be at most 20, got {top_logprobs}")));
+        }
+        if self.prompt_logprobs.is_some_and(|k| k > 20) {
+            return Err(Error::BadRequest(String::from("prompt_logprobs must be at most 20")));
+        }
+        let stop = match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.iter().any(String::is_empty) {
+            return Err(Error::BadRequest(String::from("stop strings must not be empty")));
+        }
+        Ok(GenRequest {
+            prompt,
+            n: self.n,
+            max_tokens,
+            temperature,
+            top_p,
+            top_k,
+            seed: self.seed.unwrap_or(limits.default_seed ^ request_seed),
+            stop,
+            top_logprobs,
+            prompt_logprobs: self.prompt_logprobs,
+        })
+    }
+}
+
+/// The text of a message's `content` (a string, or a list of `{type: text, text}` parts).
+pub(crate) fn content_text(content: Option<&Value>) -> Result<String> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut out = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => out.push_str(t),
+                    _ => return Err(Error::BadRequest(String::from("only text content parts are supported"))),
+                }
+            }
+            Ok(out)
+        }
+        Some(other) => Err(Error::BadRequest(format!("message content must be text, got {other}"))),
+    }
+}

@@ -1,0 +1,388 @@
+//! The generation engine: an actor on its own OS thread that owns the model and every KV cache.
+//! Each step it admits waiting requests (prefill), then decodes one token for every running
+//! sequence in one batched step, so a request never waits for an unrelated long one to finish.
+//! Weight swaps happen between steps.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use candle_core::Device;
+use rl_model::{KvCache, Qwen3, Sampler, Tok, load_weights_for, log_softmax};
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Completions to sample.
+    pub n: u32,
+    /// Most tokens per completion.
+    pub max_tokens: u32,
+    /// Temperature (0 = greedy).
+    pub temperature: f32,
+    /// Nucleus threshold.
+    pub top_p: f32,
+    /// Top-k (None = off).
+    pub top_k: Option<usize>,
+    /// Seed of choice 0 (choice i uses seed + i).
+    pub seed: u64,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Top alternatives reported per sampled token.
+    pub top_logprobs: u32,
+    /// Also return the log-probabilities of the prompt tokens (`Some(k)`: with k alternatives).
+    pub prompt_logprobs: Option<u32>,
+}
+
+/// One token's log-probability and its top alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub id: u32,
+    /// Its log-probability under the temperature-scaled distribution.
+    pub logprob: f32,
+    /// The most likely tokens: (id, logprob).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Why a completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-turn token or a stop string.
+    Stop,
+    /// The token limit.
+    Length,
+}
+
+/// One finished completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// Sampled ids (including a final end-of-turn token).
+    pub token_ids: Vec<u32>,
+    /// Per sampled token.
+    pub logprobs: Vec<TokenLogprob>,
+    /// Text (end-of-turn token and stop string removed).
+    pub text: String,
+    /// Why it ended.
+    pub finish: Finish,
+}
+
+/// The result of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenOutput {
+    /// `n` completions.
+    pub completions: Vec<Completion>,
+    /// Per prompt token (`None` for the first): its logprob and alternatives.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
+    /// Weight version that produced it (0 = the initial weights).
+    pub weights_version: u64,
+}
+
+/// Commands the engine accepts.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Generate(GenRequest, oneshot::Sender<Result<GenOutput>>),
+    UpdateWeights(PathBuf, oneshot::Sender<Result<u64>>),
+    Pause(oneshot::Sender<()>),
+    Resume(oneshot::Sender<()>),
+}
+
+/// A handle to the engine thread.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+}
+
+struct Running {
+    tx: oneshot::Sender<Result<GenOutput>>,
+    req: GenRequest,
+    done: Vec<Option<Completion>>,
+    prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
+}
+
+struct Seq {
+    slot: usize,
+    choice: usize,
+    cache: KvCache,
+    sampler: Sampler,
+    next: u32,
+    tokens: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
+}
+
+impl Engine {
+    /// Starts the engine thread serving `model`.
+    pub fn start(model: Qwen3, tok: Tok, max_batch: usize) -> Self {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(String::from("rl-inference-engine"))
+            .spawn(move || EngineLoop::new(model, tok, max_batch).run(&rx))
+            .expect("spawn the engine thread");
+        Engine { tx }
+    }
+
+    pub(crate) async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).map_err(|_| Error::Engine(String::from("the engine has stopped")))?;
+        rx.await.map_err(|_| Error::Engine(String::from("the engine dropped the request")))
+    }
+
+    /// Generates completions.
+    pub async fn generate(&self, req: GenRequest) -> Result<GenOutput> {
+        self.call(|tx| Command::Generate(req, tx)).await?
+    }
+
+    /// Loads the weights in `dir` and swaps them in between steps; returns the new version.
+    pub async fn update_weights(&self, dir: PathBuf) -> Result<u64> {
+        self.call(|tx| Command::UpdateWeights(dir, tx)).await?
+    }
+
+    /// Stops admitting and decoding until [`Engine::resume`].
+    pub async fn pause(&self) -> Result<()> {
+        self.call(Command::Pause).await
+    }
+
+    /// Resumes after [`Engine::pause`].
+    pub async fn resume(&self) -> Result<()> {
+        self.call(Command::Resume).await
+    }
+}
+
+struct EngineLoop {
+    model: Qwen3,
+    tok: Tok,
+    max_batch: usize,
+    version: u64,
+    paused: bool,
+    waiting: VecDeque<(GenRequest, oneshot::Sender<Result<GenOutput>>)>,
+    running: Vec<Option<Running>>,
+    seqs: Vec<Seq>,
+}
+
+impl EngineLoop {
+    fn new(model: Qwen3, tok: Tok, max_batch: usize) -> Self {
+        EngineLoop {
+            model,
+            tok,
+            max_batch: max_batch.max(1),
+            version: 0,
+            paused: false,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            seqs: Vec::new(),
+        }
+    }
+
+    fn run(mut self, rx: &mpsc::Receiver<Command>) {
+        loop {
+            let idle = self.paused || (self.seqs.is_empty() && self.waiting.is_empty());
+            if idle {
+                match rx.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(cmd) = rx.try_recv() {
+                self.handle(cmd);
+            }
+            if self.paused {
+                continue;
+            }
+            self.cancel_abandoned();
+            self.admit();
+            if !self.seqs.is_empty()
+                && let Err(e) = self.step()
+            {
+                self.fail_all(&e);
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Generate(req, tx) => self.waiting.push_back((req, tx)),
+            Command::UpdateWeights(dir, tx) => {
+                let result = load_weights_for(self.model.config(), &dir, &Device::Cpu).map(|m| {
+                    self.model = m;
+                    self.version += 1;
+                    self.version
+                });
+                let _ = tx.send(
+                    result.map_err(|e| Error::BadRequest(format!("cannot load weights from {}: {e}", dir.display()))),
+                );
+            }
+            Command::Pause(tx) => {
+                self.paused = true;
+                let _ = tx.send(());
+            }
+            Command::Resume(tx) => {
+                self.paused = false;
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Drops sequences whose requester went away.
+    fn cancel_abandoned(&mut self) {
+        for slot in 0..self.running.len() {
+            if self.running[slot].as_ref().is_some_and(|r| r.tx.is_closed()) {
+                self.running[slot] = None;
+                self.seqs.retain(|s| s.slot != slot);
+            }
+        }
+        self.waiting.retain(|(_, tx)| !tx.is_closed());
+    }
+
+    fn admit(&mut self) {
+        while let Some((req, _)) = self.waiting.front() {
+            if !self.seqs.is_empty() && self.seqs.len() + req.n as usize > self.max_batch {
+                return;
+            }
+            let (req, tx) = self.waiting.pop_front().expect("front exists");
+            if let Err(e) = self.prefill(req, tx) {
+                tracing::warn!(error = %e, "prefill failed");
+            }
+        }
+    }
+
+    fn prefill(&mut self, req: GenRequest, tx: oneshot::Sender<Result<GenOutput>>) -> Result<()> {
+        let mut cache = KvCache::default();
+        let logits = match self.model.extend(&req.prompt, &mut cache) {
+            Ok(l) => l,
+            Err(e) => {
+                let err = Error::BadRequest(e.to_string());
+                let _ = tx.send(Err(err.clone()));
+                return Err(err);
+            }
+        };
+        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+        let prompt_logprobs = req.prompt_logprobs.map(|k| {
+            let mut out = vec![None];
+            for (i, id) in req.prompt.iter().enumerate().skip(1) {
+                let lp = log_softmax(&rows[i - 1], 1.0);
+                out.push(Some(TokenLogprob { id: *id, logprob: lp[*id as usize], top: top_k(&lp, k as usize) }));
+            }
+            out
+        });
+        let n = req.n as usize;
+        if req.max_tokens == 0 {
+            // Scoring only: no completion tokens.
+            let empty =
+                Completion { token_ids: Vec::new(), logprobs: Vec::new(), text: String::new(), finish: Finish::Length };
+            let _ =
+                tx.send(Ok(GenOutput { completions: vec![empty; n], prompt_logprobs, weights_version: self.version }));
+            return Ok(());
+        }
+        let last = rows.last().cloned().unwrap_or_default();
+        let slot = self.free_slot();
+        for choice in 0..n {
+            let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64));
+            let (id, logprob) = sampler.sample(&last);
+            let top = top_k(&log_softmax(&last, req.temperature), req.top_logprobs as usize);
+            self.seqs.push(Seq {
+                slot,
+                choice,
+                cache: cache.clone(),
+                sampler,
+                next: id,
+                tokens: vec![id],
+                logprobs: vec![TokenLogprob { id, logprob, top }],
+            });
+        }
+        self.running[slot] = Some(Running { tx, req, done: vec![None; n], prompt_logprobs });
+        self.finish_done();
+        Ok(())
+    }
+
+    fn free_slot(&mut self) -> usize {
+        if let Some(i) = self.running.iter().position(Option::is_none) {
+            return i;
+        }
+        self.running.push(None);
+        self.running.len() - 1
+    }
+
+    /// One batched decode step for every running sequence.
+    fn step(&mut self) -> Result<()> {
+        let tokens: Vec<u32> = self.seqs.iter().map(|s| s.next).collect();
+        let mut caches: Vec<&mut KvCache> = self.seqs.iter_mut().map(|s| &mut s.cache).collect();
+        let logits = self.model.decode_step(&tokens, &mut caches)?;
+        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+        for (seq, row) in self.seqs.iter_mut().zip(rows) {
+            let req = &self.running[seq.slot].as_ref().expect("running slot").req;
+            let (id, logprob) = seq.sampler.sample(&row);
+            let top = if req.top_logprobs > 0 {
+                top_k(&log_softmax(&row, req.temperature), req.top_logprobs as usize)
+            } else {
+                Vec::new()
+            };
+            seq.next = id;
+            seq.tokens.push(id);
+            seq.logprobs.push(TokenLogprob { id, logprob, top });
+        }
+        self.finish_done();
+        Ok(())
+    }
+
+    /// Moves finished sequences into their requests; answers requests whose choices are all done.
+    fn finish_done(&mut self) {
+        let max_len = self.model.config().max_position_embeddings;
+        let mut i = 0;
+        while i < self.seqs.len() {
+            let seq = &self.seqs[i];
+            let req = &self.running[seq.slot].as_ref().expect("running slot").req;
+            let last = *seq.tokens.last().expect("one token at least");
+            let text_ids: Vec<u32> = seq.tokens.iter().copied().filter(|t| !self.tok.stop_ids.contains(t)).collect();
+            let text = self.tok.decode(&text_ids).unwrap_or_default();
+            let stop_at = req.stop.iter().filter_map(|s| text.find(s.as_str())).min();
+            let finish = if self.tok.stop_ids.contains(&last) || stop_at.is_some() {
+                Some(Finish::Stop)
+            } else if seq.tokens.len() >= req.max_tokens as usize || req.prompt.len() + seq.tokens.len() >= max_len {
+                Some(Finish::Length)
+            } else {
+                None
+            };
+            let Some(finish) = finish else {
+                i += 1;
+                continue;
+            };
+            let seq = self.seqs.swap_remove(i);
+            let text = match stop_at {
+                Some(at) => text[..at].to_owned(),
+                None => text,
+            };
+            let run = self.running[seq.slot].as_mut().expect("running slot");
+            run.done[seq.choice] = Some(Completion { token_ids: seq.tokens, logprobs: seq.logprobs, text, finish });
+            if run.done.iter().all(Option::is_some) {
+                let run = self.running[seq.slot].take().expect("running slot");
+                let completions = run.done.into_iter().map(|c| c.expect("all done")).collect();
+                let _ = run.tx.send(Ok(GenOutput {
+                    completions,
+                    prompt_logprobs: run.prompt_logprobs,
+                    weights_version: self.version,
+                }));
+            }
+        }
+    }
+
+    fn fail_all(&mut self, e: &Error) {
+        tracing::error!(error = %e, "decode step failed; failing running requests");
+        self.seqs.clear();
+        for run in self.running.iter_mut().filter_map(Option::take) {
+            let _ = run.tx.send(Err(e.clone()));
+        }
+    }
+}
+
+fn top_k(logp: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut idx: Vec<usize> = (0..logp.len()).collect();
+    idx.sort_unstable_by(|&a, &b| logp[b].total_cmp(&logp[a]));
+    idx.into_iter().take(k).map(|i| (i as u32, logp[i])).collect()
+}

@@ -1,0 +1,58 @@
+//! The error type of `rl-inference` and its one mapping to HTTP status codes.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong serving a request.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The request is invalid (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such model is served (404).
+    #[error("{0}")]
+    UnknownModel(String),
+    /// Too many requests are pending (503).
+    #[error("{0}")]
+    Overloaded(String),
+    /// The request took too long (504).
+    #[error("{0}")]
+    Timeout(String),
+    /// The engine failed (500).
+    #[error("engine error: {0}")]
+    Engine(String),
+}
+
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        Error::Engine(e.to_string())
+    }
+}
+
+impl From<rl_model::Error> for Error {
+    fn from(e: rl_model::Error) -> Self {
+        match e {
+            rl_model::Error::Input(m) | rl_model::Error::Template(m) | rl_model::Error::Tokenizer(m) => {
+                Error::BadRequest(m)
+            }
+            other => Error::Engine(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, kind) = match &self {
+            Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            Error::UnknownModel(_) => (StatusCode::NOT_FOUND, "model_not_found"),
+            Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
+            Error::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        };
+        let body = serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": status.as_u16()}});
+        (status, axum::Json(body)).into_response()
+    }
+}

@@ -1,0 +1,299 @@
+//! HTTP routes: OpenAI chat and text completions (vLLM extensions included), models, health, and
+//! the admin endpoints `/update_weights`, `/pause`, `/resume`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rl_model::{ChatTemplate, TemplateFunction, TemplateMessage, TemplateToolCall, Tok};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::api::{ChatRequest, CompletionRequest, Limits, Prompt, content_text};
+use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
+use crate::error::{Error, Result};
+use crate::tool_calls::parse_hermes;
+
+/// Shared state of the HTTP layer (the engine owns all model state).
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) engine: Engine,
+    pub(crate) tok: Arc<Tok>,
+    pub(crate) template: Arc<ChatTemplate>,
+    pub(crate) limits: Limits,
+    pub(crate) pending: Arc<Semaphore>,
+    pub(crate) timeout: Duration,
+    pub(crate) tool_parser: String,
+    pub(crate) counter: Arc<AtomicU64>,
+}
+
+/// The router with body-size limits.
+pub(crate) fn router(state: AppState, max_body: usize) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/update_weights", post(update_weights))
+        .route("/pause", post(pause))
+        .route("/resume", post(resume))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn models(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [{
+        "id": s.limits.model_name, "object": "model", "owned_by": "rl", "max_model_len": s.limits.max_model_len
+    }]}))
+}
+
+#[derive(Deserialize)]
+struct UpdateWeights {
+    weight_dir: PathBuf,
+}
+
+async fn update_weights(State(s): State<AppState>, body: Option<Json<UpdateWeights>>) -> Result<Json<Value>> {
+    let Some(Json(body)) = body else {
+        return Err(Error::BadRequest(String::from("expected a JSON body {\"weight_dir\": \"...\"}")));
+    };
+    let version = s.engine.update_weights(body.weight_dir.clone()).await?;
+    tracing::info!(dir = %body.weight_dir.display(), version, "weights updated");
+    Ok(Json(json!({"status": "ok", "version": version})))
+}
+
+async fn pause(State(s): State<AppState>) -> Result<Json<Value>> {
+    s.engine.pause().await?;
+    Ok(Json(json!({"status": "paused"})))
+}
+
+async fn resume(State(s): State<AppState>) -> Result<Json<Value>> {
+    s.engine.resume().await?;
+    Ok(Json(json!({"status": "running"})))
+}
+
+impl AppState {
+    /// Runs a request through the engine within the pending-request bound and the timeout.
+    async fn run(&self, req: GenRequest) -> Result<GenOutput> {
+        let _permit = self
+            .pending
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded(String::from("too many pending requests; retry later")))?;
+        tokio::time::timeout(self.timeout, self.engine.generate(req))
+            .await
+            .map_err(|_| Error::Timeout(format!("request took longer than {:?}", self.timeout)))?
+    }
+
+    fn next_seed(&self) -> u64 {
+        self.counter.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn token_json(&self, t: &TokenLogprob) -> Value {
+        let text = self.tok.decode(&[t.id]).unwrap_or_default();
+        let top: Vec<Value> = t
+            .top
+            .iter()
+            .map(|(id, lp)| {
+                let s = self.tok.decode(&[*id]).unwrap_or_default();
+                json!({"token": s, "logprob": lp, "bytes": s.as_bytes()})
+            })
+            .collect();
+        json!({"token": text, "logprob": t.logprob, "bytes": text.as_bytes(), "top_logprobs": top})
+    }
+
+    fn prompt_logprobs_json(&self, out: &GenOutput) -> Value {
+        match &out.prompt_logprobs {
+            None => Value::Null,
+            Some(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|item| match item {
+                        None => Value::Null,
+                        Some(t) => {
+                            let mut m = serde_json::Map::new();
+                            m.insert(t.id.to_string(), json!({"logprob": t.logprob, "rank": rank(t), "decoded_token": self.tok.decode(&[t.id]).unwrap_or_default()}));
+                            for (i, (id, lp)) in t.top.iter().enumerate() {
+                                m.entry(id.to_string()).or_insert_with(|| {
+                                    json!({"logprob": lp, "rank": i + 1, "decoded_token": self.tok.decode(&[*id]).unwrap_or_default()})
+                                });
+                            }
+                            Value::Object(m)
+                        }
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+fn rank(t: &TokenLogprob) -> usize {
+    t.top.iter().position(|(id, _)| *id == t.id).map_or(t.top.len() + 1, |p| p + 1)
+}
+
+fn finish_reason(c: &Completion, has_calls: bool) -> &'static str {
+    match (c.finish, has_calls) {
+        (Finish::Length, _) => "length",
+        (Finish::Stop, true) => "tool_calls",
+        (Finish::Stop, false) => "stop",
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn usage(prompt: usize, out: &GenOutput) -> Value {
+    let completion: usize = out.completions.iter().map(|c| c.token_ids.len()).sum();
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+fn template_messages(req: &ChatRequest) -> Result<Vec<TemplateMessage>> {
+    req.messages
+        .iter()
+        .map(|m| {
+            if !["system", "user", "assistant", "tool"].contains(&m.role.as_str()) {
+                return Err(Error::BadRequest(format!("unknown message role {:?}", m.role)));
+            }
+            let tool_calls = m
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(|c| {
+                    let f = &c["function"];
+                    let arguments = match &f["arguments"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => String::from("{}"),
+                        other => other.to_string(),
+                    };
+                    Ok(TemplateToolCall {
+                        kind: String::from("function"),
+                        function: TemplateFunction {
+                            name: f["name"]
+                                .as_str()
+                                .ok_or_else(|| Error::BadRequest(String::from("a tool call has no function.name")))?
+                                .to_owned(),
+                            arguments,
+                        },
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(TemplateMessage { role: m.role.clone(), content: content_text(m.content.as_ref())?, tool_calls })
+        })
+        .collect()
+}
+
+async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result<Json<Value>> {
+    if req.messages.is_empty() {
+        return Err(Error::BadRequest(String::from("messages must not be empty")));
+    }
+    let messages = template_messages(&req)?;
+    let tools = req.tools.clone().unwrap_or_default();
+    let text = s.template.render(&messages, &tools, req.add_generation_prompt)?;
+    let prompt = s.tok.encode(&text)?;
+    let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
+    let out = s.run(gen_req).await?;
+    let parse_tools = !tools.is_empty() && s.tool_parser != "none";
+    let choices: Vec<Value> = out
+        .completions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (content, calls) = if parse_tools { parse_hermes(&c.text) } else { (c.text.clone(), Vec::new()) };
+            let mut message = json!({"role": "assistant", "content": content});
+            if !calls.is_empty() {
+                message["tool_calls"] = Value::Array(
+                    calls
+                        .iter()
+                        .enumerate()
+                        .map(|(j, (name, args))| json!({"id": format!("call_{i}_{j}"), "type": "function", "function": {"name": name, "arguments": args}}))
+                        .collect(),
+                );
+            }
+            let mut choice = json!({
+                "index": i,
+                "message": message,
+                "finish_reason": finish_reason(c, !calls.is_empty()),
+                "logprobs": if req.sampling.wants_logprobs() {
+                    json!({"content": c.logprobs.iter().map(|t| s.token_json(t)).collect::<Vec<_>>()})
+                } else { Value::Null },
+            });
+            if req.sampling.return_token_ids {
+                choice["token_ids"] = json!(c.token_ids);
+            }
+            choice
+        })
+        .collect();
+    let mut body = json!({
+        "id": format!("chatcmpl-{}", s.next_seed()),
+        "object": "chat.completion",
+        "created": now(),
+        "model": s.limits.model_name,
+        "choices": choices,
+        "usage": usage(prompt.len(), &out),
+        "weights_version": out.weights_version,
+    });
+    if req.sampling.return_token_ids {
+        body["prompt_token_ids"] = json!(prompt);
+    }
+    if req.sampling.prompt_logprobs.is_some() {
+        body["prompt_logprobs"] = s.prompt_logprobs_json(&out);
+    }
+    Ok(Json(body))
+}
+
+async fn completions(State(s): State<AppState>, Json(req): Json<CompletionRequest>) -> Result<Json<Value>> {
+    let prompt = match &req.prompt {
+        Prompt::Text(t) => s.tok.encode(t)?,
+        Prompt::Ids(ids) => ids.clone(),
+    };
+    let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
+    let out = s.run(gen_req).await?;
+    let choices: Vec<Value> = out
+        .completions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let logprobs = if req.sampling.wants_logprobs() {
+                json!({
+                    "tokens": c.logprobs.iter().map(|t| s.tok.decode(&[t.id]).unwrap_or_default()).collect::<Vec<_>>(),
+                    "token_logprobs": c.logprobs.iter().map(|t| t.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": c.logprobs.iter().map(|t| {
+                        t.top.iter().map(|(id, lp)| (s.tok.decode(&[*id]).unwrap_or_default(), json!(lp))).collect::<serde_json::Map<_, _>>()
+                    }).collect::<Vec<_>>(),
+                })
+            } else {
+                Value::Null
+            };
+            let mut choice = json!({"index": i, "text": c.text, "logprobs": logprobs, "finish_reason": finish_reason(c, false)});
+            if req.sampling.return_token_ids {
+                choice["token_ids"] = json!(c.token_ids);
+            }
+            choice
+        })
+        .collect();
+    let mut body = json!({
+        "id": format!("cmpl-{}", s.next_seed()),
+        "object": "text_completion",
+        "created": now(),
+        "model": s.limits.model_name,
+        "choices": choices,
+        "usage": usage(prompt.len(), &out),
+        "weights_version": out.weights_version,
+    });
+    if req.sampling.return_token_ids {
+        body["prompt_token_ids"] = json!(prompt);
+    }
+    if req.sampling.prompt_logprobs.is_some() {
+        body["prompt_logprobs"] = s.prompt_logprobs_json(&out);
+    }
+    Ok(Json(body))
+}

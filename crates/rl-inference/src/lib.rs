@@ -1,0 +1,84 @@
+//! The embedded OpenAI-compatible inference server over `rl-model`: `/v1/chat/completions` and
+//! `/v1/completions` with the vLLM extensions RL needs (`return_token_ids`, `prompt_logprobs`,
+//! `cache_salt`), `/v1/models`, `/health`, and admin `/update_weights`, `/pause`, `/resume`.
+//! Requests that arrive together are decoded together (see `engine.rs`).
+//!
+//! Depends on rl-model and rl-configs; it must never depend on the orchestrator or trainer.
+
+mod api;
+mod engine;
+mod error;
+mod http;
+mod tool_calls;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use axum::Router;
+use candle_core::Device;
+use rl_configs::InferenceConfig;
+use rl_model::{ChatTemplate, Tok, load_model};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
+pub use error::{Error, Result};
+
+/// A ready server: the router and the engine behind it.
+#[derive(Debug)]
+pub struct Server {
+    router: Router,
+    /// The engine (also reachable through the admin routes).
+    pub engine: Engine,
+}
+
+impl Server {
+    /// Loads the model directory of `config` and starts the engine.
+    pub fn build(config: &InferenceConfig) -> Result<Self> {
+        let dir = config
+            .model
+            .path
+            .clone()
+            .ok_or_else(|| Error::BadRequest(String::from("inference.model.path must name a model directory")))?;
+        if config.device != rl_configs::Device::Cpu {
+            return Err(Error::BadRequest(String::from(
+                "only device = \"cpu\" is implemented in this build of the inference server",
+            )));
+        }
+        let model = load_model(&dir, &Device::Cpu)?;
+        let tok = Tok::load(&dir)?;
+        let template = ChatTemplate::load(&dir)?;
+        let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
+        let engine = Engine::start(model, tok.clone(), config.max_batch_size as usize);
+        let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
+        let state = http::AppState {
+            engine: engine.clone(),
+            tok: Arc::new(tok),
+            template: Arc::new(template),
+            limits: api::Limits { model_name, max_model_len, max_n: config.max_batch_size, default_seed: config.seed },
+            pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),
+            timeout: Duration::from_secs_f64(config.request_timeout_s),
+            tool_parser: config.tool_call_parser.clone(),
+            counter: Arc::new(AtomicU64::new(1)),
+        };
+        let max_body = usize::try_from(config.max_request_bytes).unwrap_or(usize::MAX);
+        Ok(Server { router: http::router(state, max_body), engine })
+    }
+
+    /// Serves on `listener` (TCP_NODELAY on every connection) until `shutdown` resolves.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
+        axum::serve(listener, self.router).with_graceful_shutdown(shutdown).await
+    }
+}

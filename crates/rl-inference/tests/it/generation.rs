@@ -1,0 +1,129 @@
+//! Generation: logprobs of the sampled distribution, seeds, concurrency, prompt logprobs, errors.
+
+use serde_json::json;
+
+use crate::{ids, load, recompute, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_equal_log_softmax_of_scaled_logits_from_a_full_forward() {
+    let srv = start(|_| {}).await;
+    let model = load(&srv.model_dir());
+    for (t, seed) in [(0.7f32, 5u64), (1.0, 6), (1.6, 7)] {
+        let (s, v) = srv
+            .post(
+                "/v1/chat/completions",
+                json!({"messages": [{"role": "system", "content": "Reverse it."}, {"role": "user", "content": "hello"}],
+                       "temperature": t, "seed": seed, "max_completion_tokens": 12, "logprobs": true, "return_token_ids": true}),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+        let prompt = ids(&v["prompt_token_ids"]);
+        let completion = ids(&v["choices"][0]["token_ids"]);
+        let returned: Vec<f32> = v["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["logprob"].as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(returned.len(), completion.len());
+        let want = recompute(&model, &prompt, &completion, t);
+        for (k, (a, b)) in returned.iter().zip(&want).enumerate() {
+            assert!((a - b).abs() < 1e-4, "T={t} token {k}: server {a}, recomputed {b}");
+        }
+        assert!(["stop", "length"].contains(&v["choices"][0]["finish_reason"].as_str().unwrap()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_seed_gives_the_same_sample() {
+    let srv = start(|_| {}).await;
+    let req = |seed: u64| json!({"messages": [{"role": "user", "content": "abc"}], "seed": seed, "max_completion_tokens": 16, "return_token_ids": true, "n": 2});
+    let a = srv.post("/v1/chat/completions", req(1)).await.1;
+    let b = srv.post("/v1/chat/completions", req(1)).await.1;
+    assert_eq!(a["choices"], b["choices"]);
+    let others: Vec<_> = [2u64, 3, 4].iter().map(|s| req(*s)).collect();
+    let mut differs = false;
+    for r in others {
+        differs |=
+            srv.post("/v1/chat/completions", r).await.1["choices"][0]["token_ids"] != a["choices"][0]["token_ids"];
+    }
+    assert!(differs, "different seeds should give different samples");
+    assert_ne!(a["choices"][0]["token_ids"], a["choices"][1]["token_ids"], "n choices use different seeds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_are_answered_as_if_alone() {
+    let srv = start(|c| c.max_batch_size = 4).await;
+    let prompts = ["a", "bb", "a longer prompt here", "x y z", "qq", "the end"];
+    let together = futures::future::join_all(prompts.iter().map(|p| srv.greedy(p))).await;
+    for (p, got) in prompts.iter().zip(together) {
+        assert_eq!(got, srv.greedy(p).await, "prompt {p:?}");
+    }
+}
+
+#[tokio::test]
+async fn prompt_logprobs_score_a_given_sequence() {
+    let srv = start(|_| {}).await;
+    let model = load(&srv.model_dir());
+    let prompt = vec![1u32, 40, 50, 60, 70, 2];
+    let (s, v) = srv
+        .post(
+            "/v1/completions",
+            json!({"prompt": prompt, "max_tokens": 0, "prompt_logprobs": 0, "return_token_ids": true}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let items = v["prompt_logprobs"].as_array().unwrap();
+    assert!(items[0].is_null());
+    let want = recompute(&model, &prompt[..1], &prompt[1..], 1.0);
+    for (k, id) in prompt.iter().enumerate().skip(1) {
+        let got = items[k][id.to_string()]["logprob"].as_f64().unwrap() as f32;
+        assert!((got - want[k - 1]).abs() < 1e-4, "token {k}: {got} vs {}", want[k - 1]);
+    }
+    assert_eq!(v["choices"][0]["token_ids"], json!([]));
+}
+
+#[tokio::test]
+async fn bad_requests_get_clean_client_errors() {
+    let srv = start(|c| {
+        c.max_model_len = Some(64);
+        c.max_request_bytes = 4096;
+    })
+    .await;
+    let chat = |extra: serde_json::Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let (s, v) = srv.post("/v1/chat/completions", chat(json!({"temperature": 3.0}))).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("temperature"));
+    let (s, v) = srv
+        .post("/v1/chat/completions", chat(json!({"messages": [{"role": "user", "content": "x".repeat(100)}]})))
+        .await;
+    assert_eq!(s, 400);
+    assert!(v["error"]["message"].as_str().unwrap().contains("maximum context length"), "{v}");
+    let (s, _) = srv.post("/v1/chat/completions", chat(json!({"model": "gpt-9"}))).await;
+    assert_eq!(s, 404);
+    let (s, _) = srv.post("/v1/chat/completions", chat(json!({"stream": true}))).await;
+    assert_eq!(s, 400);
+    let (s, _) = srv.post("/v1/chat/completions", chat(json!({"max_completion_tokens": 1000}))).await;
+    assert_eq!(s, 400);
+    let (s, _) = srv
+        .post("/v1/chat/completions", chat(json!({"messages": [{"role": "user", "content": "y".repeat(5000)}]})))
+        .await;
+    assert_eq!(s, 413, "oversized bodies are refused");
+    let r = srv
+        .http
+        .post(format!("{}/v1/chat/completions", srv.base))
+        .body("{not json")
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_client_error());
+    let (s, v) = srv.post("/v1/completions", json!({"prompt": [100000]})).await;
+    assert_eq!(s, 400, "unknown token ids: {v}");
+}
