@@ -1,0 +1,60 @@
+//! Benchmark: prefill and decode tokens/s at batch 1 and 32 for the `tiny` and `small` presets
+//! (random weights, CPU, f32), printed as a table.
+
+// The printed table is this benchmark's output.
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use rl_model::{KvCache, Preset, Qwen3, Qwen3Config, random_weights};
+
+fn model(preset: Preset) -> Qwen3 {
+    let cfg = Qwen3Config::preset(preset, 128);
+    let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
+    Qwen3::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model")
+}
+
+fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| 8 + (i * 7 + salt) % 100).collect()
+}
+
+/// Prefill tokens/s: `batch` prompts of `len` tokens.
+fn prefill(m: &Qwen3, batch: usize, len: usize) -> f64 {
+    let start = Instant::now();
+    for b in 0..batch {
+        m.extend(&prompt(len, b as u32), &mut KvCache::default()).expect("prefill");
+    }
+    (batch * len) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Decode tokens/s: `batch` sequences (64-token prompts) decoding `steps` tokens together.
+fn decode(m: &Qwen3, batch: usize, steps: usize) -> f64 {
+    let mut caches: Vec<KvCache> = (0..batch).map(|_| KvCache::default()).collect();
+    for (b, c) in caches.iter_mut().enumerate() {
+        m.extend(&prompt(64, b as u32), c).expect("prefill");
+    }
+    let start = Instant::now();
+    for s in 0..steps {
+        let tokens: Vec<u32> = (0..batch as u32).map(|b| 8 + (b + s as u32) % 100).collect();
+        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        m.decode_step(&tokens, &mut refs).expect("decode");
+    }
+    (batch * steps) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    println!("{:<8} {:>10} {:>18} {:>18}", "preset", "params", "prefill tok/s", "decode tok/s");
+    for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
+        let m = model(preset);
+        let params = m.config().num_params();
+        let _ = decode(&m, 1, 4);
+        for batch in [1usize, 32] {
+            let p = prefill(&m, batch, 256);
+            let d = decode(&m, batch, if batch == 1 { 128 } else { 32 });
+            println!("{name:<8} {params:>10} {:>18} {:>18}", format!("{p:.0} (batch {batch})"), format!("{d:.0} (batch {batch})"));
+        }
+    }
+}
