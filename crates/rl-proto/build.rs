@@ -2,7 +2,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let protos = [root.join("rl/env/v1/env_server.proto")];
+    let protos = [root.join("rl/env/v1/env_server.proto"), root.join("rl/train/v1/batch.proto")];
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());
     }

@@ -54,7 +54,11 @@ fn main() {
         for batch in [1usize, 32] {
             let p = prefill(&m, batch, 256);
             let d = decode(&m, batch, if batch == 1 { 128 } else { 32 });
-            println!("{name:<8} {params:>10} {:>18} {:>18}", format!("{p:.0} (batch {batch})"), format!("{d:.0} (batch {batch})"));
+            println!(
+                "{name:<8} {params:>10} {:>18} {:>18}",
+                format!("{p:.0} (batch {batch})"),
+                format!("{d:.0} (batch {batch})")
+            );
         }
     }
 }

@@ -1,9 +1,12 @@
 //! Generated protobuf and gRPC types of the rl wire protocols: `env::v1` is the environment-server
-//! protocol (`proto/rl/env/v1/env_server.proto`).
+//! protocol (`proto/rl/env/v1/env_server.proto`), `train::v1` the training batch the orchestrator
+//! writes for the trainer (`proto/rl/train/v1/batch.proto`).
 //!
-//! This crate holds generated code only. It must not depend on candle, axum or reqwest.
+//! This crate holds generated code only. It must not depend on candle or reqwest; without the
+//! `grpc` feature it depends on prost alone (the trainer uses it that way).
 
-/// The environment-server protocol, version 1.
+/// The environment-server protocol, version 1 (feature `grpc`).
+#[cfg(feature = "grpc")]
 pub mod env {
     /// `rl.env.v1`.
     pub mod v1 {
@@ -12,7 +15,16 @@ pub mod env {
     }
 }
 
-#[cfg(test)]
+/// The training-batch format, version 1.
+pub mod train {
+    /// `rl.train.v1`.
+    pub mod v1 {
+        #![allow(missing_docs, unreachable_pub, missing_debug_implementations, clippy::all, clippy::pedantic)]
+        include!(concat!(env!("OUT_DIR"), "/rl.train.v1.rs"));
+    }
+}
+
+#[cfg(all(test, feature = "grpc"))]
 mod tests {
     use prost::Message;
 

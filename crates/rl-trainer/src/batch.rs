@@ -1,0 +1,114 @@
+//! Training batches on disk: `<run>/rollouts/step_N/rank_0.bin`, one protobuf `TrainBatch`,
+//! written to a temp file and renamed; read by polling with a timeout; validated before use.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use rl_proto::train::v1::{MicroBatch, TrainBatch};
+
+use crate::error::{Error, Result};
+
+/// `<run>/rollouts/step_N/rank_0.bin`.
+pub fn batch_path(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join("rollouts").join(format!("step_{step}")).join("rank_0.bin")
+}
+
+/// Writes a batch atomically.
+pub fn write_batch(run_dir: &Path, batch: &TrainBatch) -> Result<PathBuf> {
+    let path = batch_path(run_dir, batch.step);
+    let dir = path.parent().expect("batch paths have a parent");
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tmp = path.with_extension(format!("bin.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, batch.encode_to_vec()).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(&path, e)
+    })?;
+    Ok(path)
+}
+
+/// Reads and validates the batch of `step`.
+pub fn read_batch(run_dir: &Path, step: u64) -> Result<TrainBatch> {
+    let path = batch_path(run_dir, step);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    let batch = TrainBatch::decode(bytes.as_slice())
+        .map_err(|e| Error::BadBatch { path: path.clone(), message: format!("not a TrainBatch: {e}") })?;
+    validate(&batch, step).map_err(|message| Error::BadBatch { path, message })?;
+    Ok(batch)
+}
+
+/// Waits for the batch of `step` (polling), then reads it.
+pub fn wait_for_batch(run_dir: &Path, step: u64, timeout: Duration) -> Result<TrainBatch> {
+    let path = batch_path(run_dir, step);
+    let start = Instant::now();
+    while !path.exists() {
+        if start.elapsed() >= timeout {
+            return Err(Error::BatchTimeout { step, path, waited_s: start.elapsed().as_secs_f64() });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    read_batch(run_dir, step)
+}
+
+fn validate(batch: &TrainBatch, step: u64) -> std::result::Result<(), String> {
+    if batch.step != step {
+        return Err(format!("holds step {} but was read as step {step}", batch.step));
+    }
+    for (i, mb) in batch.micro_batches.iter().enumerate() {
+        check_micro(mb, batch.env_names.len()).map_err(|m| format!("micro_batches[{i}].{m}"))?;
+    }
+    Ok(())
+}
+
+fn check_micro(mb: &MicroBatch, envs: usize) -> std::result::Result<(), String> {
+    let n = mb.input_ids.len();
+    let required: [(&str, usize); 6] = [
+        ("position_ids", mb.position_ids.len()),
+        ("loss_mask", mb.loss_mask.len()),
+        ("advantages", mb.advantages.len()),
+        ("inference_logprobs", mb.inference_logprobs.len()),
+        ("temperatures", mb.temperatures.len()),
+        ("env_index", mb.env_index.len()),
+    ];
+    for (name, len) in required {
+        if len != n {
+            return Err(format!("{name}: {len} entries for {n} tokens"));
+        }
+    }
+    for (name, len) in [
+        ("rl_weights", mb.rl_weights.len()),
+        ("ce_weights", mb.ce_weights.len()),
+        ("ref_logprobs", mb.ref_logprobs.len()),
+    ] {
+        if len != 0 && len != n {
+            return Err(format!("{name}: {len} entries for {n} tokens (must be {n} or empty)"));
+        }
+    }
+    let total: u64 = mb.seq_lens.iter().map(|&l| u64::from(l)).sum();
+    if total != n as u64 {
+        return Err(format!("seq_lens: sum {total} differs from {n} tokens"));
+    }
+    let mut start = 0usize;
+    for &len in &mb.seq_lens {
+        for (k, &p) in mb.position_ids[start..start + len as usize].iter().enumerate() {
+            if p as usize != k {
+                return Err(format!(
+                    "position_ids: must restart at 0 for each sample and count up (token {})",
+                    start + k
+                ));
+            }
+        }
+        start += len as usize;
+    }
+    if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
+        return Err(format!("temperatures: {t} is not > 0 (greedy rollouts cannot be trained on)"));
+    }
+    if mb.advantages.iter().chain(&mb.inference_logprobs).any(|x| !x.is_finite()) {
+        return Err(String::from("advantages/inference_logprobs: not finite"));
+    }
+    if let Some(e) = mb.env_index.iter().find(|&&e| e as usize >= envs.max(1)) {
+        return Err(format!("env_index: {e} is out of range of env_names"));
+    }
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! Training in candle: the RL loss with per-token temperature scaling and probability-difference
+//! masking, AdamW with checkpointable state, the RL loop over batches written by the orchestrator,
+//! weight broadcasts for the inference server, and checkpoints with exact resume.
+//!
+//! Depends on rl-model, rl-configs and rl-proto's plain messages; it must never depend on tonic or
+//! axum (it talks to the rest of the system through files).
+
+mod batch;
+mod checkpoint;
+mod error;
+mod loss;
+mod optim;
+mod train;
+
+pub use batch::{batch_path, read_batch, wait_for_batch, write_batch};
+pub use checkpoint::{
+    broadcast_dir, checkpoint_dir, clean_broadcasts, find_checkpoint, numbered_dirs, write_broadcast, write_checkpoint,
+};
+pub use error::{Error, Result};
+pub use loss::{LossStats, StepCounts, micro_loss, step_counts, token_logprobs};
+pub use optim::{Optimizer, clip_global_norm, lr_at};
+pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
+pub use train::{RlTrainer, StepReport, append_jsonl, device};

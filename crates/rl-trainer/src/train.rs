@@ -1,0 +1,227 @@
+//! The RL training loop: for each step, wait for its batch, accumulate gradients over its packed
+//! rows, clip, update, broadcast the new weights, log metrics, checkpoint.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Device, Tensor};
+use rl_configs::TrainerConfig;
+use rl_model::{Qwen3, Qwen3Config, Trainable, read_config, read_weights};
+use rl_proto::train::v1::TrainBatch;
+
+use crate::batch::wait_for_batch;
+use crate::checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_checkpoint};
+use crate::error::{Error, Result};
+use crate::loss::{LossStats, micro_loss, step_counts};
+use crate::optim::{Optimizer, clip_global_norm, lr_at};
+
+/// The device a config asks for (CUDA only in builds with the `cuda` feature).
+pub fn device(cfg: rl_configs::Device) -> Result<Device> {
+    match cfg {
+        rl_configs::Device::Cpu => Ok(Device::Cpu),
+        #[cfg(feature = "cuda")]
+        rl_configs::Device::Cuda => Ok(Device::new_cuda(0)?),
+        #[cfg(not(feature = "cuda"))]
+        rl_configs::Device::Cuda => Err(Error::Unsupported(String::from(
+            "device = \"cuda\" needs a build with the `cuda` feature (cargo build --features cuda)",
+        ))),
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// The step trained.
+    pub step: u64,
+    /// Loss and statistics.
+    pub stats: LossStats,
+    /// rl and ce member counts.
+    pub rl_tokens: usize,
+    /// Tokens in the batch.
+    pub tokens: usize,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Seconds of forward, backward and update.
+    pub train_s: f64,
+}
+
+impl StepReport {
+    /// The metrics line of this step.
+    pub fn json(&self, wait_s: f64) -> serde_json::Value {
+        let s = &self.stats;
+        let per = |x: f64, n: usize| if n == 0 { 0.0 } else { x / n as f64 };
+        serde_json::json!({
+            "step": self.step,
+            "loss": s.rl_loss + s.ce_loss,
+            "loss/rl": s.rl_loss,
+            "loss/ce": s.ce_loss,
+            "mismatch_kl": per(s.mismatch_kl, s.rl_tokens),
+            "entropy": per(s.entropy, s.entropy_tokens),
+            "masked_low": per(s.masked_low as f64, s.rl_tokens),
+            "masked_high": per(s.masked_high as f64, s.rl_tokens),
+            "rl_tokens": self.rl_tokens,
+            "tokens": self.tokens,
+            "grad_norm": self.grad_norm,
+            "lr": self.lr,
+            "tokens_per_s": self.tokens as f64 / self.train_s.max(1e-9),
+            "step_time_s": self.train_s,
+            "wait_s": wait_s,
+        })
+    }
+}
+
+/// An RL trainer: weights as variables, the optimizer, and where the run lives.
+#[derive(Debug)]
+pub struct RlTrainer {
+    cfg: TrainerConfig,
+    model_cfg: Qwen3Config,
+    vars: Trainable,
+    model: Qwen3,
+    opt: Optimizer,
+    /// The next step to train.
+    pub step: u64,
+    device: Device,
+}
+
+impl RlTrainer {
+    /// Loads the starting weights (or the checkpoint to resume from).
+    pub fn new(cfg: &TrainerConfig) -> Result<Self> {
+        let dir = cfg.model.path.clone().ok_or_else(|| {
+            Error::Unsupported(String::from("trainer.model.path must name the starting model directory"))
+        })?;
+        let device = device(cfg.device)?;
+        if cfg.dtype != rl_configs::Dtype::F32 {
+            return Err(Error::Unsupported(String::from("only dtype = \"f32\" is implemented in the trainer")));
+        }
+        let model_cfg = read_config(&dir)?;
+        let (weights_dir, step, opt) = match &cfg.resume {
+            Some(r) => {
+                let (s, ckpt) = find_checkpoint(&cfg.output_dir, r.step)?;
+                let opt = Optimizer::load(&cfg.optim, &ckpt, &device)?;
+                (ckpt, s + 1, opt)
+            }
+            None => (dir, 1, Optimizer::new(&cfg.optim)),
+        };
+        let tensors = read_weights(&weights_dir, &device)?;
+        let vars = Trainable::from_tensors(&model_cfg, &tensors)?;
+        let model = vars.model(&model_cfg, &device)?;
+        Ok(RlTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, device })
+    }
+
+    /// The run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.cfg.output_dir
+    }
+
+    /// The architecture.
+    pub fn model_config(&self) -> &Qwen3Config {
+        &self.model_cfg
+    }
+
+    /// Current weights.
+    pub fn weights(&self) -> Vec<(String, Tensor)> {
+        self.vars.tensors()
+    }
+
+    /// Trains on one batch.
+    pub fn train_step(&mut self, batch: &TrainBatch) -> Result<StepReport> {
+        let start = Instant::now();
+        let counts = step_counts(&batch.micro_batches);
+        let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.vars.len()];
+        let mut stats = LossStats::default();
+        let mut tokens = 0;
+        for mb in &batch.micro_batches {
+            tokens += mb.input_ids.len();
+            let (loss, s) = micro_loss(&self.model, mb, &self.cfg.loss, counts)?;
+            stats.add(&s);
+            if !(s.rl_loss + s.ce_loss).is_finite() {
+                return Err(Error::NonFinite { step: batch.step, what: String::from("loss") });
+            }
+            let grads = loss.backward()?;
+            for (slot, (_, var)) in acc.iter_mut().zip(&self.vars.vars) {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    *slot = Some(match slot.take() {
+                        Some(prev) => (prev + g)?,
+                        None => g.clone(),
+                    });
+                }
+            }
+        }
+        let mut grads = acc
+            .into_iter()
+            .zip(&self.vars.vars)
+            .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
+            .collect::<candle_core::Result<Vec<Tensor>>>()?;
+        let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
+        if !grad_norm.is_finite() {
+            return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
+        }
+        let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, self.cfg.max_steps);
+        self.opt.step(&self.vars.vars, &grads, lr)?;
+        Ok(StepReport {
+            step: batch.step,
+            stats,
+            rl_tokens: counts.rl,
+            tokens,
+            grad_norm,
+            lr,
+            train_s: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Runs until `max_steps` (or until a batch times out): writes the starting weights as
+    /// `broadcasts/step_{start-1}`, then trains each step as its batch arrives.
+    pub fn run(&mut self, mut on_step: impl FnMut(&StepReport)) -> Result<()> {
+        let run_dir = self.cfg.output_dir.clone();
+        write_broadcast(&run_dir, self.step - 1, &self.weights())?;
+        let metrics_path = run_dir.join("trainer").join("metrics.jsonl");
+        let timeout = Duration::from_secs_f64(self.cfg.batch_timeout_s);
+        while self.cfg.max_steps.is_none_or(|max| self.step <= max) {
+            let waited = Instant::now();
+            let batch = wait_for_batch(&run_dir, self.step, timeout)?;
+            let wait_s = waited.elapsed().as_secs_f64();
+            let report = self.train_step(&batch)?;
+            write_broadcast(&run_dir, self.step, &self.weights())?;
+            let interval = self.cfg.ckpt.as_ref().map(|c| c.interval);
+            clean_broadcasts(&run_dir, self.step, interval)?;
+            append_jsonl(&metrics_path, &report.json(wait_s))?;
+            if let Some(ckpt) = &self.cfg.ckpt
+                && self.step % ckpt.interval == 0
+            {
+                write_checkpoint(&run_dir, self.step, &self.weights(), &self.opt, ckpt.keep_last)?;
+            }
+            on_step(&report);
+            self.step += 1;
+        }
+        Ok(())
+    }
+
+    /// The device training runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Writes the current weights as an HF-format model directory (tokenizer files from the
+    /// starting model's directory).
+    pub fn save_model(&self, out: &Path) -> Result<PathBuf> {
+        let src = self.cfg.model.path.clone().unwrap_or_default();
+        let tensors: Vec<(String, Tensor)> =
+            self.weights().into_iter().map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap_or(t))).collect();
+        rl_model::write_model_dir(out, &self.model_cfg, &tensors, &src)?;
+        Ok(out.to_owned())
+    }
+}
+
+/// Appends one JSON line (creating the file and its directory).
+pub fn append_jsonl(path: &Path, value: &serde_json::Value) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    let mut line = value.to_string();
+    line.push('\n');
+    f.write_all(line.as_bytes()).map_err(|e| Error::io(path, e))
+}

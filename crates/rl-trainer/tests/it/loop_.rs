@@ -1,0 +1,153 @@
+//! The training loop on disk: broadcasts, metrics, checkpoints, exact resume, timeouts, bad batches.
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use rl_configs::{CkptConfig, ResumeConfig, TrainerConfig, TrainerModelConfig};
+use rl_trainer::{Error, MicroBatch, RlTrainer, TrainBatch, broadcast_dir, write_batch};
+
+use crate::model_dir;
+
+fn synthetic_batch(step: u64) -> TrainBatch {
+    let mb = |salt: u32| {
+        let ids: Vec<u32> = (0..12).map(|i| 3 + (i * 7 + salt + step as u32) % 30).collect();
+        let n = ids.len();
+        MicroBatch {
+            input_ids: ids,
+            position_ids: (0..6).chain(0..6).collect(),
+            seq_lens: vec![6, 6],
+            loss_mask: (0..n).map(|i| i % 6 >= 3).collect(),
+            advantages: (0..n).map(|i| if i < 6 { 1.0 } else { -1.0 }).collect(),
+            inference_logprobs: vec![-3.5; n],
+            temperatures: vec![1.0; n],
+            rl_weights: vec![],
+            ce_weights: vec![],
+            ref_logprobs: vec![],
+            env_index: vec![0; n],
+        }
+    };
+    TrainBatch {
+        step,
+        micro_batches: vec![mb(0), mb(5)],
+        env_names: vec![String::from("reverse-text")],
+        min_policy_version: step - 1,
+    }
+}
+
+fn config(run: &Path, model: &Path, max_steps: u64) -> TrainerConfig {
+    let mut c = TrainerConfig {
+        model: TrainerModelConfig { path: Some(model.to_owned()), name: None, seq_len: 64 },
+        micro_batch_tokens: 64,
+        max_steps: Some(max_steps),
+        batch_timeout_s: 5.0,
+        output_dir: run.to_owned(),
+        ckpt: Some(CkptConfig { interval: 2, keep_last: None, dir: None }),
+        ..TrainerConfig::default()
+    };
+    c.optim =
+        rl_configs::OptimConfig::Adamw { lr: 1e-2, weight_decay: 0.01, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 };
+    c
+}
+
+fn weights_equal(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> bool {
+    a.iter().zip(b).all(|((na, ta), (nb, tb))| {
+        na == nb
+            && ta.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+                == tb.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    })
+}
+
+#[test]
+fn resuming_after_a_checkpoint_gives_bit_identical_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 4);
+    let (run_a, run_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for run in [&run_a, &run_b] {
+        for step in 1..=4 {
+            write_batch(run, &synthetic_batch(step)).unwrap();
+        }
+    }
+    let mut a = RlTrainer::new(&config(&run_a, &model, 4)).unwrap();
+    let mut reports = Vec::new();
+    a.run(|r| reports.push(r.clone())).unwrap();
+    assert_eq!(reports.len(), 4);
+    assert!(reports.iter().all(|r| r.grad_norm > 0.0 && r.rl_tokens > 0));
+
+    RlTrainer::new(&config(&run_b, &model, 2)).unwrap().run(|_| {}).unwrap();
+    let mut resumed_cfg = config(&run_b, &model, 4);
+    resumed_cfg.resume = Some(ResumeConfig::default());
+    let mut b = RlTrainer::new(&resumed_cfg).unwrap();
+    assert_eq!(b.step, 3, "resumes after the latest checkpoint (step 2)");
+    b.run(|_| {}).unwrap();
+    assert!(weights_equal(&a.weights(), &b.weights()), "resumed weights differ from the uninterrupted run");
+    assert!(
+        !weights_equal(&a.weights(), &RlTrainer::new(&config(&run_a, &model, 4)).unwrap().weights()),
+        "training changed the weights"
+    );
+}
+
+#[test]
+fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 5);
+    let run = tmp.path().join("run");
+    for step in 1..=5 {
+        write_batch(&run, &synthetic_batch(step)).unwrap();
+    }
+    RlTrainer::new(&config(&run, &model, 5)).unwrap().run(|_| {}).unwrap();
+    for step in [2u64, 3, 4, 5] {
+        let d = broadcast_dir(&run, step);
+        assert!(d.join("STABLE").exists() && d.join("model.safetensors").exists(), "step {step}");
+    }
+    assert!(!broadcast_dir(&run, 0).exists() && !broadcast_dir(&run, 1).exists(), "older broadcasts are removed");
+    assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
+    assert!(run.join("checkpoints/step_4/trainer/optimizer.safetensors").exists());
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(run.join("trainer/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    for key in [
+        "loss",
+        "loss/rl",
+        "loss/ce",
+        "mismatch_kl",
+        "entropy",
+        "masked_low",
+        "masked_high",
+        "grad_norm",
+        "lr",
+        "tokens_per_s",
+        "step_time_s",
+    ] {
+        assert!(lines[0].get(key).is_some(), "metric {key}");
+    }
+}
+
+#[test]
+fn a_missing_batch_times_out_with_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 6);
+    let mut cfg = config(&tmp.path().join("run"), &model, 3);
+    cfg.batch_timeout_s = 0.2;
+    let err = RlTrainer::new(&cfg).unwrap().run(|_| {}).unwrap_err();
+    assert!(matches!(err, Error::BatchTimeout { step: 1, .. }), "{err}");
+    assert!(err.to_string().contains("orchestrator"));
+    assert!(broadcast_dir(&tmp.path().join("run"), 0).join("STABLE").exists(), "starting weights are broadcast first");
+}
+
+#[test]
+fn malformed_batches_are_rejected_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path();
+    let mut b = synthetic_batch(1);
+    b.micro_batches[1].temperatures.pop();
+    write_batch(run, &b).unwrap();
+    let err = rl_trainer::read_batch(run, 1).unwrap_err().to_string();
+    assert!(err.contains("micro_batches[1].temperatures"), "{err}");
+    let mut b = synthetic_batch(2);
+    b.micro_batches[0].position_ids[7] = 3;
+    write_batch(run, &b).unwrap();
+    assert!(rl_trainer::read_batch(run, 2).unwrap_err().to_string().contains("position_ids"));
+}
