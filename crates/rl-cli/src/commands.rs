@@ -34,7 +34,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "rl" => config_command::<RlConfig>(command, rest, not_yet),
         "sft" => config_command::<SftConfig>(command, rest, not_yet),
         "orchestrator" => config_command::<OrchestratorConfig>(command, rest, not_yet),
-        "trainer" => config_command::<TrainerConfig>(command, rest, not_yet),
+        "trainer" => config_command::<TrainerConfig>(command, rest, crate::training::trainer),
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),
         "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),
         // Evaluation runs envs against a model exactly like the orchestrator's online eval.

@@ -5,6 +5,7 @@ mod commands;
 mod env_server;
 mod logging;
 mod serving;
+mod training;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -96,7 +96,9 @@ impl LossStats {
 /// and the full log-softmax rows (for entropy).
 pub fn token_logprobs(model: &Qwen3, mb: &MicroBatch) -> Result<(Tensor, Tensor)> {
     let n = mb.input_ids.len();
-    let logits = model.forward_packed(&[mb.input_ids.clone()], &[mb.position_ids.clone()])?.squeeze(0)?;
+    let logits = model
+        .forward_packed(std::slice::from_ref(&mb.input_ids), std::slice::from_ref(&mb.position_ids))?
+        .squeeze(0)?;
     let dtype = logits.dtype();
     let z = logits.narrow(0, 0, n - 1)?;
     let temps = Tensor::from_vec(mb.temperatures[1..].to_vec(), (n - 1, 1), logits.device())?.to_dtype(dtype)?;

@@ -189,7 +189,7 @@ impl RlTrainer {
             clean_broadcasts(&run_dir, self.step, interval)?;
             append_jsonl(&metrics_path, &report.json(wait_s))?;
             if let Some(ckpt) = &self.cfg.ckpt
-                && self.step % ckpt.interval == 0
+                && self.step.is_multiple_of(ckpt.interval)
             {
                 write_checkpoint(&run_dir, self.step, &self.weights(), &self.opt, ckpt.keep_last)?;
             }

@@ -28,7 +28,7 @@ fn batch(lmu: Vec<f32>) -> MicroBatch {
 /// Trainer logprobs computed here, independently of the loss code: log_softmax(logits[i-1] / T_i).
 fn reference_lp(model: &rl_model::Qwen3, mb: &MicroBatch) -> Vec<f64> {
     let logits: Vec<Vec<f32>> = model
-        .forward_packed(&[mb.input_ids.clone()], &[mb.position_ids.clone()])
+        .forward_packed(std::slice::from_ref(&mb.input_ids), std::slice::from_ref(&mb.position_ids))
         .unwrap()
         .squeeze(0)
         .unwrap()
@@ -58,20 +58,20 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     let (loss, stats) = micro_loss(&model, &mb, &loss_cfg, counts).unwrap();
 
     let (mut rl, mut ce, mut low, mut high) = (0.0f64, 0.0f64, 0, 0);
-    for j in 0..6 {
+    for (j, &lp_j) in lp.iter().enumerate() {
         let i = j + 1;
         let (a, w, cw) = (f64::from(mb.advantages[i]), f64::from(mb.rl_weights[i]), f64::from(mb.ce_weights[i]));
         let lmu = f64::from(lmu[i]);
         if mb.loss_mask[i] {
-            let dp = lp[j].exp() - lmu.exp();
+            let dp = lp_j.exp() - lmu.exp();
             let masked_high = a > 0.0 && dp > loss_cfg.mask_high;
             let masked_low = a <= 0.0 && dp < -loss_cfg.mask_low;
             high += usize::from(masked_high);
             low += usize::from(masked_low);
             let keep = if masked_high || masked_low { 0.0 } else { 1.0 };
-            rl += w * (-(keep * a * (lp[j] - lmu).exp()) + loss_cfg.kl_tau * (lp[j] - lmu).powi(2));
+            rl += w * (-(keep * a * (lp_j - lmu).exp()) + loss_cfg.kl_tau * (lp_j - lmu).powi(2));
         }
-        ce += -lp[j] * cw;
+        ce += -lp_j * cw;
     }
     let want = rl / 5.0 + ce / 2.0;
     let got = loss.to_dtype(DType::F64).unwrap().to_scalar::<f64>().unwrap();
@@ -85,7 +85,7 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     for j in [4usize, 5] {
         assert!((f64::from(lp_t[j]) - lp[j]).abs() < 1e-5);
     }
-    let hot = reference_lp(&model, &MicroBatch { temperatures: vec![1.0; 7], ..mb.clone() });
+    let hot = reference_lp(&model, &MicroBatch { temperatures: vec![1.0; 7], ..mb });
     assert!((hot[4] - lp[4]).abs() > 1e-3, "the temperature changes the logprob");
 }
 
