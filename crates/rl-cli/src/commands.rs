@@ -32,7 +32,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "-h" | "--help" | "help" => print_usage(),
         "schema" => print_schema(rest),
         "rl" => config_command::<RlConfig>(command, rest, not_yet),
-        "sft" => config_command::<SftConfig>(command, rest, not_yet),
+        "sft" => config_command::<SftConfig>(command, rest, crate::sft::sft),
         "orchestrator" => config_command::<OrchestratorConfig>(command, rest, not_yet),
         "trainer" => config_command::<TrainerConfig>(command, rest, crate::training::trainer),
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),

@@ -5,6 +5,7 @@ mod commands;
 mod env_server;
 mod logging;
 mod serving;
+mod sft;
 mod training;
 
 use std::io::Write;

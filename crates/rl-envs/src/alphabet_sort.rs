@@ -295,6 +295,25 @@ impl AlphabetSort {
         })
     }
 
+    /// Ideal multi-turn conversations (user turns, each answered with its ground truth in the
+    /// requested tags) for supervised warm-up on `split`.
+    pub fn sft_conversations(&self, split: &str) -> Vec<Vec<Message>> {
+        self.split(split)
+            .iter()
+            .map(|ep| {
+                let task = Task { key: String::new(), data: ep.clone() };
+                let truths = truths_of(&task);
+                let mut msgs = Vec::new();
+                for (t, (user, truth)) in user_turns(&task).into_iter().zip(&truths).enumerate() {
+                    let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
+                    msgs.push(Message::user(user));
+                    msgs.push(Message::assistant(format!("<{tag}>\n{}\n</{tag}>", truth.join("\n"))));
+                }
+                msgs
+            })
+            .collect()
+    }
+
     fn split(&self, name: &str) -> &[Value] {
         if name == "test" { &self.test } else { &self.train }
     }

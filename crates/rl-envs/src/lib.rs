@@ -21,6 +21,19 @@ use serde_json::{Map, Value};
 /// Ids of the built-in environments.
 pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort"];
 
+/// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
+/// `args` (so SFT data follows exactly the RL task's format and distribution).
+pub fn sft_conversations(id: &str, args: &Map<String, Value>, split: &str) -> Result<Vec<Vec<rl_serve::Message>>> {
+    match id.replace('_', "-").as_str() {
+        "reverse-text" => Ok(ReverseText::new(args)?.sft_conversations(split)),
+        "alphabet-sort" => Ok(AlphabetSort::new(args)?.sft_conversations(split)),
+        _ => Err(Error::bad_request(
+            "data.task",
+            format!("no SFT generator for {id:?}; built in: {}", ENV_IDS.join(", ")),
+        )),
+    }
+}
+
 /// Builds the environment `id` from its args (`_` and `-` are interchangeable in the id).
 pub fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>> {
     match id.replace('_', "-").as_str() {

@@ -107,6 +107,21 @@ impl ReverseText {
         })
     }
 
+    /// Ideal conversations (system, user, assistant) for supervised warm-up on `split`.
+    pub fn sft_conversations(&self, split: &str) -> Vec<Vec<Message>> {
+        self.split(split)
+            .iter()
+            .map(|text| {
+                let reversed: String = text.chars().rev().collect();
+                vec![
+                    Message::system(SYSTEM_PROMPT),
+                    Message::user(text.as_str()),
+                    Message::assistant(format!("<reversed_text>{reversed}</reversed_text>")),
+                ]
+            })
+            .collect()
+    }
+
     fn split(&self, name: &str) -> &[String] {
         if name == "test" { &self.test } else { &self.train }
     }

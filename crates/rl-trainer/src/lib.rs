@@ -10,6 +10,7 @@ mod checkpoint;
 mod error;
 mod loss;
 mod optim;
+mod sft;
 mod train;
 
 pub use batch::{batch_path, read_batch, wait_for_batch, write_batch};
@@ -20,4 +21,5 @@ pub use error::{Error, Result};
 pub use loss::{LossStats, StepCounts, micro_loss, step_counts, token_logprobs};
 pub use optim::{Optimizer, clip_global_norm, lr_at};
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
+pub use sft::{SftExample, SftReport, SftTrainer, pack, tokenize};
 pub use train::{RlTrainer, StepReport, append_jsonl, device};

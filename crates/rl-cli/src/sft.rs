@@ -1,0 +1,140 @@
+//! `rl sft`: supervised fine-tuning on a built-in task generator (the RL tasks' own format) or a
+//! JSONL file of `{"messages": [...]}`; writes `<run>/model` as an HF-format directory.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use rl_configs::{SftConfig, SftDataConfig, SftTask};
+use rl_model::TemplateMessage;
+use rl_trainer::{SftExample, SftTrainer, tokenize};
+
+type Conversation = Vec<TemplateMessage>;
+
+/// Runs SFT to the end and saves the model.
+pub(crate) fn sft(_command: &str, config: SftConfig) -> anyhow::Result<()> {
+    crate::logging::init(&config.log);
+    let run_dir = config.run_dir();
+    prepare_run_dir(&run_dir, &config)?;
+    let mut trainer = SftTrainer::new(&config).context("cannot start SFT")?;
+    let (tok, template) = trainer.tokenizer()?;
+    let (train, val) = conversations(&config)?;
+    let encode = |cs: &[Conversation]| -> anyhow::Result<Vec<SftExample>> {
+        cs.iter().map(|c| tokenize(&tok, &template, c, &config.loss_mask).map_err(anyhow::Error::from)).collect()
+    };
+    let (train, val) = (encode(&train)?, encode(&val)?);
+    let trained: usize = train.iter().map(|e| e.mask.iter().filter(|m| **m).count()).sum();
+    if trained == 0 {
+        bail!("no trainable tokens: check `loss_mask` (which roles are trained) against the data");
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "sft: {} training / {} validation conversations, run dir {}",
+        train.len(),
+        val.len(),
+        run_dir.display()
+    )?;
+    drop(out);
+    let max = config.max_steps;
+    trainer.run(&train, &val, |r| {
+        let mut out = std::io::stdout().lock();
+        let val = r.val_loss.map(|v| format!(" | val_loss {v:.4}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "step {}/{max} | loss {:.4}{val} | lr {:.2e} | grad_norm {:.3} | {:.0} tok/s",
+            r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
+        );
+    })?;
+    let model_dir = run_dir.join("model");
+    trainer.save_model(&model_dir)?;
+    writeln!(std::io::stdout().lock(), "sft: wrote the fine-tuned model to {}", model_dir.display())?;
+    Ok(())
+}
+
+/// A fresh run refuses a non-empty directory unless `clean` (which deletes it) or `resume`.
+pub(crate) fn prepare_run_dir(run_dir: &Path, config: &SftConfig) -> anyhow::Result<()> {
+    let non_empty = std::fs::read_dir(run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+    if non_empty && config.resume.is_none() {
+        if !config.clean {
+            bail!(
+                "run directory {} is not empty: pass --clean to delete it, --resume to continue, or choose another --run.name",
+                run_dir.display()
+            );
+        }
+        if !run_dir.starts_with(&config.output_dir) {
+            bail!("refusing to delete {}: it is not under output_dir", run_dir.display());
+        }
+        std::fs::remove_dir_all(run_dir).with_context(|| format!("cannot clean {}", run_dir.display()))?;
+    }
+    std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))
+}
+
+fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<Conversation>, Vec<Conversation>)> {
+    let val_n = config.val.as_ref().map_or(0, |v| v.num_examples as usize);
+    match &config.data {
+        SftDataConfig::Task { task, num_examples, seed, args } => {
+            let id = match task {
+                SftTask::ReverseText => "reverse-text",
+                SftTask::AlphabetSort => "alphabet-sort",
+            };
+            let mut a: serde_json::Map<String, serde_json::Value> = args.clone().into_iter().collect();
+            a.insert(String::from("num_examples"), serde_json::json!(num_examples));
+            a.insert(String::from("test_examples"), serde_json::json!(val_n));
+            a.insert(String::from("seed"), serde_json::json!(seed));
+            let convert = |split: &str| -> anyhow::Result<Vec<Conversation>> {
+                Ok(rl_envs::sft_conversations(id, &a, split)?
+                    .into_iter()
+                    .map(|c| {
+                        c.into_iter()
+                            .map(|m| TemplateMessage {
+                                role: m.role.as_str().to_owned(),
+                                content: m.content,
+                                tool_calls: vec![],
+                            })
+                            .collect()
+                    })
+                    .collect())
+            };
+            Ok((convert("train")?, convert("test")?))
+        }
+        SftDataConfig::Jsonl { path } => {
+            let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            let mut all = Vec::new();
+            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+                let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let v: serde_json::Value =
+                    serde_json::from_str(&line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+                let msgs = v["messages"]
+                    .as_array()
+                    .with_context(|| format!("{}:{}: expected {{\"messages\": [...]}}", path.display(), i + 1))?;
+                let conv = msgs
+                    .iter()
+                    .map(|m| {
+                        let role = m["role"]
+                            .as_str()
+                            .with_context(|| format!("{}:{}: a message has no role", path.display(), i + 1))?;
+                        Ok(TemplateMessage {
+                            role: role.to_owned(),
+                            content: m["content"].as_str().unwrap_or("").to_owned(),
+                            tool_calls: vec![],
+                        })
+                    })
+                    .collect::<anyhow::Result<Conversation>>()?;
+                all.push(conv);
+            }
+            if all.len() <= val_n {
+                bail!(
+                    "{} has {} conversations; need more than the {val_n} held out for validation",
+                    path.display(),
+                    all.len()
+                );
+            }
+            let val = all.split_off(all.len() - val_n);
+            Ok((all, val))
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! Supervised fine-tuning: conversations rendered with the model's chat template, loss on the
+//! tokens of the selected roles (assistant by default: the reply and its end-of-turn token, never
+//! the `<|im_start|>assistant` scaffold), packed into rows of `seq_len`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use rl_configs::{LossConfig, LossMaskConfig, SftConfig};
+use rl_model::{ChatTemplate, Qwen3, Qwen3Config, TemplateMessage, Tok, Trainable, read_config, read_weights};
+
+use crate::MicroBatch;
+use crate::checkpoint::{find_checkpoint, write_checkpoint};
+use crate::error::{Error, Result};
+use crate::loss::{micro_loss, step_counts};
+use crate::optim::{Optimizer, clip_global_norm, lr_at};
+use crate::train::{append_jsonl, device};
+
+/// One tokenized conversation: ids and, per token, whether it is a training target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftExample {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// True on trained tokens.
+    pub mask: Vec<bool>,
+}
+
+fn trains(role: &str, m: &LossMaskConfig) -> bool {
+    match role {
+        "system" => m.system,
+        "user" => m.user,
+        "assistant" => m.assistant,
+        "tool" => m.tool,
+        _ => false,
+    }
+}
+
+/// Tokenizes a conversation and marks the tokens of the roles `mask` selects.
+pub fn tokenize(
+    tok: &Tok,
+    template: &ChatTemplate,
+    msgs: &[TemplateMessage],
+    mask: &LossMaskConfig,
+) -> Result<SftExample> {
+    let ids = tok.encode(&template.render(msgs, &[], false)?)?;
+    let mut trained = vec![false; ids.len()];
+    let end_ids = &tok.stop_ids;
+    for (k, m) in msgs.iter().enumerate() {
+        if !trains(&m.role, mask) {
+            continue;
+        }
+        // The message's tokens: from the end of the conversation before it (with the generation
+        // scaffold for assistant turns) to the end of the conversation including it.
+        let before = tok.encode(&template.render(&msgs[..k], &[], m.role == "assistant")?)?;
+        let upto = tok.encode(&template.render(&msgs[..=k], &[], false)?)?;
+        if !upto.starts_with(&before) || !ids.starts_with(&upto) {
+            return Err(Error::Unsupported(String::from(
+                "the chat template does not render conversations as extensions of their prefixes; cannot locate message tokens",
+            )));
+        }
+        // Train through the end-of-turn token, not the newline the template adds after it.
+        let span_end =
+            (before.len()..upto.len()).rev().find(|&i| end_ids.contains(&upto[i])).map_or(upto.len(), |i| i + 1);
+        for t in &mut trained[before.len()..span_end] {
+            *t = true;
+        }
+    }
+    Ok(SftExample { ids, mask: trained })
+}
+
+/// Packs examples in order into rows of at most `seq_len` tokens (longer examples are truncated).
+pub fn pack(examples: &[SftExample], seq_len: usize) -> Vec<MicroBatch> {
+    let mut rows: Vec<MicroBatch> = Vec::new();
+    let mut cur = empty_row();
+    for ex in examples {
+        let n = ex.ids.len().min(seq_len);
+        if n < 2 {
+            continue;
+        }
+        if cur.input_ids.len() + n > seq_len && !cur.input_ids.is_empty() {
+            rows.push(std::mem::replace(&mut cur, empty_row()));
+        }
+        cur.input_ids.extend_from_slice(&ex.ids[..n]);
+        cur.position_ids.extend(0..n as u32);
+        cur.seq_lens.push(n as u32);
+        cur.ce_weights.extend(ex.mask[..n].iter().enumerate().map(|(i, m)| if *m && i > 0 { 1.0 } else { 0.0 }));
+    }
+    if !cur.input_ids.is_empty() {
+        rows.push(cur);
+    }
+    for r in &mut rows {
+        let n = r.input_ids.len();
+        r.loss_mask = vec![false; n];
+        r.advantages = vec![0.0; n];
+        r.inference_logprobs = vec![0.0; n];
+        r.temperatures = vec![1.0; n];
+        r.env_index = vec![0; n];
+    }
+    rows
+}
+
+fn empty_row() -> MicroBatch {
+    MicroBatch {
+        input_ids: vec![],
+        position_ids: vec![],
+        seq_lens: vec![],
+        loss_mask: vec![],
+        advantages: vec![],
+        inference_logprobs: vec![],
+        temperatures: vec![],
+        rl_weights: vec![],
+        ce_weights: vec![],
+        ref_logprobs: vec![],
+        env_index: vec![],
+    }
+}
+
+/// One SFT step's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftReport {
+    /// The step (1-indexed).
+    pub step: u64,
+    /// Mean negative log-likelihood per trained token.
+    pub loss: f64,
+    /// Validation loss, on validation steps.
+    pub val_loss: Option<f64>,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Tokens processed per second.
+    pub tokens_per_s: f64,
+}
+
+/// Supervised fine-tuning over tokenized examples.
+#[derive(Debug)]
+pub struct SftTrainer {
+    cfg: SftConfig,
+    model_cfg: Qwen3Config,
+    vars: Trainable,
+    model: Qwen3,
+    opt: Optimizer,
+    /// The next step.
+    pub step: u64,
+    src: PathBuf,
+}
+
+impl SftTrainer {
+    /// Loads the model of `cfg.model.path` (or the checkpoint to resume from).
+    pub fn new(cfg: &SftConfig) -> Result<Self> {
+        let src =
+            cfg.model.path.clone().ok_or_else(|| {
+                Error::Unsupported(String::from("model.path must name the model directory to fine-tune"))
+            })?;
+        let dev: Device = device(cfg.device)?;
+        let model_cfg = read_config(&src)?;
+        let run_dir = cfg.run_dir();
+        let (weights_dir, step, opt) = match &cfg.resume {
+            Some(r) => {
+                let (s, ckpt) = find_checkpoint(&run_dir, r.step)?;
+                (ckpt.clone(), s + 1, Optimizer::load(&cfg.optim, &ckpt, &dev)?)
+            }
+            None => (src.clone(), 1, Optimizer::new(&cfg.optim)),
+        };
+        let vars = Trainable::from_tensors(&model_cfg, &read_weights(&weights_dir, &dev)?)?;
+        let model = vars.model(&model_cfg, &dev)?;
+        Ok(SftTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, src })
+    }
+
+    /// Tokenizer and chat template of the model being trained.
+    pub fn tokenizer(&self) -> Result<(Tok, ChatTemplate)> {
+        Ok((Tok::load(&self.src)?, ChatTemplate::load(&self.src)?))
+    }
+
+    /// Mean NLL per trained token over `rows` (no gradient).
+    pub fn eval_loss(&self, rows: &[MicroBatch]) -> Result<f64> {
+        let counts = step_counts(rows);
+        let mut total = 0.0;
+        for r in rows {
+            let (_, s) = micro_loss(&self.model, r, &LossConfig::default(), counts)?;
+            total += s.ce_loss;
+        }
+        Ok(total)
+    }
+
+    /// Trains `max_steps` steps of `batch_size` examples each (in a seeded order, reshuffled every
+    /// epoch), validating every `val.interval` steps; writes `<run>/metrics.jsonl`.
+    pub fn run(&mut self, train: &[SftExample], val: &[SftExample], mut on_step: impl FnMut(&SftReport)) -> Result<()> {
+        if train.is_empty() {
+            return Err(Error::Unsupported(String::from("no SFT training examples")));
+        }
+        let run_dir = self.cfg.run_dir();
+        let seq_len = self.cfg.seq_len as usize;
+        let val_rows = pack(val, seq_len);
+        let bs = self.cfg.batch_size as usize;
+        while self.step <= self.cfg.max_steps {
+            let start = Instant::now();
+            let first = (self.step as usize - 1) * bs;
+            let batch: Vec<SftExample> =
+                (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
+            let rows = pack(&batch, seq_len);
+            let counts = step_counts(&rows);
+            let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.vars.len()];
+            let mut loss = 0.0;
+            let mut tokens = 0;
+            for r in &rows {
+                tokens += r.input_ids.len();
+                let (l, s) = micro_loss(&self.model, r, &LossConfig::default(), counts)?;
+                loss += s.ce_loss;
+                let grads = l.backward()?;
+                for (slot, (_, var)) in acc.iter_mut().zip(&self.vars.vars) {
+                    if let Some(g) = grads.get(var.as_tensor()) {
+                        *slot = Some(match slot.take() {
+                            Some(prev) => (prev + g)?,
+                            None => g.clone(),
+                        });
+                    }
+                }
+            }
+            if !loss.is_finite() {
+                return Err(Error::NonFinite { step: self.step, what: String::from("loss") });
+            }
+            let mut grads = acc
+                .into_iter()
+                .zip(&self.vars.vars)
+                .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
+                .collect::<candle_core::Result<Vec<Tensor>>>()?;
+            let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
+            let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));
+            self.opt.step(&self.vars.vars, &grads, lr)?;
+            let val_loss = match &self.cfg.val {
+                Some(v)
+                    if !val_rows.is_empty()
+                        && (self.step.is_multiple_of(v.interval) || self.step == self.cfg.max_steps) =>
+                {
+                    Some(self.eval_loss(&val_rows)?)
+                }
+                _ => None,
+            };
+            let report = SftReport {
+                step: self.step,
+                loss,
+                val_loss,
+                grad_norm,
+                lr,
+                tokens_per_s: tokens as f64 / start.elapsed().as_secs_f64(),
+            };
+            let mut line = serde_json::json!({"step": report.step, "loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "tokens_per_s": report.tokens_per_s});
+            if let Some(v) = val_loss {
+                line["val_loss"] = serde_json::json!(v);
+            }
+            append_jsonl(&run_dir.join("metrics.jsonl"), &line)?;
+            if let Some(c) = &self.cfg.ckpt
+                && self.step.is_multiple_of(c.interval)
+            {
+                write_checkpoint(&run_dir, self.step, &self.vars.tensors(), &self.opt, c.keep_last)?;
+            }
+            on_step(&report);
+            self.step += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes the fine-tuned model as an HF-format directory (tokenizer files copied from the source).
+    pub fn save_model(&self, out: &std::path::Path) -> Result<()> {
+        let tensors: Vec<(String, Tensor)> =
+            self.vars.tensors().into_iter().map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap_or(t))).collect();
+        rl_model::write_model_dir(out, &self.model_cfg, &tensors, &self.src)?;
+        Ok(())
+    }
+
+    /// The model as it is now.
+    pub fn model(&self) -> &Qwen3 {
+        &self.model
+    }
+}
+
+/// Index of the `i`-th example drawn: a seeded permutation per epoch.
+fn order(i: usize, n: usize, seed: u64) -> usize {
+    let epoch = (i / n) as u64;
+    let pos = i % n;
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut state = seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f;
+    for k in (1..n).rev() {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        perm.swap(k, (z % (k as u64 + 1)) as usize);
+    }
+    perm[pos]
+}
