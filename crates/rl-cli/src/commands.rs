@@ -44,14 +44,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
 }
 
-fn not_yet<T>(command: &str, _config: T) -> anyhow::Result<()> {
+fn not_yet<T>(command: &str, _config: &T) -> anyhow::Result<()> {
     bail!("`rl {command}` is not implemented yet (the config is valid; use --dry-run to see it resolved)")
 }
 
 fn config_command<T: ConfigFile>(
     command: &str,
     args: &[String],
-    run: fn(&str, T) -> anyhow::Result<()>,
+    run: fn(&str, &T) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
         return print_command_help::<T>(command);
@@ -73,7 +73,7 @@ fn config_command<T: ConfigFile>(
         writeln!(out, "config is valid; wrote {} resolved config file(s) to {}", files.len(), dir.display())?;
         return Ok(());
     }
-    run(command, loaded.config)
+    run(command, &loaded.config)
 }
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small] [--seed N] [--force]";

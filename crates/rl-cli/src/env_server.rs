@@ -8,23 +8,23 @@ use anyhow::Context;
 use rl_configs::EnvServerConfig;
 
 /// Runs the server until SIGINT or SIGTERM, then drains in-flight requests.
-pub(crate) fn run(_command: &str, config: EnvServerConfig) -> anyhow::Result<()> {
+pub(crate) fn run(_command: &str, config: &EnvServerConfig) -> anyhow::Result<()> {
     let EnvServerConfig { env: spec, serve, log, .. } = config;
-    crate::logging::init(&log);
+    crate::logging::init(log);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let args: serde_json::Map<String, serde_json::Value> = spec.args.into_iter().collect();
+        let args: serde_json::Map<String, serde_json::Value> = spec.args.clone().into_iter().collect();
         let env = rl_envs::load(&spec.id, &args).with_context(|| format!("cannot build env `{}`", spec.id))?;
         let listener =
-            rl_serve::bind(&serve).await.with_context(|| format!("cannot bind {}:{}", serve.host, serve.port))?;
+            rl_serve::bind(serve).await.with_context(|| format!("cannot bind {}:{}", serve.host, serve.port))?;
         let addr = listener.local_addr()?;
         let line = serde_json::json!({"event": "listening", "address": addr.to_string(), "env": spec.id});
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")?;
         out.flush()?;
         drop(out);
-        rl_serve::serve(env, &serve, listener, shutdown_signal()).await?;
+        rl_serve::serve(env, serve, listener, shutdown_signal()).await?;
         tracing::info!("env server stopped");
         Ok(())
     })

@@ -9,14 +9,14 @@ use rl_configs::InferenceConfig;
 use crate::env_server::shutdown_signal;
 
 /// Loads the model, binds, reports the address, serves until SIGINT or SIGTERM.
-pub(crate) fn inference(_command: &str, config: InferenceConfig) -> anyhow::Result<()> {
+pub(crate) fn inference(_command: &str, config: &InferenceConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let server = rl_inference::Server::build(&config).context("cannot start the inference server")?;
+    let server = rl_inference::Server::build(config).context("cannot start the inference server")?;
     let InferenceConfig { host, port, .. } = config;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind((host.as_str(), port))
+        let listener = tokio::net::TcpListener::bind((host.as_str(), *port))
             .await
             .with_context(|| format!("cannot bind {host}:{port}"))?;
         let addr = listener.local_addr()?;

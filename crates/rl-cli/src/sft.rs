@@ -12,13 +12,13 @@ use rl_trainer::{SftExample, SftTrainer, tokenize};
 type Conversation = Vec<TemplateMessage>;
 
 /// Runs SFT to the end and saves the model.
-pub(crate) fn sft(_command: &str, config: SftConfig) -> anyhow::Result<()> {
+pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
     let run_dir = config.run_dir();
-    prepare_run_dir(&run_dir, &config)?;
-    let mut trainer = SftTrainer::new(&config).context("cannot start SFT")?;
+    prepare_run_dir(&run_dir, config)?;
+    let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
-    let (train, val) = conversations(&config)?;
+    let (train, val) = conversations(config)?;
     let encode = |cs: &[Conversation]| -> anyhow::Result<Vec<SftExample>> {
         cs.iter().map(|c| tokenize(&tok, &template, c, &config.loss_mask).map_err(anyhow::Error::from)).collect()
     };

@@ -7,9 +7,9 @@ use anyhow::Context;
 use rl_configs::TrainerConfig;
 
 /// Trains until `max_steps` (or until a batch does not arrive within `batch_timeout_s`).
-pub(crate) fn trainer(_command: &str, config: TrainerConfig) -> anyhow::Result<()> {
+pub(crate) fn trainer(_command: &str, config: &TrainerConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let mut trainer = rl_trainer::RlTrainer::new(&config).context("cannot start the trainer")?;
+    let mut trainer = rl_trainer::RlTrainer::new(config).context("cannot start the trainer")?;
     let TrainerConfig { output_dir, .. } = config;
     tracing::info!(step = trainer.step, run = %output_dir.display(), "trainer started");
     trainer

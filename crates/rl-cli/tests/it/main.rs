@@ -3,6 +3,7 @@
 
 mod dry_run;
 mod env_server;
+mod sft;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
