@@ -15,6 +15,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if only.is_none_or(|o| o == "generate") {
         crate::cargo(&["bench", "--locked", "-p", "rl-model", "--bench", "generate"])?;
     }
+    if only.is_none_or(|o| o == "train-step") {
+        crate::cargo(&["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step"])?;
+    }
     if only.is_none_or(|o| o == "env-server") {
         crate::cargo(&["bench", "--locked", "-p", "rl-serve", "--features", "fake-model", "--bench", "run_group"])?;
     }

@@ -166,29 +166,56 @@ impl Qwen3 {
     /// Logits `[B, T, vocab]` for packed rows: `input_ids` and `positions` are `B` rows of `T`;
     /// positions restart at each sample, and attention never crosses samples. Differentiable.
     pub fn forward_packed(&self, input_ids: &[Vec<u32>], positions: &[Vec<u32>]) -> Result<Tensor> {
-        let b = input_ids.len();
         let t = input_ids.first().map_or(0, Vec::len);
-        if positions.len() != b || input_ids.iter().chain(positions).any(|r| r.len() != t) {
+        if positions.len() != input_ids.len() || input_ids.iter().chain(positions).any(|r| r.len() != t) {
             return Err(Error::Input(String::from("input_ids and positions must be rows of equal length")));
         }
-        let flat_ids: Vec<u32> = input_ids.concat();
-        self.check_ids(&flat_ids)?;
-        let flat_pos: Vec<u32> = positions.concat();
-        if let Some(p) = flat_pos.iter().find(|&&p| p as usize >= self.cfg.max_position_embeddings) {
+        let rows =
+            input_ids.iter().zip(positions).map(|(ids, pos)| self.forward_row(ids, pos)).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::stack(&rows, 0)?)
+    }
+
+    /// Logits `[T, vocab]` of one packed row. Projections and MLPs run over the whole row;
+    /// attention runs per sample (a causal mask over each sample's own tokens), so packing costs no
+    /// attention beyond what the samples need.
+    fn forward_row(&self, ids: &[u32], positions: &[u32]) -> Result<Tensor> {
+        self.check_ids(ids)?;
+        if let Some(p) = positions.iter().find(|&&p| p as usize >= self.cfg.max_position_embeddings) {
             return Err(Error::Input(format!("position {p} exceeds max_position_embeddings")));
         }
-        let ids = Tensor::from_vec(flat_ids, (b, t), &self.device)?;
-        let pos = Tensor::from_vec(flat_pos, (b, t), &self.device)?;
-        let mask = packed_mask(positions, self.embed.dtype(), &self.device)?;
-        let mut x = self.embed.index_select(&ids.flatten_all()?, 0)?.reshape((b, t, self.cfg.hidden_size))?;
+        let t = ids.len();
+        // Sample boundaries: a sample starts wherever the position does not continue the previous one.
+        let mut bounds = vec![0usize];
+        for i in 1..t {
+            if positions[i] != positions[i - 1] + 1 {
+                bounds.push(i);
+            }
+        }
+        bounds.push(t);
+        let mut masks = std::collections::HashMap::new();
+        for w in bounds.windows(2) {
+            let len = w[1] - w[0];
+            if let std::collections::hash_map::Entry::Vacant(e) = masks.entry(len) {
+                e.insert(packed_mask(&[(0..len as u32).collect()], self.embed.dtype(), &self.device)?);
+            }
+        }
+        let pos = Tensor::from_vec(positions.to_vec(), (1, t), &self.device)?;
+        let mut x = self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?.unsqueeze(0)?;
         for layer in &self.layers {
             let h = rms_norm(&x, &layer.ln1, self.cfg.rms_norm_eps)?;
             let (q, k, v) = self.qkv(&layer.attn, &h, &pos)?;
-            x = (x + layer.attn.o.forward(&self.attend(&q, &k, &v, &mask)?)?)?;
+            let mut outs = Vec::with_capacity(bounds.len() - 1);
+            for w in bounds.windows(2) {
+                let (start, len) = (w[0], w[1] - w[0]);
+                let (qs, ks, vs) = (q.narrow(2, start, len)?, k.narrow(2, start, len)?, v.narrow(2, start, len)?);
+                outs.push(self.attend(&qs, &ks, &vs, &masks[&len])?);
+            }
+            let attn = if outs.len() == 1 { outs.pop().expect("one sample") } else { Tensor::cat(&outs, 1)? };
+            x = (x + layer.attn.o.forward(&attn)?)?;
             let h = rms_norm(&x, &layer.ln2, self.cfg.rms_norm_eps)?;
             x = (&x + self.mlp(&layer.mlp, &h)?)?;
         }
-        self.logits(&x)
+        Ok(self.logits(&x)?.squeeze(0)?)
     }
 
     /// Appends `ids` to one sequence's cache; returns logits `[len(ids), vocab]` (prefill, or

@@ -1,0 +1,87 @@
+//! Benchmark: train-step tokens/s (forward + backward + AdamW) for the `tiny` and `small` presets at
+//! 512 and 2048 tokens per micro-batch, and the achieved GFLOP/s against the machine's matmul GFLOP/s.
+
+// The printed table is this benchmark's output.
+#![allow(clippy::print_stdout)]
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use rl_configs::{LossConfig, OptimConfig};
+use rl_model::{Preset, Qwen3Config, Trainable, random_weights};
+use rl_trainer::{MicroBatch, Optimizer, micro_loss, step_counts};
+
+/// Packed row of `tokens` tokens: 4 samples, every completion token trained.
+fn row(tokens: usize) -> MicroBatch {
+    let per = tokens / 4;
+    let ids: Vec<u32> = (0..tokens as u32).map(|i| 8 + (i * 13) % 100).collect();
+    MicroBatch {
+        input_ids: ids,
+        position_ids: (0..4).flat_map(|_| 0..per as u32).collect(),
+        seq_lens: vec![per as u32; 4],
+        loss_mask: (0..tokens).map(|i| i % per >= per / 4).collect(),
+        advantages: (0..tokens).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect(),
+        inference_logprobs: vec![-4.0; tokens],
+        temperatures: vec![1.0; tokens],
+        rl_weights: vec![],
+        ce_weights: vec![],
+        ref_logprobs: vec![],
+        env_index: vec![0; tokens],
+    }
+}
+
+/// Forward+backward FLOPs per token: 6 x matmul params (incl. the output head) + attention.
+fn flops_per_token(cfg: &Qwen3Config, sample_len: usize) -> f64 {
+    let h = cfg.hidden_size;
+    let (q, kv) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
+    let per_layer = h * q + 2 * h * kv + q * h + 3 * h * cfg.intermediate_size;
+    let matmul = cfg.num_hidden_layers * per_layer + cfg.vocab_size * h;
+    6.0 * matmul as f64 + 12.0 * (cfg.num_hidden_layers * q * sample_len) as f64
+}
+
+fn matmul_gflops() -> f64 {
+    let n = 1024;
+    let a = Tensor::ones((n, n), DType::F32, &Device::Cpu).expect("a");
+    let b = Tensor::ones((n, n), DType::F32, &Device::Cpu).expect("b");
+    let _ = a.matmul(&b).expect("warm up");
+    let start = Instant::now();
+    let reps = 5;
+    for _ in 0..reps {
+        let _ = a.matmul(&b).expect("matmul");
+    }
+    2.0 * (n * n * n) as f64 * reps as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+fn main() {
+    let peak = matmul_gflops();
+    println!("machine: f32 matmul 1024x1024 {peak:.1} GFLOP/s");
+    println!("{:<7} {:>7} {:>12} {:>10} {:>14}", "preset", "tokens", "tokens/s", "GFLOP/s", "% of matmul");
+    for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
+        let cfg = Qwen3Config::preset(preset, 128);
+        let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
+        let vars = Trainable::from_tensors(&cfg, &map).expect("vars");
+        let model = vars.model(&cfg, &Device::Cpu).expect("model");
+        let mut opt = Optimizer::new(&OptimConfig::default());
+        for tokens in [512usize, 2048] {
+            let mb = row(tokens);
+            let counts = step_counts(std::slice::from_ref(&mb));
+            let mut step = || {
+                let (loss, _) = micro_loss(&model, &mb, &LossConfig::default(), counts).expect("loss");
+                let grads = loss.backward().expect("backward");
+                let g: Vec<Tensor> =
+                    vars.vars.iter().map(|(_, v)| grads.get(v.as_tensor()).expect("grad").clone()).collect();
+                opt.step(&vars.vars, &g, 1e-4).expect("adamw");
+            };
+            step();
+            let reps = if tokens > 1000 { 2 } else { 4 };
+            let start = Instant::now();
+            for _ in 0..reps {
+                step();
+            }
+            let tps = (tokens * reps) as f64 / start.elapsed().as_secs_f64();
+            let gflops = flops_per_token(&cfg, tokens / 4) * tps / 1e9;
+            println!("{name:<7} {tokens:>7} {tps:>12.0} {gflops:>10.2} {:>13.1}%", 100.0 * gflops / peak);
+        }
+    }
+}
