@@ -1,0 +1,33 @@
+//! The error type of `rl-orchestrator`.
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong orchestrating.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An algorithm produced values of the wrong length for a branch.
+    #[error(
+        "algorithm `{algorithm}`: trace {trace} branch {branch} has {tokens} tokens but got {values} values and {mask} mask entries"
+    )]
+    Dimensions {
+        /// The algorithm.
+        algorithm: String,
+        /// Trace index in the group.
+        trace: usize,
+        /// Branch index in the trace.
+        branch: usize,
+        /// Tokens in the branch.
+        tokens: usize,
+        /// Values produced.
+        values: usize,
+        /// Mask entries produced.
+        mask: usize,
+    },
+    /// A configured algorithm the orchestrator cannot run (yet).
+    #[error("algorithm `{0}` is not implemented in the orchestrator yet (built: grpo, max_rl, rl)")]
+    NotImplemented(String),
+    /// An env-server call failed.
+    #[error(transparent)]
+    Env(#[from] rl_serve::Error),
+}

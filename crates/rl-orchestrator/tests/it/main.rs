@@ -1,0 +1,3 @@
+//! Integration tests of rl-orchestrator: packing invariants (property tests).
+
+mod packing;
