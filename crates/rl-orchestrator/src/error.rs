@@ -30,4 +30,31 @@ pub enum Error {
     /// An env-server call failed.
     #[error(transparent)]
     Env(#[from] rl_serve::Error),
+    /// Rollouts failed in a way retrying cannot fix.
+    #[error("env `{env}`: rollout failed and will not be retried: {message}")]
+    Rollout {
+        /// The env.
+        env: String,
+        /// The error.
+        message: String,
+    },
+    /// The model endpoint failed.
+    #[error("policy endpoint {url}: {message}")]
+    Policy {
+        /// The URL called.
+        url: String,
+        /// What happened.
+        message: String,
+    },
+    /// A file could not be written or read.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What happened.
+        message: String,
+    },
+    /// A configuration the orchestrator cannot run.
+    #[error("{0}")]
+    Config(String),
 }

@@ -65,6 +65,7 @@ pub const TOKEN_LOGPROB: f32 = -0.25;
 struct AppState {
     script: Arc<Script>,
     requests: Arc<Mutex<Vec<Value>>>,
+    weight_updates: Arc<Mutex<Vec<Value>>>,
 }
 
 /// A running fake server.
@@ -73,6 +74,7 @@ pub struct FakeModel {
     /// Its OpenAI base URL (`http://127.0.0.1:PORT/v1`).
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    weight_updates: Arc<Mutex<Vec<Value>>>,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -80,8 +82,17 @@ impl FakeModel {
     /// Starts a server answering with `script` on 127.0.0.1, a free port.
     pub async fn start(script: impl Fn(&FakeRequest) -> FakeReply + Send + Sync + 'static) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let state = AppState { script: Arc::new(script), requests: Arc::clone(&requests) };
-        let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(state);
+        let weight_updates = Arc::new(Mutex::new(Vec::new()));
+        let state = AppState {
+            script: Arc::new(script),
+            requests: Arc::clone(&requests),
+            weight_updates: Arc::clone(&weight_updates),
+        };
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/health", axum::routing::get(|| async { "ok" }))
+            .route("/update_weights", post(update_weights))
+            .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the fake model");
         let addr: SocketAddr = listener.local_addr().expect("bound address");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -96,7 +107,12 @@ impl FakeModel {
                 })
                 .await;
         });
-        FakeModel { base_url: format!("http://{addr}/v1"), requests, _shutdown: tx }
+        FakeModel { base_url: format!("http://{addr}/v1"), requests, weight_updates, _shutdown: tx }
+    }
+
+    /// Every `/update_weights` body received so far.
+    pub fn weight_updates(&self) -> Vec<Value> {
+        self.weight_updates.lock().expect("updates lock").clone()
     }
 
     /// Every request body received so far.
@@ -117,6 +133,12 @@ pub fn render(messages: &[(String, String)]) -> String {
 
 fn byte_ids(s: &str) -> Vec<u32> {
     s.bytes().map(u32::from).collect()
+}
+
+async fn update_weights(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> axum::Json<Value> {
+    let mut updates = state.weight_updates.lock().expect("updates lock");
+    updates.push(body);
+    axum::Json(json!({"status": "ok", "version": updates.len()}))
 }
 
 async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> Response {

@@ -1,3 +1,4 @@
-//! Integration tests of rl-orchestrator: packing invariants (property tests).
+//! Integration tests of rl-orchestrator: packing invariants (property tests) and a two-step run.
 
+mod dispatch;
 mod packing;
