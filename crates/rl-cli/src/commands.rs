@@ -33,7 +33,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "schema" => print_schema(rest),
         "rl" => config_command::<RlConfig>(command, rest, not_yet),
         "sft" => config_command::<SftConfig>(command, rest, crate::sft::sft),
-        "orchestrator" => config_command::<OrchestratorConfig>(command, rest, not_yet),
+        "orchestrator" => config_command::<OrchestratorConfig>(command, rest, crate::orchestrating::orchestrator),
         "trainer" => config_command::<TrainerConfig>(command, rest, crate::training::trainer),
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),
         "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),

@@ -4,6 +4,7 @@
 mod commands;
 mod env_server;
 mod logging;
+mod orchestrating;
 mod serving;
 mod sft;
 mod training;

@@ -18,7 +18,11 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
     let model = FakeModel::start(|r: &FakeRequest| {
         let rev: String = r.last_user().chars().rev().collect();
         let seed = r.body["seed"].as_u64().unwrap_or(0);
-        FakeReply::Text(if seed % 2 == 0 { format!("Sure! <reversed_text>{rev}</reversed_text>") } else { rev })
+        FakeReply::Text(if seed.is_multiple_of(2) {
+            format!("Sure! <reversed_text>{rev}</reversed_text>")
+        } else {
+            rev
+        })
     })
     .await;
     let args = serde_json::json!({"num_examples": 50, "min_len": 3, "max_len": 8, "format_penalty": 0.5, "penalty_warmup_steps": 2});
