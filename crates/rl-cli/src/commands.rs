@@ -31,7 +31,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     match command.as_str() {
         "-h" | "--help" | "help" => print_usage(),
         "schema" => print_schema(rest),
-        "rl" => config_command::<RlConfig>(command, rest, not_yet),
+        "rl" => config_command::<RlConfig>(command, rest, crate::launcher::rl),
         "sft" => config_command::<SftConfig>(command, rest, crate::sft::sft),
         "orchestrator" => config_command::<OrchestratorConfig>(command, rest, crate::orchestrating::orchestrator),
         "trainer" => config_command::<TrainerConfig>(command, rest, crate::training::trainer),

@@ -3,6 +3,7 @@
 
 mod commands;
 mod env_server;
+mod launcher;
 mod logging;
 mod orchestrating;
 mod serving;

@@ -87,7 +87,7 @@ fn unknown_key_exits_non_zero_naming_its_path() {
 
 #[test]
 fn commands_that_do_not_exist_yet_fail_loudly_after_validating() {
-    let o = rl(&["rl", "@", "configs/reverse_text/rl.toml"]);
+    let o = rl(&["eval"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not implemented yet"), "{}", stderr(&o));
     let o = rl(&["frobnicate"]);

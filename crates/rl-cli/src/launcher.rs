@@ -1,0 +1,194 @@
+//! `rl rl`: launches the whole system as separate processes — the embedded inference server (when
+//! configured), one env server per env (started one after another, each on port 0, reporting its
+//! address, so none can race another for a port), the trainer and the orchestrator — and shows one
+//! progress line per step. If any process fails, the others are stopped and the launcher exits
+//! non-zero naming the process and the end of its log.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rl_configs::{ConfigFile, RlConfig, write_json_atomic};
+
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Spawns `rl <args>` logging to `<run>/logs/<name>.log`; with `wait_line`, returns the first stdout
+/// line (the server's `listening` event) and forwards the rest of stdout to the log.
+fn spawn(
+    run_dir: &Path,
+    name: &str,
+    args: &[&str],
+    wait_line: bool,
+) -> anyhow::Result<(Proc, Option<serde_json::Value>)> {
+    let logs = run_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let log = logs.join(format!("{}.log", name.replace('/', "-")));
+    let err_file = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let exe = std::env::current_exe().context("cannot find the rl executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null());
+    cmd.stdout(if wait_line { Stdio::piped() } else { Stdio::from(err_file) });
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+    let mut event = None;
+    if wait_line {
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        if line.trim().is_empty() {
+            let _ = child.wait();
+            bail!("{name} exited before reporting its address; last lines of {}:\n{}", log.display(), tail(&log, 20));
+        }
+        event = Some(
+            serde_json::from_str(&line)
+                .with_context(|| format!("{name} printed {line:?} instead of its listening event"))?,
+        );
+        let mut log_file = std::fs::OpenOptions::new().append(true).open(&log)?;
+        std::thread::spawn(move || {
+            for l in reader.lines().map_while(Result::ok) {
+                let _ = writeln!(log_file, "{l}");
+            }
+        });
+    }
+    Ok((Proc { name: name.to_owned(), child, log }, event))
+}
+
+/// Runs the RL launcher for a loaded config.
+pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
+    let run_dir = config.run_dir();
+    if config.resume.is_some() {
+        bail!("--resume is not implemented for `rl rl` yet (the orchestrator has no checkpoints yet)");
+    }
+    let non_empty = std::fs::read_dir(&run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+    if non_empty {
+        if !config.clean {
+            bail!(
+                "run directory {} is not empty: pass --clean to delete it or choose another --run.name",
+                run_dir.display()
+            );
+        }
+        std::fs::remove_dir_all(&run_dir).with_context(|| format!("cannot clean {}", run_dir.display()))?;
+    }
+    let (configs_dir, files) = config.resolved_files()?;
+    for (name, value) in &files {
+        write_json_atomic(&configs_dir.join(name), value)?;
+    }
+    let cfg_path = |rel: &str| configs_dir.join(rel).display().to_string();
+    let mut procs: Vec<Proc> = Vec::new();
+    let mut orchestrator = config.parts().orchestrator;
+    if config.inference.is_some() {
+        let (p, event) = spawn(&run_dir, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
+        orchestrator.model.base_url = event
+            .and_then(|e| e["base_url"].as_str().map(str::to_owned))
+            .context("inference did not report base_url")?;
+        procs.push(p);
+    }
+    let mut addresses = std::collections::BTreeMap::new();
+    for part in config.parts().env_servers.iter().filter(|p| p.split == "train") {
+        let rel = format!("envs/train/{}.json", part.name);
+        let (p, event) = spawn(&run_dir, &format!("env-{}", part.name), &["env-server", "@", &cfg_path(&rel)], true)?;
+        addresses.insert(
+            part.name.clone(),
+            event
+                .and_then(|e| e["address"].as_str().map(str::to_owned))
+                .context("env server did not report its address")?,
+        );
+        procs.push(p);
+    }
+    for env in &mut orchestrator.train.env {
+        if let Some(a) = addresses.get(env.display_name()) {
+            env.address = Some(a.clone());
+        }
+    }
+    orchestrator.eval = None;
+    write_json_atomic(&configs_dir.join("orchestrator.json"), &rl_configs::to_json(&orchestrator))?;
+    procs.push(spawn(&run_dir, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
+    procs.push(spawn(&run_dir, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
+    monitor(&run_dir, &mut procs, config.max_steps)
+}
+
+fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (mut orch_lines, mut trainer_lines) = (0usize, 0usize);
+    let mut kl = std::collections::BTreeMap::new();
+    let mut out = std::io::stdout().lock();
+    loop {
+        for p in procs.iter_mut() {
+            if let Some(status) = p.child.try_wait()? {
+                let done = status.success() && (p.name == "trainer" || p.name == "orchestrator");
+                if !done {
+                    bail!("{} exited with {status}; last lines of {}:\n{}", p.name, p.log.display(), tail(&p.log, 20));
+                }
+            }
+        }
+        let trainer_rows = read_jsonl(&run_dir.join("trainer/metrics.jsonl"));
+        for row in trainer_rows.iter().skip(trainer_lines) {
+            kl.insert(
+                row["step"].as_u64().unwrap_or(0),
+                (row["mismatch_kl"].as_f64().unwrap_or(f64::NAN), row["tokens_per_s"].as_f64().unwrap_or(0.0)),
+            );
+        }
+        trainer_lines = trainer_rows.len();
+        let orch_rows = read_jsonl(&run_dir.join("metrics.jsonl"));
+        for row in orch_rows.iter().skip(orch_lines) {
+            let step = row["step"].as_u64().unwrap_or(0);
+            // The latest trained step's numbers (training of this step may still be running).
+            let (mkl, tps) = kl.values().next_back().copied().unwrap_or((f64::NAN, 0.0));
+            writeln!(
+                out,
+                "step {step}{} | reward {:.4} | mismatch_kl {:.1e} | trainer {:.0} tok/s | elapsed {:.0}s",
+                max_steps.map(|m| format!("/{m}")).unwrap_or_default(),
+                row["reward/mean"].as_f64().unwrap_or(f64::NAN),
+                mkl,
+                tps,
+                started.elapsed().as_secs_f64()
+            )?;
+        }
+        orch_lines = orch_rows.len();
+        let mut finished = |name: &str| {
+            procs
+                .iter_mut()
+                .find(|p| p.name == name)
+                .is_some_and(|p| matches!(p.child.try_wait(), Ok(Some(s)) if s.success()))
+        };
+        if finished("trainer") && finished("orchestrator") {
+            writeln!(out, "done: run directory {}", run_dir.display())?;
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
