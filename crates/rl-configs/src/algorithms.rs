@@ -175,6 +175,12 @@ impl AlgorithmConfig {
             AlgorithmConfig::EnvOwned { id, .. } if id.trim().is_empty() => {
                 return Err(ConfigError::invalid(format!("{key}.id"), "must not be empty"));
             }
+            AlgorithmConfig::EnvOwned { fields, .. } if fields.contains_key("id") => {
+                return Err(ConfigError::invalid(
+                    format!("{key}.id"),
+                    "`id` names the algorithm; it cannot also be one of its fields",
+                ));
+            }
             _ => {}
         }
         Ok(())

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::chat::write_tokenizer_config;
 use crate::config::{Preset, Qwen3Config};
 use crate::error::{Error, Result};
+use crate::rng::SplitMix64;
 use crate::tokenizer::{SPECIAL_TOKENS, write_char_tokenizer};
 use crate::weights::{weight_names, write_model_dir};
 
@@ -37,7 +38,7 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
 /// Random weights for `cfg`: N(0, 0.02) matrices, ones for norms.
 pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<Vec<(String, Tensor)>> {
     let device = Device::Cpu;
-    let mut rng = Normal { state: seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678 };
+    let mut rng = Normal(SplitMix64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678));
     let (h, hd) = (cfg.hidden_size, cfg.head_dim);
     let (q, kv, i) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
     let mut out = Vec::new();
@@ -66,22 +67,13 @@ pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<Vec<(String, Tenso
 }
 
 /// Standard normal samples (Box–Muller over SplitMix64).
-struct Normal {
-    state: u64,
-}
+struct Normal(SplitMix64);
 
 impl Normal {
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
     fn next(&mut self) -> f32 {
-        let (u1, u2) = (self.uniform(), self.uniform());
+        // Shift into (0, 1) so the logarithm is finite.
+        let half = 0.5 / (1u64 << 53) as f64;
+        let (u1, u2) = (self.0.uniform() + half, self.0.uniform() + half);
         ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
     }
 }

@@ -11,6 +11,7 @@ mod error;
 mod init;
 mod layers;
 mod model;
+mod rng;
 mod sampling;
 mod tokenizer;
 mod weights;
@@ -22,6 +23,7 @@ pub use config::{Preset, Qwen3Config};
 pub use error::{Error, Result};
 pub use init::{init_model, random_weights};
 pub use model::{KvCache, Qwen3};
+pub use rng::SplitMix64;
 pub use sampling::{Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{

@@ -1,13 +1,15 @@
 //! Sampling one token from logits with temperature, top-k and top-p, reporting the log-probability
 //! under the temperature-scaled distribution (what the trainer recomputes as `log_softmax(z / T)`).
 
+use crate::rng::SplitMix64;
+
 /// A seeded sampler (SplitMix64, so a seed gives the same sample everywhere).
 #[derive(Debug, Clone)]
 pub struct Sampler {
     temperature: f32,
     top_p: f32,
     top_k: Option<usize>,
-    state: u64,
+    rng: SplitMix64,
 }
 
 /// `log_softmax(logits / t)` (t = 1 when `temperature` is 0).
@@ -23,16 +25,12 @@ pub fn log_softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
 impl Sampler {
     /// A sampler; `temperature` 0 is greedy.
     pub fn new(temperature: f32, top_p: f32, top_k: Option<usize>, seed: u64) -> Self {
-        Sampler { temperature, top_p, top_k: top_k.filter(|k| *k > 0), state: seed ^ 0x5851_f42d_4c95_7f2d }
-    }
-
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        Sampler {
+            temperature,
+            top_p,
+            top_k: top_k.filter(|k| *k > 0),
+            rng: SplitMix64::new(seed ^ 0x5851_f42d_4c95_7f2d),
+        }
     }
 
     /// Picks a token; returns it with its log-probability under `softmax(logits / T)`.
@@ -60,7 +58,7 @@ impl Sampler {
             }
         }
         let total: f64 = kept.iter().map(|&i| f64::from(logp[i]).exp()).sum();
-        let mut u = self.uniform() * total;
+        let mut u = self.rng.uniform() * total;
         for &i in &kept {
             u -= f64::from(logp[i]).exp();
             if u <= 0.0 {

@@ -14,7 +14,7 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_global_norm, lr_at};
-use crate::train::{append_jsonl, device};
+use crate::train::{accumulate, append_jsonl, device};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,31 +200,9 @@ impl SftTrainer {
                 (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows);
-            let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.vars.len()];
-            let mut loss = 0.0;
-            let mut tokens = 0;
-            for r in &rows {
-                tokens += r.input_ids.len();
-                let (l, s) = micro_loss(&self.model, r, &LossConfig::default(), counts)?;
-                loss += s.ce_loss;
-                let grads = l.backward()?;
-                for (slot, (_, var)) in acc.iter_mut().zip(&self.vars.vars) {
-                    if let Some(g) = grads.get(var.as_tensor()) {
-                        *slot = Some(match slot.take() {
-                            Some(prev) => (prev + g)?,
-                            None => g.clone(),
-                        });
-                    }
-                }
-            }
-            if !loss.is_finite() {
-                return Err(Error::NonFinite { step: self.step, what: String::from("loss") });
-            }
-            let mut grads = acc
-                .into_iter()
-                .zip(&self.vars.vars)
-                .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
-                .collect::<candle_core::Result<Vec<Tensor>>>()?;
+            let (mut grads, stats) =
+                accumulate(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
+            let (loss, tokens) = (stats.ce_loss, rows.iter().map(|r| r.input_ids.len()).sum::<usize>());
             let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
             let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));
             self.opt.step(&self.vars.vars, &grads, lr)?;
@@ -278,16 +256,10 @@ impl SftTrainer {
 /// Index of the `i`-th example drawn: a seeded permutation per epoch.
 fn order(i: usize, n: usize, seed: u64) -> usize {
     let epoch = (i / n) as u64;
-    let pos = i % n;
     let mut perm: Vec<usize> = (0..n).collect();
-    let mut state = seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f;
+    let mut rng = rl_model::SplitMix64::new(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f);
     for k in (1..n).rev() {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        perm.swap(k, (z % (k as u64 + 1)) as usize);
+        perm.swap(k, (rng.next_u64() % (k as u64 + 1)) as usize);
     }
-    perm[pos]
+    perm[i % n]
 }

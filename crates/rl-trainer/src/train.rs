@@ -130,31 +130,9 @@ impl RlTrainer {
     pub fn train_step(&mut self, batch: &TrainBatch) -> Result<StepReport> {
         let start = Instant::now();
         let counts = step_counts(&batch.micro_batches);
-        let mut acc: Vec<Option<Tensor>> = vec![None; self.vars.vars.len()];
-        let mut stats = LossStats::default();
-        let mut tokens = 0;
-        for mb in &batch.micro_batches {
-            tokens += mb.input_ids.len();
-            let (loss, s) = micro_loss(&self.model, mb, &self.cfg.loss, counts)?;
-            stats.add(&s);
-            if !(s.rl_loss + s.ce_loss).is_finite() {
-                return Err(Error::NonFinite { step: batch.step, what: String::from("loss") });
-            }
-            let grads = loss.backward()?;
-            for (slot, (_, var)) in acc.iter_mut().zip(&self.vars.vars) {
-                if let Some(g) = grads.get(var.as_tensor()) {
-                    *slot = Some(match slot.take() {
-                        Some(prev) => (prev + g)?,
-                        None => g.clone(),
-                    });
-                }
-            }
-        }
-        let mut grads = acc
-            .into_iter()
-            .zip(&self.vars.vars)
-            .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
-            .collect::<candle_core::Result<Vec<Tensor>>>()?;
+        let (mut grads, stats) =
+            accumulate(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
+        let tokens = batch.micro_batches.iter().map(|mb| mb.input_ids.len()).sum();
         let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
@@ -213,6 +191,42 @@ impl RlTrainer {
         rl_model::write_model_dir(out, &self.model_cfg, &tensors, &src)?;
         Ok(out.to_owned())
     }
+}
+
+/// Runs every row's forward and backward pass and sums the gradients (each row's loss is already
+/// divided by the step's counts, so the sum is the gradient of the step's loss).
+pub(crate) fn accumulate(
+    model: &Qwen3,
+    vars: &Trainable,
+    rows: &[rl_proto::train::v1::MicroBatch],
+    loss: &rl_configs::LossConfig,
+    counts: crate::loss::StepCounts,
+    step: u64,
+) -> Result<(Vec<Tensor>, LossStats)> {
+    let mut acc: Vec<Option<Tensor>> = vec![None; vars.vars.len()];
+    let mut stats = LossStats::default();
+    for mb in rows {
+        let (l, s) = micro_loss(model, mb, loss, counts)?;
+        if !(s.rl_loss + s.ce_loss).is_finite() {
+            return Err(Error::NonFinite { step, what: String::from("loss") });
+        }
+        stats.add(&s);
+        let grads = l.backward()?;
+        for (slot, (_, var)) in acc.iter_mut().zip(&vars.vars) {
+            if let Some(g) = grads.get(var.as_tensor()) {
+                *slot = Some(match slot.take() {
+                    Some(prev) => (prev + g)?,
+                    None => g.clone(),
+                });
+            }
+        }
+    }
+    let grads = acc
+        .into_iter()
+        .zip(&vars.vars)
+        .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
+        .collect::<candle_core::Result<Vec<Tensor>>>()?;
+    Ok((grads, stats))
 }
 
 /// Appends one JSON line (creating the file and its directory).

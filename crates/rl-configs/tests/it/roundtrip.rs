@@ -75,7 +75,11 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
         ((0u32..100).prop_map(|m| f64::from(m) / 100.0), any::<bool>()).prop_map(|(momentum, drop_judge)| {
             AlgorithmConfig::Builtin(BuiltinAlgorithm::Rae { momentum, drop_judge })
         }),
-        ("env_[a-z]{1,6}", args()).prop_map(|(id, fields)| AlgorithmConfig::EnvOwned { id, fields }),
+        // `id` is the tag of the table, so it cannot also be a field.
+        ("env_[a-z]{1,6}", args()).prop_map(|(id, mut fields)| {
+            fields.remove("id");
+            AlgorithmConfig::EnvOwned { id, fields }
+        }),
     ]
 }
 

@@ -25,6 +25,19 @@ fn packed_samples_equal_separate_forwards() {
 }
 
 #[test]
+fn long_rows_attend_per_sample_and_still_equal_separate_forwards() {
+    let mut cfg = micro_config();
+    cfg.max_position_embeddings = 1024;
+    let m = model(&cfg, 8);
+    let a: Vec<u32> = (0..300).map(|i| (i * 7 % 37) + 1).collect();
+    let b: Vec<u32> = (0..250).map(|i| (i * 5 % 31) + 2).collect();
+    let pos: Vec<u32> = (0..300).chain(0..250).collect();
+    let packed = m.forward_packed(&[[a.clone(), b.clone()].concat()], &[pos]).unwrap().squeeze(0).unwrap();
+    assert!(max_abs_diff(&packed.narrow(0, 0, 300).unwrap(), &plain(&m, &a)) < 1e-4);
+    assert!(max_abs_diff(&packed.narrow(0, 300, 250).unwrap(), &plain(&m, &b)) < 1e-4);
+}
+
+#[test]
 fn cached_greedy_decoding_equals_full_recomputation() {
     let cfg = micro_config();
     let m = model(&cfg, 4);
