@@ -134,7 +134,36 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     write_json_atomic(&configs_dir.join("orchestrator.json"), &rl_configs::to_json(&orchestrator))?;
     procs.push(spawn(&run_dir, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
     procs.push(spawn(&run_dir, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
-    monitor(&run_dir, &mut procs, config.max_steps)
+    monitor(&run_dir, &mut procs, config.max_steps)?;
+    drop(procs);
+    export_final_model(&run_dir, config)
+}
+
+/// Writes the last broadcast weights as an HF-format model directory at `<run>/model` (config and
+/// tokenizer files from the starting model).
+fn export_final_model(run_dir: &Path, config: &RlConfig) -> anyhow::Result<()> {
+    let src = config.trainer.model.path.clone().context("trainer.model.path is required")?;
+    let broadcasts = run_dir.join("broadcasts");
+    let last = std::fs::read_dir(&broadcasts)
+        .with_context(|| format!("no broadcasts in {}", broadcasts.display()))?
+        .flatten()
+        .filter(|e| e.path().join("STABLE").exists())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("step_"))
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|n| (n, e.path()))
+        })
+        .max_by_key(|(n, _)| *n)
+        .context("no complete weight broadcast to export")?;
+    let cfg = rl_model::read_config(&src)?;
+    let mut tensors: Vec<_> = rl_model::read_weights(&last.1, &candle_core::Device::Cpu)?.into_iter().collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let out = run_dir.join("model");
+    rl_model::write_model_dir(&out, &cfg, &tensors, &src)?;
+    writeln!(std::io::stdout().lock(), "final model (after step {}) written to {}", last.0, out.display())?;
+    Ok(())
 }
 
 fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow::Result<()> {

@@ -45,4 +45,7 @@ fn rl_runs_three_steps_across_all_processes() {
     let inference_log = std::fs::read_to_string(run.join("logs/inference.log")).unwrap();
     assert!(inference_log.contains("weights updated"), "update_weights reached the inference server");
     assert!(run.join("trainer/metrics.jsonl").exists());
+    let final_model = run.join("model");
+    assert!(stdout(&o).contains("final model (after step 3)"), "{}", stdout(&o));
+    rl_model::load_model(&final_model, &candle_core::Device::Cpu).expect("the final model directory loads");
 }
