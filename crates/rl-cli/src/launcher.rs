@@ -105,7 +105,8 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     let cfg_path = |rel: &str| configs_dir.join(rel).display().to_string();
     let mut procs: Vec<Proc> = Vec::new();
-    let mut orchestrator = config.parts().orchestrator;
+    let parts = config.parts();
+    let mut orchestrator = parts.orchestrator;
     if config.inference.is_some() {
         let (p, event) = spawn(&run_dir, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
         orchestrator.model.base_url = event
@@ -114,7 +115,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         procs.push(p);
     }
     let mut addresses = std::collections::BTreeMap::new();
-    for part in config.parts().env_servers.iter().filter(|p| p.split == "train") {
+    for part in parts.env_servers.iter().filter(|p| p.split == "train") {
         let rel = format!("envs/train/{}.json", part.name);
         let (p, event) = spawn(&run_dir, &format!("env-{}", part.name), &["env-server", "@", &cfg_path(&rel)], true)?;
         addresses.insert(

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::api::{ChatRequest, CompletionRequest, Limits, Prompt, content_text};
+use crate::api::{ChatRequest, CompletionRequest, Limits, Prompt, Sampling, content_text};
 use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 use crate::error::{Error, Result};
 use crate::tool_calls::parse_hermes;
@@ -95,6 +95,34 @@ impl AppState {
 
     fn next_seed(&self) -> u64 {
         self.counter.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The response envelope shared by chat and text completions (ids, usage, vLLM extensions).
+    fn response_body(
+        &self,
+        id: &str,
+        object: &str,
+        choices: Vec<Value>,
+        prompt: &[u32],
+        out: &GenOutput,
+        sampling: &Sampling,
+    ) -> Value {
+        let mut body = json!({
+            "id": format!("{id}-{}", self.next_seed()),
+            "object": object,
+            "created": now(),
+            "model": self.limits.model_name,
+            "choices": Value::Array(choices),
+            "usage": usage(prompt.len(), out),
+            "weights_version": out.weights_version,
+        });
+        if sampling.return_token_ids {
+            body["prompt_token_ids"] = json!(prompt);
+        }
+        if sampling.prompt_logprobs.is_some() {
+            body["prompt_logprobs"] = self.prompt_logprobs_json(out);
+        }
+        body
     }
 
     fn token_json(&self, t: &TokenLogprob) -> Value {
@@ -232,21 +260,7 @@ async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result
             choice
         })
         .collect();
-    let mut body = json!({
-        "id": format!("chatcmpl-{}", s.next_seed()),
-        "object": "chat.completion",
-        "created": now(),
-        "model": s.limits.model_name,
-        "choices": choices,
-        "usage": usage(prompt.len(), &out),
-        "weights_version": out.weights_version,
-    });
-    if req.sampling.return_token_ids {
-        body["prompt_token_ids"] = json!(prompt);
-    }
-    if req.sampling.prompt_logprobs.is_some() {
-        body["prompt_logprobs"] = s.prompt_logprobs_json(&out);
-    }
+    let body = s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling);
     Ok(Json(body))
 }
 
@@ -280,20 +294,6 @@ async fn completions(State(s): State<AppState>, Json(req): Json<CompletionReques
             choice
         })
         .collect();
-    let mut body = json!({
-        "id": format!("cmpl-{}", s.next_seed()),
-        "object": "text_completion",
-        "created": now(),
-        "model": s.limits.model_name,
-        "choices": choices,
-        "usage": usage(prompt.len(), &out),
-        "weights_version": out.weights_version,
-    });
-    if req.sampling.return_token_ids {
-        body["prompt_token_ids"] = json!(prompt);
-    }
-    if req.sampling.prompt_logprobs.is_some() {
-        body["prompt_logprobs"] = s.prompt_logprobs_json(&out);
-    }
+    let body = s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling);
     Ok(Json(body))
 }

@@ -17,7 +17,10 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
     if out.exists() && std::fs::read_dir(out).map_err(|e| Error::io(out, e))?.next().is_some() && !force {
         return Err(Error::bad_dir(out, "already exists and is not empty (pass --force to replace it)"));
     }
-    let scratch = std::env::temp_dir().join(format!("rl-model-init-{}-{seed}", std::process::id()));
+    // Unique per call: concurrent inits in one process (tests) must not share a scratch directory.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let scratch = std::env::temp_dir().join(format!("rl-model-init-{}-{seed}-{call}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| Error::io(&scratch, e))?;
     let result = (|| {
         let vocab = write_char_tokenizer(&scratch.join("tokenizer.json"))?;
