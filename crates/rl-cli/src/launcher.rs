@@ -1,17 +1,36 @@
 //! `rl rl`: launches the whole system as separate processes — the embedded inference server (when
 //! configured), one env server per env (started one after another, each on port 0, reporting its
 //! address, so none can race another for a port), the trainer and the orchestrator — and shows one
-//! progress line per step. If any process fails, the others are stopped and the launcher exits
-//! non-zero naming the process and the end of its log.
+//! progress line per step and keeps `<run>/curves.svg` current. If any process fails, the others
+//! are stopped and the launcher exits non-zero naming the process and the end of its log. Children
+//! run in their own process group: Ctrl-C reaches the launcher only, which stops them in order
+//! (orchestrator, trainer, env servers, inference). `--resume` restarts every process from the
+//! latest checkpoint both the trainer and the orchestrator completed.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rl_configs::{ConfigFile, RlConfig, write_json_atomic};
+use rl_configs::{ConfigFile, ResumeConfig, RlConfig, write_json_atomic};
+
+use crate::plot::{read_jsonl, rl_curves};
+
+/// Set by the first Ctrl-C (or SIGTERM) the launcher receives.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Watches for Ctrl-C / SIGTERM on a small runtime of its own (the launcher itself is synchronous).
+fn watch_signals() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name(String::from("signals")).spawn(move || {
+        rt.block_on(crate::env_server::shutdown_signal());
+        INTERRUPTED.store(true, Ordering::SeqCst);
+    })?;
+    Ok(())
+}
 
 struct Proc {
     name: String,
@@ -53,10 +72,16 @@ fn spawn(
     let logs = run_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
     let log = logs.join(format!("{}.log", name.replace('/', "-")));
-    let err_file = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    // Appending keeps the log of an interrupted run when it is resumed.
+    let err_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("cannot create {}", log.display()))?;
     let exe = std::env::current_exe().context("cannot find the rl executable")?;
     let mut cmd = Command::new(exe);
-    cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null());
+    // Own process group: a terminal Ctrl-C reaches the launcher, which stops children in order.
+    cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null()).process_group(0);
     cmd.stdout(if wait_line { Stdio::piped() } else { Stdio::from(err_file) });
     let mut child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
     let mut event = None;
@@ -83,14 +108,38 @@ fn spawn(
     Ok((Proc { name: name.to_owned(), child, log }, event))
 }
 
+/// The checkpoint step to resume from: `wanted`, or the latest step for which both the trainer
+/// and the orchestrator finished a checkpoint.
+fn resume_step(run_dir: &Path, wanted: Option<u64>) -> anyhow::Result<u64> {
+    let root = run_dir.join("checkpoints");
+    let complete = |s: u64| {
+        let d = root.join(format!("step_{s}"));
+        d.join("trainer/progress.json").exists() && d.join("orchestrator/state.json").exists()
+    };
+    if let Some(s) = wanted {
+        if complete(s) {
+            return Ok(s);
+        }
+        bail!("cannot resume from step {s}: {} lacks a complete trainer or orchestrator checkpoint", root.display());
+    }
+    let steps = std::fs::read_dir(&root)
+        .with_context(|| format!("cannot resume: no checkpoints in {} (set [ckpt] interval)", root.display()))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.parse::<u64>().ok());
+    steps.filter(|&s| complete(s)).max().with_context(|| {
+        format!("cannot resume: no complete checkpoint (trainer and orchestrator) in {}", root.display())
+    })
+}
+
 /// Runs the RL launcher for a loaded config.
 pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let run_dir = config.run_dir();
-    if config.resume.is_some() {
-        bail!("--resume is not implemented for `rl rl` yet (the orchestrator has no checkpoints yet)");
-    }
+    let resume = match &config.resume {
+        Some(r) => Some(resume_step(&run_dir, r.step)?),
+        None => None,
+    };
     let non_empty = std::fs::read_dir(&run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
-    if non_empty {
+    if non_empty && resume.is_none() {
         if !config.clean {
             bail!(
                 "run directory {} is not empty: pass --clean to delete it or choose another --run.name",
@@ -107,6 +156,14 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let mut procs: Vec<Proc> = Vec::new();
     let parts = config.parts();
     let mut orchestrator = parts.orchestrator;
+    let mut trainer = parts.trainer;
+    if let Some(step) = resume {
+        // Both resume from the same, complete checkpoint (not each from its own latest).
+        trainer.resume = Some(ResumeConfig { step: Some(step) });
+        orchestrator.resume = Some(ResumeConfig { step: Some(step) });
+        writeln!(std::io::stdout().lock(), "resuming {} from checkpoint step {step}", run_dir.display())?;
+    }
+    watch_signals()?;
     if config.inference.is_some() {
         let (p, event) = spawn(&run_dir, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
         orchestrator.model.base_url = event
@@ -115,29 +172,72 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         procs.push(p);
     }
     let mut addresses = std::collections::BTreeMap::new();
-    for part in parts.env_servers.iter().filter(|p| p.split == "train") {
-        let rel = format!("envs/train/{}.json", part.name);
-        let (p, event) = spawn(&run_dir, &format!("env-{}", part.name), &["env-server", "@", &cfg_path(&rel)], true)?;
+    for part in &parts.env_servers {
+        let rel = format!("envs/{}/{}.json", part.split, part.name);
+        let name = match part.split {
+            "train" => format!("env-{}", part.name),
+            split => format!("env-{split}-{}", part.name),
+        };
+        let (p, event) = spawn(&run_dir, &name, &["env-server", "@", &cfg_path(&rel)], true)?;
         addresses.insert(
-            part.name.clone(),
+            (part.split, part.name.clone()),
             event
                 .and_then(|e| e["address"].as_str().map(str::to_owned))
                 .context("env server did not report its address")?,
         );
         procs.push(p);
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return stop_all(procs, &run_dir);
+        }
     }
     for env in &mut orchestrator.train.env {
-        if let Some(a) = addresses.get(env.display_name()) {
+        if let Some(a) = addresses.get(&("train", env.display_name().to_owned())) {
             env.address = Some(a.clone());
         }
     }
-    orchestrator.eval = None;
+    if let Some(eval) = &mut orchestrator.eval {
+        for env in &mut eval.env {
+            if let Some(a) = addresses.get(&("eval", env.display_name().to_owned())) {
+                env.address = Some(a.clone());
+            }
+        }
+    }
     write_json_atomic(&configs_dir.join("orchestrator.json"), &rl_configs::to_json(&orchestrator))?;
+    write_json_atomic(&configs_dir.join("trainer.json"), &rl_configs::to_json(&trainer))?;
     procs.push(spawn(&run_dir, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
     procs.push(spawn(&run_dir, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
-    monitor(&run_dir, &mut procs, config.max_steps)?;
-    drop(procs);
-    export_final_model(&run_dir, config)
+    let outcome = monitor(&run_dir, &mut procs, config.max_steps, resume.unwrap_or(0));
+    if let Err(e) = rl_curves(&run_dir) {
+        tracing::warn!("could not draw the run's curves: {e:#}");
+    }
+    match outcome {
+        Ok(Finished::Done) => {
+            stop_in_order(procs);
+            export_final_model(&run_dir, config)
+        }
+        Ok(Finished::Interrupted) => stop_all(procs, &run_dir),
+        Err(e) => {
+            stop_in_order(procs);
+            Err(e)
+        }
+    }
+}
+
+/// Stops children newest first: the orchestrator before the trainer, env servers before inference.
+fn stop_in_order(mut procs: Vec<Proc>) {
+    while let Some(p) = procs.pop() {
+        drop(p);
+    }
+}
+
+/// The Ctrl-C path: stop everything, say how to continue, exit non-zero.
+fn stop_all(procs: Vec<Proc>, run_dir: &Path) -> anyhow::Result<()> {
+    let _ = writeln!(std::io::stderr().lock(), "interrupted: stopping every process of {}", run_dir.display());
+    stop_in_order(procs);
+    bail!(
+        "interrupted; logs are in {}; continue from the latest checkpoint with --resume (needs [ckpt])",
+        run_dir.join("logs").display()
+    )
 }
 
 /// Writes the last broadcast weights as an HF-format model directory at `<run>/model` (config and
@@ -167,12 +267,22 @@ fn export_final_model(run_dir: &Path, config: &RlConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow::Result<()> {
+/// How monitoring ended without a failure.
+enum Finished {
+    Done,
+    Interrupted,
+}
+
+/// Shows one line per orchestrator step after `shown` (steps up to it were shown by an earlier
+/// launch when resuming) until the trainer and the orchestrator both finish.
+fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>, mut shown: u64) -> anyhow::Result<Finished> {
     let started = Instant::now();
-    let (mut orch_lines, mut trainer_lines) = (0usize, 0usize);
     let mut kl = std::collections::BTreeMap::new();
     let mut out = std::io::stdout().lock();
     loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Ok(Finished::Interrupted);
+        }
         for p in procs.iter_mut() {
             if let Some(status) = p.child.try_wait()? {
                 let done = status.success() && (p.name == "trainer" || p.name == "orchestrator");
@@ -181,17 +291,21 @@ fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow
                 }
             }
         }
-        let trainer_rows = read_jsonl(&run_dir.join("trainer/metrics.jsonl"));
-        for row in trainer_rows.iter().skip(trainer_lines) {
+        for row in read_jsonl(&run_dir.join("trainer/metrics.jsonl")) {
             kl.insert(
                 row["step"].as_u64().unwrap_or(0),
                 (row["mismatch_kl"].as_f64().unwrap_or(f64::NAN), row["tokens_per_s"].as_f64().unwrap_or(0.0)),
             );
         }
-        trainer_lines = trainer_rows.len();
         let orch_rows = read_jsonl(&run_dir.join("metrics.jsonl"));
-        for row in orch_rows.iter().skip(orch_lines) {
+        let mut new_rows = false;
+        for row in &orch_rows {
             let step = row["step"].as_u64().unwrap_or(0);
+            if step <= shown {
+                continue;
+            }
+            shown = step;
+            new_rows = true;
             // The latest trained step's numbers (training of this step may still be running).
             let (mkl, tps) = kl.values().next_back().copied().unwrap_or((f64::NAN, 0.0));
             writeln!(
@@ -204,7 +318,9 @@ fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow
                 started.elapsed().as_secs_f64()
             )?;
         }
-        orch_lines = orch_rows.len();
+        if new_rows && let Err(e) = rl_curves(run_dir) {
+            tracing::warn!("could not draw the run's curves: {e:#}");
+        }
         let mut finished = |name: &str| {
             procs
                 .iter_mut()
@@ -212,13 +328,9 @@ fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>) -> anyhow
                 .is_some_and(|p| matches!(p.child.try_wait(), Ok(Some(s)) if s.success()))
         };
         if finished("trainer") && finished("orchestrator") {
-            writeln!(out, "done: run directory {}", run_dir.display())?;
-            return Ok(());
+            writeln!(out, "done: run directory {} (curves: curves.svg)", run_dir.display())?;
+            return Ok(Finished::Done);
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }

@@ -6,6 +6,7 @@ mod env_server;
 mod launcher;
 mod logging;
 mod orchestrating;
+mod plot;
 mod serving;
 mod sft;
 mod training;

@@ -9,25 +9,23 @@ use rl_configs::OrchestratorConfig;
 /// Runs the orchestrator until `max_steps`.
 pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    if config.resume.is_some() {
-        anyhow::bail!("orchestrator checkpoints and resume are not implemented yet");
-    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let mut orch = rl_orchestrator::Orchestrator::connect(config).await.context("cannot start the orchestrator")?;
         let started = std::time::Instant::now();
-        orch.run(1, |s| {
+        orch.run(|s| {
             let m = &s.metrics;
             let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
             let mut out = std::io::stdout().lock();
             let _ = writeln!(
                 out,
-                "Step {} | Reward {:.4} | policy v{} | {} rollouts | generate {:.1}s | elapsed {:.0}s",
+                "Step {} | Reward {:.4} | policy v{} | {} rollouts | stale {} | generate {:.1}s | elapsed {:.0}s",
                 s.step,
                 f("reward/mean"),
                 m["policy_version"],
                 m["rollouts"],
+                m["stale_dropped"],
                 f("time/generate_s"),
                 started.elapsed().as_secs_f64()
             );

@@ -45,7 +45,14 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
             "step {}/{max} | loss {:.4}{val} | lr {:.2e} | grad_norm {:.3} | {:.0} tok/s",
             r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
         );
+        // Redraw at validation steps (cheap) so the picture follows a long run.
+        if r.val_loss.is_some()
+            && let Err(e) = crate::plot::sft_curves(&run_dir)
+        {
+            tracing::warn!("could not draw the run's curves: {e:#}");
+        }
     })?;
+    crate::plot::sft_curves(&run_dir)?;
     let model_dir = run_dir.join("model");
     trainer.save_model(&model_dir)?;
     writeln!(std::io::stdout().lock(), "sft: wrote the fine-tuned model to {}", model_dir.display())?;

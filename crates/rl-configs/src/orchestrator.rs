@@ -445,7 +445,19 @@ impl OrchestratorConfig {
                     ));
                 }
             }
-            if matches!(a, AlgorithmConfig::Builtin(BuiltinAlgorithm::Sft {})) && self.actor == POLICY_KEY {
+            let is_sft = matches!(a, AlgorithmConfig::Builtin(BuiltinAlgorithm::Sft {}));
+            if !is_sft && matches!(a, AlgorithmConfig::Builtin(_)) && self.actor != POLICY_KEY {
+                return Err(ConfigError::invalid(
+                    ak,
+                    format!(
+                        "`{}` trains the policy on its own samples, but `orchestrator.actor` is `{}`: \
+                         use `sft` to imitate a frozen actor, or set actor = \"policy\"",
+                        a.id(),
+                        self.actor
+                    ),
+                ));
+            }
+            if is_sft && self.actor == POLICY_KEY {
                 return Err(ConfigError::invalid(
                     ak,
                     "`sft` trains on a frozen actor's tokens: set `orchestrator.actor` to a key of `orchestrator.models`",

@@ -77,6 +77,34 @@ pub(crate) struct ChatRequest {
     pub(crate) sampling: Sampling,
 }
 
+/// `POST /tokenize` (vLLM): chat messages through the template, or a text prompt, to token ids.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct TokenizeRequest {
+    #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default)]
+    pub(crate) messages: Option<Vec<ChatMessage>>,
+    #[serde(default)]
+    pub(crate) prompt: Option<String>,
+    #[serde(default)]
+    pub(crate) tools: Option<Vec<Value>>,
+    #[serde(default = "yes")]
+    pub(crate) add_generation_prompt: bool,
+}
+
+impl Limits {
+    /// Checks a request's `model` against the served name.
+    pub(crate) fn check_model(&self, model: Option<&String>) -> Result<()> {
+        match model {
+            Some(m) if m != &self.model_name => Err(Error::UnknownModel(format!(
+                "The model `{m}` does not exist; this server serves `{}`.",
+                self.model_name
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -118,14 +146,7 @@ impl Sampling {
 
     /// Validates against `limits` and builds the engine request for `prompt`.
     pub(crate) fn to_request(&self, prompt: Vec<u32>, limits: &Limits, request_seed: u64) -> Result<GenRequest> {
-        if let Some(m) = &self.model
-            && m != &limits.model_name
-        {
-            return Err(Error::UnknownModel(format!(
-                "The model `{m}` does not exist; this server serves `{}`.",
-                limits.model_name
-            )));
-        }
+        limits.check_model(self.model.as_ref())?;
         if self.stream {
             return Err(Error::BadRequest(String::from("stream = true is not supported by this server")));
         }

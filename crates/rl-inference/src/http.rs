@@ -14,7 +14,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::api::{ChatRequest, CompletionRequest, Limits, Prompt, Sampling, content_text};
+use crate::api::{
+    ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling, TokenizeRequest, content_text,
+};
 use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 use crate::error::{Error, Result};
 use crate::tool_calls::parse_hermes;
@@ -39,6 +41,7 @@ pub(crate) fn router(state: AppState, max_body: usize) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/tokenize", post(tokenize))
         .route("/update_weights", post(update_weights))
         .route("/pause", post(pause))
         .route("/resume", post(resume))
@@ -184,8 +187,8 @@ fn usage(prompt: usize, out: &GenOutput) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
-fn template_messages(req: &ChatRequest) -> Result<Vec<TemplateMessage>> {
-    req.messages
+fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
+    messages
         .iter()
         .map(|m| {
             if !["system", "user", "assistant", "tool"].contains(&m.role.as_str()) {
@@ -223,7 +226,7 @@ async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result
     if req.messages.is_empty() {
         return Err(Error::BadRequest(String::from("messages must not be empty")));
     }
-    let messages = template_messages(&req)?;
+    let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
     let text = s.template.render(&messages, &tools, req.add_generation_prompt)?;
     let prompt = s.tok.encode(&text)?;
@@ -262,6 +265,21 @@ async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result
         .collect();
     let body = s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling);
     Ok(Json(body))
+}
+
+/// vLLM's `/tokenize`: what a chat request's (or a text prompt's) tokens would be.
+async fn tokenize(State(s): State<AppState>, Json(req): Json<TokenizeRequest>) -> Result<Json<Value>> {
+    s.limits.check_model(req.model.as_ref())?;
+    let text = match (&req.messages, &req.prompt) {
+        (Some(messages), None) => {
+            let tools = req.tools.clone().unwrap_or_default();
+            s.template.render(&template_messages(messages)?, &tools, req.add_generation_prompt)?
+        }
+        (None, Some(prompt)) => prompt.clone(),
+        _ => return Err(Error::BadRequest(String::from("give exactly one of `messages` and `prompt`"))),
+    };
+    let tokens = s.tok.encode(&text)?;
+    Ok(Json(json!({"count": tokens.len(), "max_model_len": s.limits.max_model_len, "tokens": tokens})))
 }
 
 async fn completions(State(s): State<AppState>, Json(req): Json<CompletionRequest>) -> Result<Json<Value>> {

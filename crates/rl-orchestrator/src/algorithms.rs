@@ -1,15 +1,18 @@
 //! The algorithm registry: each algorithm turns a group of traces into per-branch channels
 //! (`values` + `mask` for one loss: rl advantages or ce weights). Channels of the same loss are
-//! summed; dimensions are checked against each branch's tokens.
+//! summed; dimensions are checked against each branch's tokens. Trace-level algorithms live here;
+//! model-scored (`opd`, `opsd`) and env-owned ones in `scoring`.
 
-use rl_configs::{AlgorithmConfig, BuiltinAlgorithm, LossChannel};
+use rl_configs::{AlgorithmConfig, BuiltinAlgorithm, EchoRole, LossChannel};
 use rl_serve::{branches, pb};
 
 use crate::error::{Error, Result};
 
-/// One algorithm's output for one branch.
+/// One algorithm's output for one branch of a trace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Channel {
+    /// Which branch of the trace (index into `branches(trace)`).
+    pub branch: usize,
     /// Which trainer loss it feeds.
     pub loss: LossChannel,
     /// Per-token values (advantages for rl, weights for ce).
@@ -18,7 +21,8 @@ pub struct Channel {
     pub mask: Vec<bool>,
 }
 
-/// An algorithm the orchestrator runs itself.
+/// A configured algorithm. The trace-level ones (`grpo`, `max_rl`, `rl`, `sft`, `echo`) are computed
+/// here; `opd`, `opsd` and env-owned ones need a model or an env server (see `scoring`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Algorithm {
     /// A = r - mean(r) over the group's clean traces.
@@ -27,29 +31,95 @@ pub enum Algorithm {
     MaxRl,
     /// A = r.
     Rl,
+    /// ce weight 1 on the (frozen) actor's sampled tokens.
+    Sft,
+    /// grpo plus ce weight `alpha` on observation tokens of `roles` after the first sampled turn.
+    Echo {
+        /// ce weight.
+        alpha: f32,
+        /// Roles whose (non-sampled) messages are trained: `tool`, `user`.
+        roles: Vec<String>,
+    },
+    /// Per-token advantage: reference logprob (model `model`) minus inference logprob.
+    Opd {
+        /// Scoring model key.
+        model: String,
+        /// Most scoring requests in flight.
+        max_concurrent: usize,
+    },
+    /// Like opd, but the scorer sees a demonstration hint before the branch.
+    Opsd {
+        /// Scoring model key (`policy`: the trained model).
+        model: String,
+        /// Task field holding the demonstration.
+        demo_key: String,
+        /// Hint template with `{demonstration}`.
+        template: String,
+        /// Most scoring requests in flight.
+        max_concurrent: usize,
+    },
+    /// Unknown to the orchestrator: run by the env server through `RunAlgorithms`.
+    EnvOwned {
+        /// The id the env server knows.
+        id: String,
+        /// Its fields as JSON.
+        fields_json: String,
+    },
 }
 
 impl Algorithm {
     /// The algorithm for a config entry; unbuilt ones are refused loudly, not skipped.
     pub fn from_config(cfg: &AlgorithmConfig) -> Result<Self> {
-        match cfg {
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {}) => Ok(Algorithm::Grpo),
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::MaxRl {}) => Ok(Algorithm::MaxRl),
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Rl {}) => Ok(Algorithm::Rl),
-            other => Err(Error::NotImplemented(other.id().to_owned())),
-        }
+        Ok(match cfg {
+            AlgorithmConfig::Builtin(b) => match b {
+                BuiltinAlgorithm::Grpo {} => Algorithm::Grpo,
+                BuiltinAlgorithm::MaxRl {} => Algorithm::MaxRl,
+                BuiltinAlgorithm::Rl {} => Algorithm::Rl,
+                BuiltinAlgorithm::Sft {} => Algorithm::Sft,
+                BuiltinAlgorithm::Echo { alpha, roles } => Algorithm::Echo {
+                    alpha: *alpha as f32,
+                    roles: roles
+                        .iter()
+                        .map(|r| match r {
+                            EchoRole::Tool => String::from("tool"),
+                            EchoRole::User => String::from("user"),
+                        })
+                        .collect(),
+                },
+                BuiltinAlgorithm::Opd { model, max_concurrent } => {
+                    Algorithm::Opd { model: model.clone(), max_concurrent: *max_concurrent as usize }
+                }
+                BuiltinAlgorithm::Opsd { model, demo_key, template, max_concurrent } => Algorithm::Opsd {
+                    model: model.clone(),
+                    demo_key: demo_key.clone(),
+                    template: template.clone(),
+                    max_concurrent: *max_concurrent as usize,
+                },
+                other => return Err(Error::NotImplemented(other.id().to_owned())),
+            },
+            AlgorithmConfig::EnvOwned { id, fields } => Algorithm::EnvOwned {
+                id: id.clone(),
+                fields_json: serde_json::Value::Object(fields.clone().into_iter().collect()).to_string(),
+            },
+        })
     }
 
     /// The id.
-    pub fn id(&self) -> &'static str {
+    pub fn id(&self) -> &str {
         match self {
             Algorithm::Grpo => "grpo",
             Algorithm::MaxRl => "max_rl",
             Algorithm::Rl => "rl",
+            Algorithm::Sft => "sft",
+            Algorithm::Echo { .. } => "echo",
+            Algorithm::Opd { .. } => "opd",
+            Algorithm::Opsd { .. } => "opsd",
+            Algorithm::EnvOwned { id, .. } => id,
         }
     }
 
-    /// Trace-level advantage of each trace (`None` for traces with errors).
+    /// Trace-level advantage of each trace (`None` for traces with errors, and for algorithms
+    /// without a trace-level advantage).
     pub fn advantages(&self, traces: &[pb::Trace]) -> Vec<Option<f64>> {
         let clean: Vec<f64> = traces.iter().filter(|t| t.errors.is_empty()).map(|t| t.reward).collect();
         let mean = if clean.is_empty() { 0.0 } else { clean.iter().sum::<f64>() / clean.len() as f64 };
@@ -59,34 +129,90 @@ impl Algorithm {
                 if !t.errors.is_empty() {
                     return None;
                 }
-                Some(match self {
-                    Algorithm::Grpo => t.reward - mean,
-                    Algorithm::MaxRl if mean > 0.0 => (t.reward - mean) / mean,
-                    Algorithm::MaxRl => 0.0,
-                    Algorithm::Rl => t.reward,
-                })
+                match self {
+                    Algorithm::Grpo | Algorithm::Echo { .. } => Some(t.reward - mean),
+                    Algorithm::MaxRl if mean > 0.0 => Some((t.reward - mean) / mean),
+                    Algorithm::MaxRl => Some(0.0),
+                    Algorithm::Rl => Some(t.reward),
+                    _ => None,
+                }
             })
             .collect()
     }
 
-    /// Channels per trace, per branch: the trace advantage on every sampled token.
-    pub fn channels(&self, traces: &[pb::Trace]) -> Vec<Vec<Channel>> {
-        traces
-            .iter()
-            .zip(self.advantages(traces))
-            .map(|(t, adv)| match adv {
-                None => Vec::new(),
-                Some(a) => branches(t)
-                    .into_iter()
-                    .map(|b| Channel {
-                        loss: LossChannel::Rl,
-                        values: b.mask.iter().map(|m| if *m { a as f32 } else { 0.0 }).collect(),
-                        mask: b.mask,
+    /// Channels per trace of the trace-level algorithms; `None` for those that need a model or an
+    /// env server.
+    pub fn local_channels(&self, traces: &[pb::Trace]) -> Option<Vec<Vec<Channel>>> {
+        match self {
+            Algorithm::Grpo | Algorithm::MaxRl | Algorithm::Rl => Some(
+                traces
+                    .iter()
+                    .zip(self.advantages(traces))
+                    .map(|(t, a)| a.map_or_else(Vec::new, |a| sampled(t, a as f32, LossChannel::Rl)))
+                    .collect(),
+            ),
+            Algorithm::Sft => Some(
+                traces
+                    .iter()
+                    .map(|t| if t.errors.is_empty() { sampled(t, 1.0, LossChannel::Ce) } else { Vec::new() })
+                    .collect(),
+            ),
+            Algorithm::Echo { alpha, roles } => Some(
+                traces
+                    .iter()
+                    .zip(self.advantages(traces))
+                    .map(|(t, a)| match a {
+                        None => Vec::new(),
+                        Some(a) => {
+                            let mut chans = sampled(t, a as f32, LossChannel::Rl);
+                            chans.extend(observations(t, *alpha, roles));
+                            chans
+                        }
                     })
                     .collect(),
-            })
-            .collect()
+            ),
+            Algorithm::Opd { .. } | Algorithm::Opsd { .. } | Algorithm::EnvOwned { .. } => None,
+        }
     }
+}
+
+/// `value` on every sampled token of every branch, for one loss.
+fn sampled(trace: &pb::Trace, value: f32, loss: LossChannel) -> Vec<Channel> {
+    branches(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| Channel {
+            branch: i,
+            loss,
+            values: b.mask.iter().map(|m| if *m { value } else { 0.0 }).collect(),
+            mask: b.mask,
+        })
+        .collect()
+}
+
+/// echo's ce channel: `alpha` on the tokens of non-sampled messages of `roles` that come after the
+/// branch's first sampled message (the prompt itself is never trained).
+fn observations(trace: &pb::Trace, alpha: f32, roles: &[String]) -> Vec<Channel> {
+    branches(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut mask = Vec::with_capacity(b.token_ids.len());
+            let mut seen_sampled = false;
+            for &n in &b.nodes {
+                let node = &trace.nodes[n];
+                let trained = seen_sampled && !node.sampled && roles.iter().any(|r| *r == node.role);
+                seen_sampled |= node.sampled;
+                mask.extend(std::iter::repeat_n(trained, node.token_ids.len()));
+            }
+            Channel {
+                branch: i,
+                loss: LossChannel::Ce,
+                values: mask.iter().map(|m| if *m { alpha } else { 0.0 }).collect(),
+                mask,
+            }
+        })
+        .collect()
 }
 
 /// Summed channels of one branch: rl advantages and ce weights (zero where no channel applies).
@@ -100,14 +226,15 @@ pub struct BranchTargets {
     pub ce_weights: Vec<f32>,
 }
 
-/// Checks every channel against its branch and sums channels of the same loss.
-/// `outputs[a][t][b]` is algorithm `a`'s channel for branch `b` of trace `t` (missing = none).
+/// Checks every channel against its branch and sums channels of the same loss. Tokens of messages
+/// flagged `parse_error` (quarantined markup) are masked out of every loss.
+/// `outputs[a][t]` is algorithm `a`'s channels for trace `t` (each naming its branch).
 pub fn aggregate(ids: &[&str], traces: &[pb::Trace], outputs: &[Vec<Vec<Channel>>]) -> Result<Vec<Vec<BranchTargets>>> {
-    let mut out: Vec<Vec<BranchTargets>> = traces
+    let all_branches: Vec<Vec<_>> = traces.iter().map(branches).collect();
+    let mut out: Vec<Vec<BranchTargets>> = all_branches
         .iter()
-        .map(|t| {
-            branches(t)
-                .into_iter()
+        .map(|bs| {
+            bs.iter()
                 .map(|b| {
                     let n = b.token_ids.len();
                     BranchTargets { advantages: vec![0.0; n], rl_mask: vec![false; n], ce_weights: vec![0.0; n] }
@@ -116,31 +243,26 @@ pub fn aggregate(ids: &[&str], traces: &[pb::Trace], outputs: &[Vec<Vec<Channel>
         })
         .collect();
     for (a, per_trace) in outputs.iter().enumerate() {
-        for (t, per_branch) in per_trace.iter().enumerate() {
-            for (b, ch) in per_branch.iter().enumerate() {
-                let target = out.get_mut(t).and_then(|bs| bs.get_mut(b)).ok_or_else(|| Error::Dimensions {
-                    algorithm: ids.get(a).copied().unwrap_or("?").to_owned(),
+        let algorithm = || ids.get(a).copied().unwrap_or("?").to_owned();
+        for (t, channels) in per_trace.iter().enumerate() {
+            for ch in channels {
+                let dims = |tokens: usize| Error::Dimensions {
+                    algorithm: algorithm(),
                     trace: t,
-                    branch: b,
-                    tokens: 0,
+                    branch: ch.branch,
+                    tokens,
                     values: ch.values.len(),
                     mask: ch.mask.len(),
-                })?;
+                };
+                let target = out.get_mut(t).and_then(|bs| bs.get_mut(ch.branch)).ok_or_else(|| dims(0))?;
                 let n = target.advantages.len();
                 if ch.values.len() != n || ch.mask.len() != n {
-                    return Err(Error::Dimensions {
-                        algorithm: ids.get(a).copied().unwrap_or("?").to_owned(),
-                        trace: t,
-                        branch: b,
-                        tokens: n,
-                        values: ch.values.len(),
-                        mask: ch.mask.len(),
-                    });
+                    return Err(dims(n));
                 }
-                for i in 0..n {
-                    if !ch.mask[i] {
-                        continue;
-                    }
+                if ch.values.iter().any(|v| !v.is_finite()) {
+                    return Err(Error::NonFinite { algorithm: algorithm(), trace: t, branch: ch.branch });
+                }
+                for i in (0..n).filter(|&i| ch.mask[i]) {
                     match ch.loss {
                         LossChannel::Rl => {
                             target.advantages[i] += ch.values[i];
@@ -152,6 +274,22 @@ pub fn aggregate(ids: &[&str], traces: &[pb::Trace], outputs: &[Vec<Vec<Channel>
             }
         }
     }
+    for ((trace, bs), targets) in traces.iter().zip(&all_branches).zip(&mut out) {
+        for (b, target) in bs.iter().zip(targets) {
+            let mut at = 0;
+            for &n in &b.nodes {
+                let len = trace.nodes[n].token_ids.len();
+                if trace.nodes[n].parse_error {
+                    for i in at..at + len {
+                        target.rl_mask[i] = false;
+                        target.advantages[i] = 0.0;
+                        target.ce_weights[i] = 0.0;
+                    }
+                }
+                at += len;
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -159,27 +297,22 @@ pub fn aggregate(ids: &[&str], traces: &[pb::Trace], outputs: &[Vec<Vec<Channel>
 mod tests {
     use super::*;
 
+    fn node(parent: i32, role: &str, tokens: usize, sampled: bool) -> pb::MessageNode {
+        pb::MessageNode {
+            parent,
+            role: role.to_owned(),
+            sampled,
+            token_ids: vec![7; tokens],
+            mask: vec![sampled; tokens],
+            logprobs: if sampled { vec![-0.5; tokens] } else { vec![] },
+            ..Default::default()
+        }
+    }
+
     fn trace(reward: f64, tokens: usize, error: bool) -> pb::Trace {
         pb::Trace {
             reward,
-            nodes: vec![
-                pb::MessageNode {
-                    parent: -1,
-                    role: String::from("user"),
-                    token_ids: vec![1, 2],
-                    mask: vec![false, false],
-                    ..Default::default()
-                },
-                pb::MessageNode {
-                    parent: 0,
-                    role: String::from("assistant"),
-                    sampled: true,
-                    token_ids: vec![7; tokens],
-                    mask: vec![true; tokens],
-                    logprobs: vec![-0.5; tokens],
-                    ..Default::default()
-                },
-            ],
+            nodes: vec![node(-1, "user", 2, false), node(0, "assistant", tokens, true)],
             errors: if error {
                 vec![pb::TraceError { message: String::from("boom"), ..Default::default() }]
             } else {
@@ -187,6 +320,10 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    fn local(a: &Algorithm, traces: &[pb::Trace]) -> Vec<Vec<Channel>> {
+        a.local_channels(traces).expect("a trace-level algorithm")
     }
 
     #[test]
@@ -203,34 +340,99 @@ mod tests {
     #[test]
     fn channels_put_the_advantage_on_sampled_tokens_only() {
         let group = [trace(1.0, 3, false), trace(0.0, 3, false)];
-        let ch = Algorithm::Grpo.channels(&group);
+        let ch = local(&Algorithm::Grpo, &group);
         assert_eq!(ch[0][0].values, vec![0.0, 0.0, 0.5, 0.5, 0.5]);
         assert_eq!(ch[0][0].mask, vec![false, false, true, true, true]);
         assert_eq!(ch[1][0].values, vec![0.0, 0.0, -0.5, -0.5, -0.5]);
     }
 
     #[test]
+    fn sft_puts_ce_weight_one_on_the_actor_tokens() {
+        let group = [trace(0.0, 2, false), trace(1.0, 2, true)];
+        let ch = local(&Algorithm::Sft, &group);
+        assert_eq!(ch[0][0].loss, LossChannel::Ce);
+        assert_eq!(ch[0][0].values, vec![0.0, 0.0, 1.0, 1.0]);
+        assert!(ch[1].is_empty(), "a failed rollout is not imitated");
+    }
+
+    #[test]
+    fn echo_trains_tool_and_user_observations_after_the_first_sampled_turn() {
+        // system(1) user(2) assistant(3, sampled) tool(2) user(1) assistant(2, sampled)
+        let t = pb::Trace {
+            reward: 1.0,
+            nodes: vec![
+                node(-1, "system", 1, false),
+                node(0, "user", 2, false),
+                node(1, "assistant", 3, true),
+                node(2, "tool", 2, false),
+                node(3, "user", 1, false),
+                node(4, "assistant", 2, true),
+            ],
+            ..Default::default()
+        };
+        let group = [t, trace(0.0, 1, false)];
+        let echo = Algorithm::Echo { alpha: 0.1, roles: vec![String::from("tool"), String::from("user")] };
+        let ch = local(&echo, &group);
+        assert_eq!(ch[0].len(), 2, "one rl and one ce channel for the single branch");
+        let (rl, ce) = (&ch[0][0], &ch[0][1]);
+        assert_eq!((rl.loss, ce.loss), (LossChannel::Rl, LossChannel::Ce));
+        assert_eq!(rl.values, vec![0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.5, 0.5], "grpo: 1 - 0.5");
+        // The first user turn is the prompt (before any sampled turn): not trained. The tool result
+        // and the later user feedback are.
+        assert_eq!(ce.values, vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1, 0.1, 0.1, 0.0, 0.0]);
+        let tool_only = Algorithm::Echo { alpha: 0.1, roles: vec![String::from("tool")] };
+        let ce = &local(&tool_only, &group)[0][1];
+        assert_eq!(ce.values, vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0]);
+    }
+
+    #[test]
     fn same_loss_channels_sum_and_bad_dimensions_are_errors() {
         let group = [trace(1.0, 2, false), trace(0.0, 2, false)];
-        let grpo = Algorithm::Grpo.channels(&group);
-        let rl = Algorithm::Rl.channels(&group);
+        let grpo = local(&Algorithm::Grpo, &group);
+        let rl = local(&Algorithm::Rl, &group);
         let ce = vec![
-            vec![Channel { loss: LossChannel::Ce, values: vec![0.3; 4], mask: vec![true, true, false, false] }],
+            vec![Channel {
+                branch: 0,
+                loss: LossChannel::Ce,
+                values: vec![0.3; 4],
+                mask: vec![true, true, false, false],
+            }],
             vec![],
         ];
         let agg = aggregate(&["grpo", "rl", "echo"], &group, &[grpo.clone(), rl, ce]).unwrap();
         assert_eq!(agg[0][0].advantages, vec![0.0, 0.0, 1.5, 1.5], "grpo 0.5 + rl 1.0");
         assert_eq!(agg[0][0].ce_weights, vec![0.3, 0.3, 0.0, 0.0]);
         assert_eq!(agg[1][0].advantages, vec![0.0, 0.0, -0.5, -0.5]);
-        let bad = vec![vec![Channel { loss: LossChannel::Rl, values: vec![1.0; 3], mask: vec![true; 3] }], vec![]];
-        let err = aggregate(&["grpo", "broken"], &group, &[grpo, bad]).unwrap_err();
+        let bad =
+            vec![vec![Channel { branch: 0, loss: LossChannel::Rl, values: vec![1.0; 3], mask: vec![true; 3] }], vec![]];
+        let err = aggregate(&["grpo", "broken"], &group, &[grpo.clone(), bad]).unwrap_err();
         assert!(err.to_string().contains("`broken`") && err.to_string().contains("4 tokens"), "{err}");
+        let no_branch =
+            vec![vec![Channel { branch: 3, loss: LossChannel::Rl, values: vec![1.0; 4], mask: vec![true; 4] }], vec![]];
+        assert!(aggregate(&["grpo", "broken"], &group, &[grpo.clone(), no_branch]).is_err());
+        let nan = vec![
+            vec![Channel { branch: 0, loss: LossChannel::Rl, values: vec![f32::NAN; 4], mask: vec![true; 4] }],
+            vec![],
+        ];
+        assert!(aggregate(&["grpo", "nan"], &group, &[grpo, nan]).unwrap_err().to_string().contains("non-finite"));
     }
 
     #[test]
-    fn unbuilt_algorithms_are_refused_not_skipped() {
-        let err = Algorithm::from_config(&AlgorithmConfig::from_id("opd")).unwrap_err();
-        assert!(err.to_string().contains("`opd` is not implemented"), "{err}");
+    fn parse_error_messages_are_masked_out_of_every_loss() {
+        let mut t = trace(1.0, 2, false);
+        t.nodes.push(pb::MessageNode { parse_error: true, ..node(1, "assistant", 2, true) });
+        let group = [t, trace(0.0, 4, false)];
+        let agg = aggregate(&["grpo"], &group, &[local(&Algorithm::Grpo, &group)]).unwrap();
+        assert_eq!(agg[0][0].rl_mask, vec![false, false, true, true, false, false]);
+    }
+
+    #[test]
+    fn unbuilt_algorithms_are_refused_not_skipped_and_unknown_ids_are_env_owned() {
+        let err = Algorithm::from_config(&AlgorithmConfig::from_id("rae")).unwrap_err();
+        assert!(err.to_string().contains("`rae` is not implemented"), "{err}");
         assert_eq!(Algorithm::from_config(&AlgorithmConfig::from_id("grpo")).unwrap(), Algorithm::Grpo);
+        let owned = Algorithm::from_config(&AlgorithmConfig::from_id("rloo")).unwrap();
+        assert_eq!(owned, Algorithm::EnvOwned { id: String::from("rloo"), fields_json: String::from("{}") });
+        assert!(Algorithm::Opd { model: String::from("ref"), max_concurrent: 32 }.local_channels(&[]).is_none());
     }
 }

@@ -24,9 +24,39 @@ pub enum Error {
         /// Mask entries produced.
         mask: usize,
     },
+    /// An algorithm produced NaN or infinite values.
+    #[error("algorithm `{algorithm}`: trace {trace} branch {branch} has non-finite values")]
+    NonFinite {
+        /// The algorithm.
+        algorithm: String,
+        /// Trace index in the group.
+        trace: usize,
+        /// Branch index in the trace.
+        branch: usize,
+    },
     /// A configured algorithm the orchestrator cannot run (yet).
-    #[error("algorithm `{0}` is not implemented in the orchestrator yet (built: grpo, max_rl, rl)")]
+    #[error(
+        "algorithm `{0}` is not implemented in the orchestrator yet (built: grpo, max_rl, rl, sft, echo, opd, opsd, env-owned)"
+    )]
     NotImplemented(String),
+    /// A scoring model call failed or answered something unusable.
+    #[error("scoring model `{model}` ({url}): {message}")]
+    Scoring {
+        /// The model key.
+        model: String,
+        /// The URL called.
+        url: String,
+        /// What happened.
+        message: String,
+    },
+    /// A checkpoint is missing, incomplete or does not match the run.
+    #[error("orchestrator checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The checkpoint file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
     /// An env-server call failed.
     #[error(transparent)]
     Env(#[from] rl_serve::Error),

@@ -1,19 +1,25 @@
 //! The dispatch loop. For each step n: wait until the loaded policy version v is at least
 //! n - 1 - max_async_level (loading new broadcasts into the inference server as they appear), run
 //! the step's groups on the env servers with `training_context {step: n, policy_version: v}` and
-//! `cache_salt = v`, compute advantages, pack, and write `rollouts/step_n/rank_0.bin`. Generation of
-//! step n+1 therefore overlaps training of step n whenever the async level allows it.
+//! `cache_salt = v`, drop groups older than `max_off_policy_steps`, compute advantages, pack, and
+//! write `rollouts/step_n/rank_0.bin`. Generation of step n+1 therefore overlaps training of step n
+//! whenever the async level allows it. Checkpoints, resume and online evaluation hang off the loop.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use rl_configs::{OrchestratorConfig, SamplingConfig, TrainEnvConfig};
+use rl_configs::{OrchestratorConfig, POLICY_KEY, SamplingConfig, TrainEnvConfig};
 use rl_proto::train::v1::TrainBatch;
 use rl_serve::{ClientOptions, EnvClient, ModelRuntime, Sampling, pb};
+use serde_json::{Map, Value, json};
 
 use crate::algorithms::{Algorithm, aggregate};
+use crate::checkpoint::{self, OrchestratorState};
 use crate::error::{Error, Result};
+use crate::eval::eval_metrics;
+use crate::scoring::{Endpoint, ScoringContext, remote_channels, root_url};
 use crate::sink::{TrainingSample, pack, samples};
 
 /// Attempts of a group whose rollouts failed with retryable errors.
@@ -30,42 +36,64 @@ struct Env {
     ratio: f64,
 }
 
+struct EvalEnv {
+    name: String,
+    client: EnvClient,
+    split: String,
+    examples: u64,
+    k: u32,
+    sampling: SamplingConfig,
+}
+
 /// What one step produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepSummary {
     /// The step.
     pub step: u64,
     /// Its metrics line.
-    pub metrics: serde_json::Value,
+    pub metrics: Value,
 }
 
 /// The orchestrator of one run.
 pub struct Orchestrator {
     cfg: OrchestratorConfig,
     envs: Vec<Env>,
+    eval_envs: Vec<EvalEnv>,
     http: reqwest::Client,
+    endpoints: BTreeMap<String, Endpoint>,
     version: u64,
     rng: u64,
+    /// The checkpoint step this run resumed from.
+    resumed: Option<u64>,
 }
 
 impl std::fmt::Debug for Orchestrator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Orchestrator").field("envs", &self.envs.iter().map(|e| &e.name).collect::<Vec<_>>()).finish()
+        f.debug_struct("Orchestrator")
+            .field("envs", &self.envs.iter().map(|e| &e.name).collect::<Vec<_>>())
+            .field("version", &self.version)
+            .finish()
     }
 }
 
-fn root_url(base_url: &str) -> String {
-    base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned()
+fn client(address: Option<&String>, name: &str, cfg: &OrchestratorConfig) -> Result<EnvClient> {
+    let address = address.ok_or_else(|| {
+        Error::Config(format!(
+            "env `{name}` has no address: start its server (rl env-server) and set `address`, or run under `rl rl`"
+        ))
+    })?;
+    let options = ClientOptions { timeout: Duration::from_secs_f64(cfg.rollout_timeout_s), ..ClientOptions::default() };
+    Ok(EnvClient::new(address, options)?)
+}
+
+fn split_size(info: &pb::InfoResponse, split: &str) -> u64 {
+    info.splits.iter().find(|s| s.name == split).map_or(0, |s| s.size)
 }
 
 impl Orchestrator {
-    /// Connects to every env server (waiting for health) and the policy endpoint.
+    /// Connects to every env server (waiting for health) and the model endpoints, and loads the
+    /// checkpoint to resume from when `resume` is set.
     pub async fn connect(cfg: &OrchestratorConfig) -> Result<Self> {
-        if cfg.actor != rl_configs::POLICY_KEY {
-            return Err(Error::Config(String::from(
-                "sampling rollouts from a non-policy actor is not implemented yet",
-            )));
-        }
         let wait = Duration::from_secs_f64(cfg.wait_for_ready_s);
         let mut envs = Vec::new();
         for (i, e) in cfg.train.env.iter().enumerate() {
@@ -74,47 +102,94 @@ impl Orchestrator {
         if envs.is_empty() {
             return Err(Error::Config(String::from("no training envs: add [[orchestrator.train.env]]")));
         }
+        let mut eval_envs = Vec::new();
+        if let Some(eval) = &cfg.eval {
+            for e in &eval.env {
+                let client = client(e.address.as_ref(), e.display_name(), cfg)?;
+                client.wait_for_health(wait).await?;
+                let size = split_size(&client.info().await?, &e.split);
+                if size == 0 {
+                    return Err(Error::Config(format!("eval env `{}` has no `{}` split", e.display_name(), e.split)));
+                }
+                let wanted = e.num_examples.or(eval.num_examples).map_or(size, u64::from);
+                eval_envs.push(EvalEnv {
+                    name: e.display_name().to_owned(),
+                    client,
+                    split: e.split.clone(),
+                    examples: wanted.min(size),
+                    k: e.k.unwrap_or(eval.k),
+                    sampling: cfg.train.sampling.merged(&eval.sampling).merged(&e.sampling),
+                });
+            }
+        }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs_f64(cfg.model.timeout_s))
             .build()
             .map_err(|e| Error::Config(e.to_string()))?;
-        let health = format!("{}/health", root_url(&cfg.model.base_url));
-        let start = Instant::now();
-        loop {
-            match http.get(&health).send().await {
-                Ok(r) if r.status().is_success() => break,
-                other => {
-                    if start.elapsed() > wait {
-                        let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
-                        return Err(Error::Policy {
-                            url: health,
-                            message: format!("not healthy after {wait:?}: {why}"),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
+        let mut endpoints = BTreeMap::new();
+        endpoints.insert(
+            POLICY_KEY.to_owned(),
+            Endpoint {
+                base_url: cfg.model.base_url.clone(),
+                model: rl_configs::ModelConfig { path: cfg.model.path.clone(), name: cfg.model.name.clone() }
+                    .served_name(),
+                tokens: true,
+                timeout: Duration::from_secs_f64(cfg.model.timeout_s),
+            },
+        );
+        for (key, m) in &cfg.models {
+            endpoints.insert(
+                key.clone(),
+                Endpoint {
+                    base_url: m.base_url.clone(),
+                    model: m.name.clone(),
+                    tokens: m.tokens,
+                    timeout: Duration::from_secs_f64(m.timeout_s),
+                },
+            );
         }
-        Ok(Orchestrator { cfg: cfg.clone(), envs, http, version: 0, rng: cfg.seed ^ 0x6a09_e667_f3bc_c909 })
+        for key in [POLICY_KEY, cfg.actor.as_str()] {
+            wait_healthy(&http, &endpoints[key], wait).await?;
+        }
+        let mut orch = Orchestrator {
+            cfg: cfg.clone(),
+            envs,
+            eval_envs,
+            http,
+            endpoints,
+            version: 0,
+            rng: cfg.seed ^ 0x6a09_e667_f3bc_c909,
+            resumed: None,
+        };
+        if let Some(r) = &cfg.resume {
+            let state = checkpoint::load(&cfg.output_dir, r.step)?;
+            orch.rng = state.sampler;
+            orch.resumed = Some(state.step);
+            tracing::info!(step = state.step, "resuming from the orchestrator checkpoint");
+        }
+        Ok(orch)
     }
 
     async fn connect_env(cfg: &OrchestratorConfig, e: &TrainEnvConfig, index: u32, wait: Duration) -> Result<Env> {
-        let address = e.address.clone().ok_or_else(|| {
-            Error::Config(format!(
-                "env `{}` has no address: start its server (rl env-server) and set `address`, or run under `rl rl`",
-                e.display_name()
-            ))
-        })?;
-        let options =
-            ClientOptions { timeout: Duration::from_secs_f64(cfg.rollout_timeout_s), ..ClientOptions::default() };
-        let client = EnvClient::new(&address, options)?;
+        let client = client(e.address.as_ref(), e.display_name(), cfg)?;
         client.wait_for_health(wait).await?;
         let info = client.info().await?;
-        let train_size = info.splits.iter().find(|s| s.name == "train").map_or(0, |s| s.size);
+        let train_size = split_size(&info, "train");
         if train_size == 0 {
-            return Err(Error::Config(format!("env `{}` at {address} has no `train` split", e.display_name())));
+            return Err(Error::Config(format!("env `{}` has no `train` split", e.display_name())));
         }
         let algorithms = cfg.env_algorithms(e).iter().map(Algorithm::from_config).collect::<Result<Vec<_>>>()?;
+        for a in &algorithms {
+            if let Algorithm::EnvOwned { id, .. } = a
+                && !info.algorithms.iter().any(|x| x == id)
+            {
+                return Err(Error::Config(format!(
+                    "algorithm `{id}` is neither built in nor offered by env `{}` (it offers: {})",
+                    e.display_name(),
+                    if info.algorithms.is_empty() { String::from("none") } else { info.algorithms.join(", ") }
+                )));
+            }
+        }
         Ok(Env {
             index,
             name: e.display_name().to_owned(),
@@ -125,6 +200,11 @@ impl Orchestrator {
             algorithms,
             ratio: e.ratio,
         })
+    }
+
+    /// The policy version currently loaded in the inference server.
+    pub fn policy_version(&self) -> u64 {
+        self.version
     }
 
     fn next_random(&mut self) -> u64 {
@@ -157,7 +237,7 @@ impl Orchestrator {
             }
             let url = format!("{}/update_weights", root_url(&self.cfg.model.base_url));
             let dir = std::path::absolute(&dir).unwrap_or(dir);
-            let resp = self.http.post(&url).json(&serde_json::json!({"weight_dir": dir})).send().await;
+            let resp = self.http.post(&url).json(&json!({"weight_dir": dir})).send().await;
             match resp {
                 Ok(r) if r.status().is_success() => {
                     self.version += 1;
@@ -173,12 +253,31 @@ impl Orchestrator {
         }
     }
 
-    fn actor(&self, env: &Env) -> ModelRuntime {
-        let s = &env.sampling;
+    /// Loads broadcasts until the policy version is at least `version`, waiting at most `limit`.
+    async fn wait_for_version(&mut self, version: u64, limit: Option<Duration>) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            self.load_new_weights().await?;
+            if self.version >= version {
+                return Ok(());
+            }
+            if limit.is_some_and(|l| start.elapsed() > l) {
+                return Err(Error::Checkpoint {
+                    path: self.cfg.output_dir.join(format!("broadcasts/step_{version}")).display().to_string(),
+                    message: format!("the trainer did not broadcast these weights within {limit:?}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The runtime env servers sample `actor` with, for one env's sampling.
+    fn runtime(&self, key: &str, s: &SamplingConfig) -> ModelRuntime {
+        let ep = &self.endpoints[key];
+        let policy = key == POLICY_KEY;
         ModelRuntime {
-            base_url: self.cfg.model.base_url.clone(),
-            model: rl_configs::ModelConfig { path: self.cfg.model.path.clone(), name: self.cfg.model.name.clone() }
-                .served_name(),
+            base_url: ep.base_url.clone(),
+            model: ep.model.clone(),
             sampling: Sampling {
                 temperature: Some(s.temperature),
                 top_p: Some(s.top_p),
@@ -188,168 +287,318 @@ impl Orchestrator {
                 seed: s.seed.map(|x| x ^ self.version),
                 extra: s.extra.clone().into_iter().collect(),
             },
-            tokens: true,
-            cache_salt: Some(self.version.to_string()),
-            timeout: Duration::from_secs_f64(self.cfg.model.timeout_s),
+            tokens: ep.tokens,
+            cache_salt: policy.then(|| self.version.to_string()),
+            timeout: ep.timeout,
         }
     }
 
-    /// Runs one group, retrying it when its rollouts failed with retryable errors.
-    async fn group(&self, env: &Env, index: u64, step: u64) -> Result<Vec<pb::Trace>> {
-        let context =
-            pb::TrainingContext { step, ckpt_step: 0, policy_version: self.version, extra: Default::default() };
-        let mut last = String::new();
+    /// Every configured model as a runtime, for env-side judges and env-owned algorithms.
+    fn model_runtimes(&self, s: &SamplingConfig) -> BTreeMap<String, pb::ModelRuntime> {
+        self.endpoints.keys().map(|k| (k.clone(), self.runtime(k, s).to_wire())).collect()
+    }
+
+    fn context(&self, step: u64) -> pb::TrainingContext {
+        let ckpt_step = self.resumed.unwrap_or(0);
+        pb::TrainingContext { step, ckpt_step, policy_version: self.version, extra: Default::default() }
+    }
+
+    /// Runs one group, rerunning it when its rollouts failed with retryable errors. Returns the
+    /// traces and the retryable errors seen on the way (by kind).
+    async fn group(
+        &self,
+        client: &EnvClient,
+        name: &str,
+        example: (&str, u64),
+        group_size: u32,
+        sampling: &SamplingConfig,
+        step: u64,
+    ) -> Result<(Vec<pb::Trace>, Vec<String>)> {
+        let mut seen = Vec::new();
         for attempt in 0..GROUP_ATTEMPTS {
             let req = pb::RunGroupRequest {
                 example: Some(pb::ExampleRef {
                     source: Some(pb::example_ref::Source::Dataset(pb::DatasetIndex {
-                        split: String::from("train"),
-                        index,
+                        split: example.0.to_owned(),
+                        index: example.1,
                     })),
                 }),
-                group_size: env.group_size,
-                actor: Some(self.actor(env).to_wire()),
-                training_context: Some(context.clone()),
-                models: Default::default(),
+                group_size,
+                actor: Some(self.runtime(&self.cfg.actor, sampling).to_wire()),
+                training_context: Some(self.context(step)),
+                models: self.model_runtimes(sampling).into_iter().collect(),
             };
-            let resp = env.client.run_group(req).await?;
-            let traces: Vec<pb::Trace> = resp.episodes.into_iter().flat_map(|e| e.traces).collect();
-            let errors: Vec<&pb::TraceError> = traces.iter().flat_map(|t| &t.errors).collect();
-            match errors.first() {
-                None => return Ok(traces),
-                Some(e) if !e.retryable => {
-                    return Err(Error::Rollout { env: env.name.clone(), message: e.message.clone() });
+            let resp = client.run_group(req).await?;
+            let mut traces = Vec::new();
+            let mut errors: Vec<pb::TraceError> = Vec::new();
+            for ep in resp.episodes {
+                errors.extend(ep.errors);
+                for t in ep.traces {
+                    errors.extend(t.errors.iter().cloned());
+                    traces.push(t);
                 }
-                Some(e) => {
-                    last = e.message.clone();
-                    tracing::warn!(env = %env.name, attempt, error = %e.message, "retryable rollout failure; rerunning the group");
+            }
+            match errors.first() {
+                None => return Ok((traces, seen)),
+                Some(e) if !e.retryable => {
+                    return Err(Error::Rollout { env: name.to_owned(), message: e.message.clone() });
+                }
+                Some(_) => {
+                    for e in &errors {
+                        seen.push(kind_name(e.kind));
+                    }
+                    let message = &errors[0].message;
+                    tracing::warn!(env = %name, attempt, error = %message, "retryable rollout failure; rerunning the group");
                 }
             }
         }
         Err(Error::Rollout {
-            env: env.name.clone(),
-            message: format!("still failing after {GROUP_ATTEMPTS} attempts: {last}"),
+            env: name.to_owned(),
+            message: format!(
+                "still failing after {GROUP_ATTEMPTS} attempts: {}",
+                seen.last().cloned().unwrap_or_default()
+            ),
         })
     }
 
-    /// Runs steps `start..=max_steps`, calling `on_step` after each batch is written.
-    pub async fn run(&mut self, start: u64, mut on_step: impl FnMut(&StepSummary)) -> Result<()> {
-        let run_dir = self.cfg.output_dir.clone();
-        if start == 1 {
-            clean_stale(&run_dir)?;
-        }
-        let mut step = start;
-        while self.cfg.max_steps.is_none_or(|max| step <= max) {
+    /// Evaluates every eval env with the current policy.
+    async fn evaluate(&self, step: u64) -> Result<Map<String, Value>> {
+        let mut out = Map::new();
+        for e in &self.eval_envs {
             let t0 = Instant::now();
-            let needed = step.saturating_sub(1 + u64::from(self.cfg.max_async_level));
-            loop {
-                self.load_new_weights().await?;
-                if self.version >= needed {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            let groups = futures::future::join_all(
+                (0..e.examples).map(|i| self.group(&e.client, &e.name, (&e.split, i), e.k, &e.sampling, step)),
+            )
+            .await;
+            let mut per_example = Vec::new();
+            let mut errors = 0;
+            for g in groups {
+                let (traces, seen) = g?;
+                errors += seen.len();
+                per_example.push(traces.iter().map(|t| t.reward).collect::<Vec<_>>());
             }
-            let wait_s = t0.elapsed().as_secs_f64();
-            let t1 = Instant::now();
-            let mut plan = Vec::new();
-            let mut planned = 0u32;
-            while planned < self.cfg.batch_size {
-                let e = self.pick_env();
-                let index = self.next_random() % self.envs[e].train_size;
-                planned += self.envs[e].group_size;
-                plan.push((e, index));
-            }
-            let groups =
-                futures::future::join_all(plan.iter().map(|&(e, index)| self.group(&self.envs[e], index, step))).await;
-            let gen_s = t1.elapsed().as_secs_f64();
-            let mut all_samples: Vec<TrainingSample> = Vec::new();
-            let mut rewards = Vec::new();
-            let mut advantages = Vec::new();
-            let (mut truncated, mut completion_tokens, mut rollouts) = (0usize, 0usize, 0usize);
-            for (&(e, _), traces) in plan.iter().zip(groups) {
-                let traces = traces?;
-                let env = &self.envs[e];
-                let channels: Vec<_> = env.algorithms.iter().map(|a| a.channels(&traces)).collect();
-                let ids: Vec<&str> = env.algorithms.iter().map(Algorithm::id).collect();
-                let targets = aggregate(&ids, &traces, &channels)?;
-                for a in env.algorithms.first().map(|a| a.advantages(&traces)).unwrap_or_default().into_iter().flatten()
-                {
-                    advantages.push(a);
-                }
-                for (t, tg) in traces.iter().zip(&targets) {
-                    rewards.push(t.reward);
-                    rollouts += 1;
-                    truncated += usize::from(t.is_truncated);
-                    completion_tokens += t.nodes.iter().filter(|n| n.sampled).map(|n| n.token_ids.len()).sum::<usize>();
-                    all_samples.extend(samples(t, tg, env.sampling.temperature as f32, env.index));
-                }
-            }
-            let rows = pack(&all_samples, self.cfg.seq_len as usize);
-            let batch = TrainBatch {
-                step,
-                micro_batches: rows,
-                env_names: self.envs.iter().map(|e| e.name.clone()).collect(),
-                min_policy_version: self.version,
-            };
-            write_batch(&run_dir, &batch)?;
-            let stats = |v: &[f64]| {
-                let n = v.len().max(1) as f64;
-                let mean = v.iter().sum::<f64>() / n;
-                let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
-                (
-                    mean,
-                    std,
-                    v.iter().copied().fold(f64::INFINITY, f64::min),
-                    v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                )
-            };
-            let (rm, rs, rmin, rmax) = stats(&rewards);
-            let (_, a_std, _, _) = stats(&advantages);
-            let metrics = serde_json::json!({
-                "step": step,
-                "reward/mean": rm, "reward/std": rs, "reward/min": rmin, "reward/max": rmax,
-                "advantage/std": a_std,
-                "rollouts": rollouts,
-                "samples": all_samples.len(),
-                "rows": batch.micro_batches.len(),
-                "completion_tokens": completion_tokens,
-                "truncated": truncated as f64 / rollouts.max(1) as f64,
-                "policy_version": self.version,
-                "off_policy_steps": step - 1 - self.version.min(step - 1),
-                "stale_dropped": 0,
-                "time/wait_for_policy_s": wait_s,
-                "time/generate_s": gen_s,
-                "time/step_s": t0.elapsed().as_secs_f64(),
+            out.extend(eval_metrics(&e.name, &per_example, errors));
+            out.insert(format!("eval/{}/policy_version", e.name), json!(self.version));
+            out.insert(format!("eval/{}/time_s", e.name), json!(t0.elapsed().as_secs_f64()));
+        }
+        Ok(out)
+    }
+
+    /// Channels of every algorithm of `env` on one group, aggregated per branch.
+    async fn targets(&self, env: &Env, traces: &[pb::Trace]) -> Result<Vec<Vec<crate::algorithms::BranchTargets>>> {
+        let runtimes = self.model_runtimes(&env.sampling);
+        let ctx =
+            ScoringContext { http: &self.http, endpoints: &self.endpoints, env: &env.client, runtimes: &runtimes };
+        let mut outputs = Vec::new();
+        for a in &env.algorithms {
+            outputs.push(match a.local_channels(traces) {
+                Some(ch) => ch,
+                None => remote_channels(a, traces, ctx).await?,
             });
+        }
+        let ids: Vec<&str> = env.algorithms.iter().map(Algorithm::id).collect();
+        aggregate(&ids, traces, &outputs)
+    }
+
+    /// Runs steps until `max_steps`, calling `on_step` after each batch is written. A fresh run
+    /// starts at step 1; a resumed one after its checkpoint step, with that step's weights loaded.
+    pub async fn run(&mut self, mut on_step: impl FnMut(&StepSummary)) -> Result<()> {
+        let run_dir = self.cfg.output_dir.clone();
+        let mut step = match self.resumed {
+            Some(s) => {
+                checkpoint::clean_after(&run_dir, s)?;
+                // The trainer broadcasts its checkpoint's weights first; the policy must serve them.
+                self.version = s - 1;
+                self.wait_for_version(s, Some(Duration::from_secs_f64(self.cfg.wait_for_ready_s))).await?;
+                s + 1
+            }
+            None => {
+                checkpoint::clean_after(&run_dir, 0)?;
+                if self.cfg.eval.as_ref().is_some_and(|e| e.eval_on_start) && !self.eval_envs.is_empty() {
+                    let mut row = self.evaluate(0).await?;
+                    row.insert(String::from("step"), json!(0));
+                    append_jsonl(&run_dir.join("metrics.jsonl"), &Value::Object(row))?;
+                }
+                1
+            }
+        };
+        while self.cfg.max_steps.is_none_or(|max| step <= max) {
+            let metrics = self.step(step).await?;
             append_jsonl(&run_dir.join("metrics.jsonl"), &metrics)?;
             on_step(&StepSummary { step, metrics });
             step += 1;
         }
         Ok(())
     }
+
+    async fn step(&mut self, step: u64) -> Result<Value> {
+        let run_dir = self.cfg.output_dir.clone();
+        let t0 = Instant::now();
+        self.wait_for_version(step.saturating_sub(1 + u64::from(self.cfg.max_async_level)), None).await?;
+        let wait_s = t0.elapsed().as_secs_f64();
+        let mut row = Map::new();
+        if let Some(eval) = &self.cfg.eval
+            && step.is_multiple_of(eval.interval)
+            && !self.eval_envs.is_empty()
+        {
+            row.extend(self.evaluate(step).await?);
+        }
+        let t1 = Instant::now();
+        let mut plan = Vec::new();
+        let mut planned = 0u32;
+        while planned < self.cfg.batch_size {
+            let e = self.pick_env();
+            let index = self.next_random() % self.envs[e].train_size;
+            planned += self.envs[e].group_size;
+            plan.push((e, index));
+        }
+        let mut done: Vec<(usize, Vec<pb::Trace>)> = Vec::new();
+        let mut error_kinds: BTreeMap<String, usize> = BTreeMap::new();
+        let mut stale = 0usize;
+        let max_off = u64::from(self.cfg.max_off_policy_steps);
+        while !plan.is_empty() {
+            let version = self.version;
+            let groups = futures::future::join_all(plan.iter().map(|&(e, index)| {
+                let env = &self.envs[e];
+                self.group(&env.client, &env.name, ("train", index), env.group_size, &env.sampling, step)
+            }))
+            .await;
+            let mut redo = Vec::new();
+            for (&(e, index), g) in plan.iter().zip(groups) {
+                let (traces, seen) = g?;
+                for k in seen {
+                    *error_kinds.entry(k).or_default() += 1;
+                }
+                // Too old for this step: dropped, counted, and sampled again with newer weights.
+                if step - 1 - version.min(step - 1) > max_off {
+                    stale += 1;
+                    redo.push((e, index));
+                } else {
+                    done.push((e, traces));
+                }
+            }
+            if !redo.is_empty() {
+                self.wait_for_version(step.saturating_sub(1 + max_off), None).await?;
+            }
+            plan = redo;
+        }
+        let gen_s = t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
+        let mut all_samples: Vec<TrainingSample> = Vec::new();
+        let (mut rewards, mut advantages, mut completion_lens) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut truncated, mut prompt_tokens) = (0usize, 0usize);
+        for (e, traces) in &done {
+            let env = &self.envs[*e];
+            let targets = self.targets(env, traces).await?;
+            for (t, tg) in traces.iter().zip(&targets) {
+                rewards.push(t.reward);
+                truncated += usize::from(t.is_truncated);
+                let sampled: usize = t.nodes.iter().filter(|n| n.sampled).flat_map(|n| &n.mask).filter(|m| **m).count();
+                let total: usize = t.nodes.iter().map(|n| n.token_ids.len()).sum();
+                completion_lens.push(sampled as f64);
+                prompt_tokens += total - sampled;
+                for b in tg {
+                    advantages
+                        .extend(b.advantages.iter().zip(&b.rl_mask).filter(|(_, m)| **m).map(|(a, _)| f64::from(*a)));
+                }
+                all_samples.extend(samples(t, tg, env.sampling.temperature as f32, env.index));
+            }
+        }
+        let algo_s = t2.elapsed().as_secs_f64();
+        let rows = pack(&all_samples, self.cfg.seq_len as usize);
+        let batch = TrainBatch {
+            step,
+            micro_batches: rows,
+            env_names: self.envs.iter().map(|e| e.name.clone()).collect(),
+            min_policy_version: self.version,
+        };
+        write_batch(&run_dir, &batch)?;
+        if let Some(ckpt) = &self.cfg.ckpt
+            && step.is_multiple_of(ckpt.interval)
+        {
+            let state = OrchestratorState::new(step, self.rng, BTreeMap::new());
+            checkpoint::save(&run_dir, &state, ckpt.keep_last)?;
+        }
+        let rollouts = rewards.len();
+        let r = stats(&rewards);
+        let a = stats(&advantages);
+        let c = stats(&completion_lens);
+        row.extend(
+            json!({
+                "step": step,
+                "reward/mean": r.mean, "reward/std": r.std, "reward/min": r.min, "reward/max": r.max,
+                "reward/p10": r.p10, "reward/p90": r.p90,
+                "advantage/mean": a.mean, "advantage/std": a.std, "advantage/abs_mean": stats(&advantages.iter().map(|x| x.abs()).collect::<Vec<_>>()).mean,
+                "rollouts": rollouts,
+                "samples": all_samples.len(),
+                "rows": batch.micro_batches.len(),
+                "completion_tokens": completion_lens.iter().sum::<f64>(),
+                "completion_len/mean": c.mean, "completion_len/max": c.max,
+                "prompt_tokens": prompt_tokens,
+                "truncated": truncated as f64 / rollouts.max(1) as f64,
+                "policy_version": self.version,
+                "off_policy_steps": step - 1 - self.version.min(step - 1),
+                "stale_dropped": stale,
+                "errors/retried": error_kinds.values().sum::<usize>(),
+                "time/wait_for_policy_s": wait_s,
+                "time/generate_s": gen_s,
+                "time/algorithms_s": algo_s,
+                "time/step_s": t0.elapsed().as_secs_f64(),
+            })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        );
+        for (k, n) in error_kinds {
+            row.insert(format!("errors/{k}"), json!(n));
+        }
+        Ok(Value::Object(row))
+    }
 }
 
-/// On a fresh run, removes rollouts and broadcasts (except the starting weights) of an earlier run.
-fn clean_stale(run_dir: &Path) -> Result<()> {
-    let io = |p: &Path, e: std::io::Error| Error::Io { path: p.display().to_string(), message: e.to_string() };
-    let rollouts = run_dir.join("rollouts");
-    if rollouts.exists() {
-        std::fs::remove_dir_all(&rollouts).map_err(|e| io(&rollouts, e))?;
-    }
-    if let Ok(entries) = std::fs::read_dir(run_dir.join("broadcasts")) {
-        for entry in entries.flatten() {
-            let stale = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("step_"))
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| n > 0);
-            if stale {
-                std::fs::remove_dir_all(entry.path()).map_err(|e| io(&entry.path(), e))?;
+fn kind_name(kind: i32) -> String {
+    pb::ErrorKind::try_from(kind)
+        .map(|k| k.as_str_name().trim_start_matches("ERROR_KIND_").to_lowercase())
+        .unwrap_or_else(|_| String::from("unknown"))
+}
+
+async fn wait_healthy(http: &reqwest::Client, ep: &Endpoint, wait: Duration) -> Result<()> {
+    let health = format!("{}/health", ep.root());
+    let start = Instant::now();
+    loop {
+        match http.get(&health).send().await {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            other => {
+                if start.elapsed() > wait {
+                    let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
+                    return Err(Error::Policy { url: health, message: format!("not healthy after {wait:?}: {why}") });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
-    Ok(())
+}
+
+struct Stats {
+    mean: f64,
+    std: f64,
+    min: f64,
+    max: f64,
+    p10: f64,
+    p90: f64,
+}
+
+fn stats(v: &[f64]) -> Stats {
+    if v.is_empty() {
+        return Stats { mean: 0.0, std: 0.0, min: 0.0, max: 0.0, p10: 0.0, p90: 0.0 };
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let q = |p: f64| sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)];
+    Stats { mean, std, min: sorted[0], max: sorted[sorted.len() - 1], p10: q(0.1), p90: q(0.9) }
 }
 
 /// Writes `rollouts/step_N/rank_0.bin` atomically (temp file, then rename).
@@ -364,7 +613,7 @@ pub fn write_batch(run_dir: &Path, batch: &TrainBatch) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn append_jsonl(path: &Path, value: &serde_json::Value) -> Result<()> {
+fn append_jsonl(path: &Path, value: &Value) -> Result<()> {
     use std::io::Write;
     let io = |e: std::io::Error| Error::Io { path: path.display().to_string(), message: e.to_string() };
     if let Some(d) = path.parent() {

@@ -122,7 +122,9 @@ mod tests {
     #[test]
     fn samples_fan_out_the_temperature_and_drop_zero_advantage_groups() {
         let group = [trace(1.0, 2), trace(0.0, 2)];
-        let targets = crate::algorithms::aggregate(&["grpo"], &group, &[Algorithm::Grpo.channels(&group)]).unwrap();
+        let targets =
+            crate::algorithms::aggregate(&["grpo"], &group, &[Algorithm::Grpo.local_channels(&group).unwrap()])
+                .unwrap();
         let s = samples(&group[0], &targets[0], 0.7, 3);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].temperatures, vec![0.7; 5], "every token carries the env's temperature");
@@ -130,7 +132,8 @@ mod tests {
         assert_eq!(s[0].inference_logprobs, vec![0.0, 0.0, 0.0, -0.25, -0.25]);
         assert_eq!(s[0].env_index, 3);
         let same = [trace(0.5, 2), trace(0.5, 2)];
-        let targets = crate::algorithms::aggregate(&["grpo"], &same, &[Algorithm::Grpo.channels(&same)]).unwrap();
+        let targets =
+            crate::algorithms::aggregate(&["grpo"], &same, &[Algorithm::Grpo.local_channels(&same).unwrap()]).unwrap();
         assert!(samples(&same[0], &targets[0], 1.0, 0).is_empty(), "all-zero advantages train nothing");
     }
 }

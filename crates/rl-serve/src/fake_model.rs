@@ -1,6 +1,8 @@
 //! A scripted OpenAI-compatible model server for tests (feature `fake-model`). It renders messages
 //! with a Qwen-style template and uses bytes as token ids, so token prefixes behave like a real
-//! server's: each turn's prompt extends the previous prompt plus completion.
+//! server's: each turn's prompt extends the previous prompt plus completion. It also scores token
+//! ids (`/v1/completions` with `prompt_logprobs`, by `prompt_logprob`) and tokenizes messages
+//! (`/tokenize`), counting how many scoring requests were in flight at once.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -61,11 +63,20 @@ pub const END: &str = "<|im_end|>";
 /// Logprob given to every sampled token.
 pub const TOKEN_LOGPROB: f32 = -0.25;
 
+/// The logprob the fake server gives token `id` when scoring (deterministic, id-dependent).
+pub fn prompt_logprob(id: u32) -> f32 {
+    -0.1 * (id % 5) as f32 - 0.05
+}
+
+/// How long one scoring request takes (so concurrent ones overlap).
+const SCORE_DELAY: std::time::Duration = std::time::Duration::from_millis(15);
+
 #[derive(Clone)]
 struct AppState {
     script: Arc<Script>,
     requests: Arc<Mutex<Vec<Value>>>,
     weight_updates: Arc<Mutex<Vec<Value>>>,
+    scoring: Arc<Mutex<(usize, usize, usize)>>,
 }
 
 /// A running fake server.
@@ -75,6 +86,7 @@ pub struct FakeModel {
     pub base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
     weight_updates: Arc<Mutex<Vec<Value>>>,
+    scoring: Arc<Mutex<(usize, usize, usize)>>,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -83,13 +95,17 @@ impl FakeModel {
     pub async fn start(script: impl Fn(&FakeRequest) -> FakeReply + Send + Sync + 'static) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let weight_updates = Arc::new(Mutex::new(Vec::new()));
+        let scoring = Arc::new(Mutex::new((0, 0, 0)));
         let state = AppState {
             script: Arc::new(script),
             requests: Arc::clone(&requests),
             weight_updates: Arc::clone(&weight_updates),
+            scoring: Arc::clone(&scoring),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/completions", post(score))
+            .route("/tokenize", post(tokenize))
             .route("/health", axum::routing::get(|| async { "ok" }))
             .route("/update_weights", post(update_weights))
             .with_state(state);
@@ -107,7 +123,13 @@ impl FakeModel {
                 })
                 .await;
         });
-        FakeModel { base_url: format!("http://{addr}/v1"), requests, weight_updates, _shutdown: tx }
+        FakeModel { base_url: format!("http://{addr}/v1"), requests, weight_updates, scoring, _shutdown: tx }
+    }
+
+    /// (scoring requests served, most in flight at once).
+    pub fn scoring_stats(&self) -> (usize, usize) {
+        let s = self.scoring.lock().expect("scoring lock");
+        (s.1, s.2)
     }
 
     /// Every `/update_weights` body received so far.
@@ -135,6 +157,55 @@ fn byte_ids(s: &str) -> Vec<u32> {
     s.bytes().map(u32::from).collect()
 }
 
+fn messages_of(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| (m["role"].as_str().unwrap_or("").to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `/tokenize`: the rendered messages' bytes (without the generation prompt unless asked).
+async fn tokenize(axum::Json(body): axum::Json<Value>) -> axum::Json<Value> {
+    let mut text = render(&messages_of(&body));
+    if !body["add_generation_prompt"].as_bool().unwrap_or(true) {
+        text.truncate(text.len() - "<|im_start|>assistant\n".len());
+    }
+    let tokens = byte_ids(&text);
+    axum::Json(json!({"count": tokens.len(), "tokens": tokens}))
+}
+
+/// `/v1/completions` used for scoring: prompt token ids in, `prompt_logprobs` out.
+async fn score(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> Response {
+    let Some(ids) = body["prompt"].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>()) else {
+        return (StatusCode::BAD_REQUEST, "prompt must be token ids").into_response();
+    };
+    {
+        let mut s = state.scoring.lock().expect("scoring lock");
+        s.0 += 1;
+        s.1 += 1;
+        s.2 = s.2.max(s.0);
+    }
+    tokio::time::sleep(SCORE_DELAY).await;
+    state.scoring.lock().expect("scoring lock").0 -= 1;
+    let items: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            if i == 0 {
+                Value::Null
+            } else {
+                json!({ id.to_string(): {"logprob": prompt_logprob(*id as u32), "rank": 1} })
+            }
+        })
+        .collect();
+    axum::Json(json!({"id": "fake", "object": "text_completion", "choices": [{"index": 0, "text": ""}], "prompt_logprobs": items}))
+        .into_response()
+}
+
 async fn update_weights(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> axum::Json<Value> {
     let mut updates = state.weight_updates.lock().expect("updates lock");
     updates.push(body);
@@ -143,14 +214,7 @@ async fn update_weights(State(state): State<AppState>, axum::Json(body): axum::J
 
 async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> Response {
     state.requests.lock().expect("requests lock").push(body.clone());
-    let messages: Vec<(String, String)> = body["messages"]
-        .as_array()
-        .map(|ms| {
-            ms.iter()
-                .map(|m| (m["role"].as_str().unwrap_or("").to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let messages = messages_of(&body);
     let n = body["n"].as_u64().unwrap_or(1) as u32;
     let max_tokens = body["max_completion_tokens"].as_u64().map(|m| m as usize);
     let prompt = render(&messages);

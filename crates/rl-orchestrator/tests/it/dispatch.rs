@@ -1,21 +1,33 @@
-//! Two full steps against a real reverse-text env server, a scripted model endpoint and a fake
-//! trainer: batch files, the training context each request carried, the weight-update calls.
+//! Full orchestrator runs against real env servers from rl-envs, a scripted model endpoint and a
+//! fake trainer: batch files, the training context each request carried, weight-update calls,
+//! staleness drops, resume from a checkpoint, online eval, and model-scored / env-owned algorithms.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use rl_configs::{OrchestratorConfig, ServeConfig, TrainEnvConfig};
-use rl_orchestrator::Orchestrator;
+use rl_configs::{
+    AlgorithmConfig, CkptConfig, EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, ResumeConfig,
+    ServeConfig, TrainEnvConfig,
+};
+use rl_orchestrator::{Orchestrator, StepSummary};
 use rl_proto::train::v1::TrainBatch;
-use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest};
+use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest, TOKEN_LOGPROB, prompt_logprob};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = tmp.path().to_owned();
-    // Even seeds answer correctly (with chatter outside the tags), odd seeds without tags.
-    let model = FakeModel::start(|r: &FakeRequest| {
+/// Starts a real env server for `id` on 127.0.0.1:0 and returns its address.
+async fn env_server(id: &str, args: serde_json::Value) -> String {
+    let env = rl_envs::load(id, args.as_object().unwrap()).unwrap();
+    let serve = ServeConfig::default();
+    let listener = rl_serve::bind(&serve).await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { rl_serve::serve(Arc::clone(&env), &serve, listener, std::future::pending()).await });
+    address
+}
+
+/// Even seeds answer correctly (with chatter outside the tags), odd seeds without tags.
+async fn reverse_text_model() -> FakeModel {
+    FakeModel::start(|r: &FakeRequest| {
         let rev: String = r.last_user().chars().rev().collect();
         let seed = r.body["seed"].as_u64().unwrap_or(0);
         FakeReply::Text(if seed.is_multiple_of(2) {
@@ -24,37 +36,45 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
             rev
         })
     })
-    .await;
-    let args = serde_json::json!({"num_examples": 50, "min_len": 3, "max_len": 8, "format_penalty": 0.5, "penalty_warmup_steps": 2});
-    let env = rl_envs::load("reverse-text", args.as_object().unwrap()).unwrap();
-    let serve = ServeConfig::default();
-    let listener = rl_serve::bind(&serve).await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { rl_serve::serve(Arc::clone(&env), &serve, listener, std::future::pending()).await });
+    .await
+}
 
-    // The fake trainer: after batch n appears, "trains" and broadcasts step n.
-    let trainer_run = run.clone();
-    let trainer = tokio::spawn(async move {
+/// The fake trainer: after batch n appears (n in `steps`), waits `delay`, then broadcasts step n.
+fn fake_trainer(
+    run: &Path,
+    steps: std::ops::RangeInclusive<u64>,
+    delay: Duration,
+) -> tokio::task::JoinHandle<Vec<TrainBatch>> {
+    let run = run.to_owned();
+    tokio::spawn(async move {
         let mut batches = Vec::new();
-        for step in 1..=2u64 {
-            let path = trainer_run.join(format!("rollouts/step_{step}/rank_0.bin"));
-            while !path.exists() {
+        for step in steps {
+            let path = run.join(format!("rollouts/step_{step}/rank_0.bin"));
+            // Waits for a complete batch of this step (a stale file left by a test is not one).
+            let batch = loop {
+                let decoded = std::fs::read(&path).ok().and_then(|b| TrainBatch::decode(b.as_slice()).ok());
+                if let Some(b) = decoded.filter(|b| b.step == step) {
+                    break b;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            batches.push(TrainBatch::decode(std::fs::read(&path).unwrap().as_slice()).unwrap());
-            let dir = trainer_run.join(format!("broadcasts/step_{step}"));
+            };
+            batches.push(batch);
+            tokio::time::sleep(delay).await;
+            let dir = run.join(format!("broadcasts/step_{step}"));
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("STABLE"), b"").unwrap();
         }
         batches
-    });
+    })
+}
 
+fn config(run: &Path, model: &FakeModel, env_address: String, steps: u64) -> OrchestratorConfig {
     let mut env_cfg = TrainEnvConfig::new("reverse-text");
-    env_cfg.address = Some(address);
+    env_cfg.address = Some(env_address);
     let mut cfg = OrchestratorConfig {
         batch_size: 8,
         group_size: 4,
-        max_steps: Some(2),
+        max_steps: Some(steps),
         max_async_level: 0,
         seq_len: 256,
         ..Default::default()
@@ -65,11 +85,31 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
     cfg.train.sampling.seed = Some(0);
     cfg.train.sampling.max_completion_tokens = Some(64);
     cfg.train.env = vec![env_cfg];
-    cfg.output_dir = run.clone();
+    cfg.output_dir = run.to_owned();
     cfg.wait_for_ready_s = 10.0;
-    let mut orch = Orchestrator::connect(&cfg).await.unwrap();
+    cfg
+}
+
+async fn run(cfg: &OrchestratorConfig) -> Vec<StepSummary> {
+    let mut orch = Orchestrator::connect(cfg).await.unwrap();
     let mut summaries = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), orch.run(1, |s| summaries.push(s.clone()))).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(60), orch.run(|s| summaries.push(s.clone()))).await.unwrap().unwrap();
+    summaries
+}
+
+fn salts(model: &FakeModel) -> Vec<String> {
+    model.requests().iter().map(|r| r["cache_salt"].as_str().unwrap_or("").to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().to_owned();
+    let model = reverse_text_model().await;
+    let args = serde_json::json!({"num_examples": 50, "min_len": 3, "max_len": 8, "format_penalty": 0.5, "penalty_warmup_steps": 2});
+    let address = env_server("reverse-text", args).await;
+    let trainer = fake_trainer(&run_dir, 1..=2, Duration::ZERO);
+    let summaries = run(&config(&run_dir, &model, address, 2)).await;
     let batches = trainer.await.unwrap();
 
     assert_eq!(batches.len(), 2);
@@ -93,9 +133,194 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
     assert!(!updates.is_empty());
     assert!(updates[0]["weight_dir"].as_str().unwrap().ends_with("broadcasts/step_1"), "{updates:?}");
     assert_eq!(summaries[1].metrics["policy_version"], 1);
-    let salts: Vec<String> =
-        model.requests().iter().map(|r| r["cache_salt"].as_str().unwrap_or("").to_owned()).collect();
+    let salts = salts(&model);
     assert_eq!(salts.iter().filter(|s| *s == "0").count(), 8, "step 1 rollouts carry cache_salt 0");
     assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "step 2 rollouts carry cache_salt 1");
-    assert!(run.join("metrics.jsonl").exists());
+    assert!(run_dir.join("metrics.jsonl").exists());
+    assert_eq!(summaries[0].metrics["stale_dropped"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_older_than_max_off_policy_steps_are_dropped_counted_and_refilled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().to_owned();
+    let model = reverse_text_model().await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 50})).await;
+    // The trainer is slow: step 2 may start on policy v0 (async level 1) but may only train on
+    // groups at most 0 versions old, so its first groups are stale.
+    let trainer = fake_trainer(&run_dir, 1..=2, Duration::from_millis(400));
+    let mut cfg = config(&run_dir, &model, address, 2);
+    cfg.max_async_level = 1;
+    cfg.max_off_policy_steps = 0;
+    let summaries = run(&cfg).await;
+    trainer.await.unwrap();
+    assert_eq!(summaries[0].metrics["stale_dropped"], 0);
+    assert_eq!(summaries[1].metrics["stale_dropped"], 2, "both step-2 groups were sampled by v0");
+    assert_eq!(summaries[1].metrics["policy_version"], 1);
+    assert_eq!(summaries[1].metrics["off_policy_steps"], 0);
+    let salts = salts(&model);
+    assert_eq!(salts.iter().filter(|s| *s == "0").count(), 16, "step 1 plus the dropped step-2 groups");
+    assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "the refill used v1");
+}
+
+fn read_batch(run: &Path, step: u64) -> Vec<u8> {
+    std::fs::read(run.join(format!("rollouts/step_{step}/rank_0.bin"))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_from_the_checkpoint_exactly_like_an_uninterrupted_run() {
+    let model = reverse_text_model().await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 500})).await;
+    // Uninterrupted: 3 steps.
+    let full = tempfile::tempdir().unwrap();
+    let trainer = fake_trainer(full.path(), 1..=3, Duration::ZERO);
+    run(&config(full.path(), &model, address.clone(), 3)).await;
+    trainer.await.unwrap();
+
+    // Interrupted after step 2 (checkpoint every 2 steps), with a stale step-3 batch and broadcast
+    // left behind; then resumed to step 3.
+    let part = tempfile::tempdir().unwrap();
+    let dir: PathBuf = part.path().to_owned();
+    let mut cfg = config(&dir, &model, address, 2);
+    cfg.ckpt = Some(CkptConfig { interval: 2, keep_last: None, dir: None });
+    let trainer = fake_trainer(&dir, 1..=2, Duration::ZERO);
+    run(&cfg).await;
+    trainer.await.unwrap();
+    assert!(dir.join("checkpoints/step_2/orchestrator/state.json").exists());
+    std::fs::create_dir_all(dir.join("rollouts/step_3")).unwrap();
+    std::fs::write(dir.join("rollouts/step_3/rank_0.bin"), b"stale").unwrap();
+    std::fs::create_dir_all(dir.join("broadcasts/step_3")).unwrap();
+    std::fs::write(dir.join("broadcasts/step_3/STABLE"), b"").unwrap();
+
+    let updates_before = model.weight_updates().len();
+    cfg.max_steps = Some(3);
+    cfg.resume = Some(ResumeConfig { step: None });
+    let trainer = fake_trainer(&dir, 3..=3, Duration::ZERO);
+    let summaries = run(&cfg).await;
+    trainer.await.unwrap();
+    assert_eq!(summaries.iter().map(|s| s.step).collect::<Vec<_>>(), vec![3]);
+    let updates = &model.weight_updates()[updates_before..];
+    assert!(updates[0]["weight_dir"].as_str().unwrap().ends_with("broadcasts/step_2"), "{updates:?}");
+    assert_eq!(read_batch(&dir, 3), read_batch(full.path(), 3), "same tasks, same policy version, same batch");
+    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, vec![1, 2, 3]);
+
+    // A resume without a checkpoint is an error, not a cold start.
+    let empty = tempfile::tempdir().unwrap();
+    cfg.output_dir = empty.path().to_owned();
+    let err = Orchestrator::connect(&cfg).await.unwrap_err().to_string();
+    assert!(err.contains("no orchestrator checkpoint"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_eval_reports_avg_and_pass_at_k() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = reverse_text_model().await;
+    let args = serde_json::json!({"num_examples": 20, "test_examples": 5});
+    let train = env_server("reverse-text", args.clone()).await;
+    let eval_address = env_server("reverse-text", args).await;
+    let trainer = fake_trainer(tmp.path(), 1..=2, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, train, 2);
+    let mut eval_env = EvalEnvConfig {
+        id: String::from("reverse-text"),
+        name: None,
+        args: Default::default(),
+        split: String::from("test"),
+        num_examples: Some(3),
+        k: None,
+        sampling: Default::default(),
+        address: Some(eval_address),
+        serve: ServeConfig::default(),
+    };
+    eval_env.sampling.seed = Some(1);
+    cfg.eval = Some(EvalConfig {
+        interval: 2,
+        eval_on_start: true,
+        num_examples: None,
+        k: 4,
+        env: vec![eval_env],
+        ..Default::default()
+    });
+    let summaries = run(&cfg).await;
+    trainer.await.unwrap();
+    assert!(summaries[0].metrics.get("eval/reverse-text/avg@4").is_none(), "interval 2: no eval at step 1");
+    let m = &summaries[1].metrics;
+    // Seeds 1..: sample i of a group uses seed 1 + i, so half the samples answer in tags (reward 1).
+    assert_eq!(m["eval/reverse-text/examples"], 3);
+    assert_eq!(m["eval/reverse-text/avg@4"], 0.5);
+    assert_eq!(m["eval/reverse-text/pass@1"], 0.5);
+    assert_eq!(m["eval/reverse-text/pass@4"], 1.0);
+    assert_eq!(m["eval/reverse-text/policy_version"], 1);
+    let first = std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert_eq!(first["step"], 0, "eval_on_start writes a step-0 row");
+    assert_eq!(first["eval/reverse-text/avg@4"], 0.5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opd_scores_with_the_reference_model_with_bounded_concurrency() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = reverse_text_model().await;
+    let reference = FakeModel::start(|_: &FakeRequest| FakeReply::Text(String::new())).await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 20})).await;
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address, 1);
+    cfg.models.insert(
+        String::from("ref"),
+        ModelEndpointConfig {
+            base_url: reference.base_url.clone(),
+            name: String::from("ref"),
+            tokens: true,
+            timeout_s: 10.0,
+        },
+    );
+    let opd: AlgorithmConfig =
+        serde_json::from_value(serde_json::json!({"id": "opd", "model": "ref", "max_concurrent": 2})).unwrap();
+    cfg.algorithms = vec![opd];
+    run(&cfg).await;
+    let batch = &trainer.await.unwrap()[0];
+    let (served, most) = reference.scoring_stats();
+    assert_eq!(served, 8, "one scoring request per branch");
+    assert!(most <= 2, "at most max_concurrent scoring requests in flight, saw {most}");
+    assert_eq!(most, 2, "and the bound is used");
+    let mut checked = 0;
+    for mb in &batch.micro_batches {
+        for i in 0..mb.input_ids.len() {
+            if mb.loss_mask[i] {
+                let expected = prompt_logprob(mb.input_ids[i]) - TOKEN_LOGPROB;
+                assert!((mb.advantages[i] - expected).abs() < 1e-6, "token {i}: {} vs {expected}", mb.advantages[i]);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "per-token advantages = reference logprob - inference logprob");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_owned_algorithms_run_on_the_env_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = reverse_text_model().await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 20})).await;
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address.clone(), 1);
+    cfg.algorithms = vec![AlgorithmConfig::from_id("rloo")];
+    run(&cfg).await;
+    let batch = &trainer.await.unwrap()[0];
+    // Groups of 4 with seeds 0..3: rewards 1, 0, 1, 0. RLOO: 1 - 1/3 = 2/3 and 0 - 2/3.
+    let values: std::collections::BTreeSet<i64> = batch
+        .micro_batches
+        .iter()
+        .flat_map(|mb| {
+            mb.advantages.iter().zip(&mb.loss_mask).filter(|(_, m)| **m).map(|(a, _)| (a * 3000.0).round() as i64)
+        })
+        .collect();
+    assert_eq!(values, [-2000i64, 2000].into_iter().collect());
+
+    cfg.algorithms = vec![AlgorithmConfig::from_id("no_such_algorithm")];
+    let err = Orchestrator::connect(&cfg).await.unwrap_err().to_string();
+    assert!(err.contains("`no_such_algorithm`") && err.contains("rloo"), "{err}");
 }

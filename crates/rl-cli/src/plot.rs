@@ -1,0 +1,199 @@
+//! Pictures of a run's curves as SVG (plotters, no font or bitmap dependencies): reward and
+//! mismatch KL per step for RL runs, train and validation loss for SFT. Written atomically.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+/// One named line.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) points: Vec<(f64, f64)>,
+}
+
+/// One chart: a title, a y-axis label and its lines (x is the step).
+#[derive(Debug, Clone)]
+pub(crate) struct Panel {
+    pub(crate) title: String,
+    pub(crate) y_label: String,
+    pub(crate) series: Vec<Series>,
+}
+
+const COLORS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+
+/// `key` of each row that has it (finite values only), against the row's `step`.
+pub(crate) fn column(rows: &[serde_json::Value], key: &str, map: fn(f64) -> f64) -> Vec<(f64, f64)> {
+    rows.iter()
+        .filter_map(|r| Some((r["step"].as_f64()?, map(r.get(key)?.as_f64()?))))
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect()
+}
+
+fn bounds(panel: &Panel) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
+    let pts = || panel.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    for &(x, y) in pts() {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        return (0.0..1.0, 0.0..1.0);
+    }
+    if x1 - x0 < 1.0 {
+        x1 = x0 + 1.0;
+    }
+    let pad = ((y1 - y0) * 0.05).max(1e-3);
+    (x0..x1, (y0 - pad)..(y1 + pad))
+}
+
+/// Renders `panels` stacked vertically into an SVG document.
+pub(crate) fn render(title: &str, panels: &[Panel]) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let height = 40 + 320 * panels.len().max(1) as u32;
+        let root = SVGBackend::with_string(&mut svg, (900, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for (area, panel) in root.split_evenly((panels.len().max(1), 1)).iter().zip(panels) {
+            let (xr, yr) = bounds(panel);
+            let mut chart = ChartBuilder::on(area)
+                .caption(&panel.title, ("sans-serif", 16))
+                .margin(12)
+                .x_label_area_size(36)
+                .y_label_area_size(70)
+                .build_cartesian_2d(xr, yr)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            chart
+                .configure_mesh()
+                .x_desc("step")
+                .y_desc(panel.y_label.as_str())
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for (i, s) in panel.series.iter().enumerate() {
+                let color = COLORS[i % COLORS.len()];
+                chart
+                    .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(svg)
+}
+
+/// Renders and writes `path` atomically (temp file, then rename).
+pub(crate) fn write(path: &Path, title: &str, panels: &[Panel]) -> anyhow::Result<PathBuf> {
+    let svg = render(title, panels)?;
+    let tmp = path.with_extension(format!("svg.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, svg).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path.to_owned())
+}
+
+/// Reads a JSON-lines file (missing or unparsable lines are skipped).
+pub(crate) fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// `<run>/curves.svg` of an RL run: reward (train mean, eval means) and log10 mismatch KL.
+pub(crate) fn rl_curves(run_dir: &Path) -> anyhow::Result<PathBuf> {
+    let orch = read_jsonl(&run_dir.join("metrics.jsonl"));
+    let trainer = read_jsonl(&run_dir.join("trainer").join("metrics.jsonl"));
+    let mut reward =
+        vec![Series { name: String::from("train reward (mean)"), points: column(&orch, "reward/mean", |v| v) }];
+    let mut eval_keys: Vec<String> = orch
+        .iter()
+        .filter_map(|r| r.as_object())
+        .flat_map(|o| o.keys().filter(|k| k.starts_with("eval/") && k.ends_with("/reward/mean")).cloned())
+        .collect();
+    eval_keys.sort();
+    eval_keys.dedup();
+    for k in eval_keys {
+        reward.push(Series { name: k.trim_end_matches("/reward/mean").to_owned(), points: column(&orch, &k, |v| v) });
+    }
+    let kl = Series {
+        name: String::from("log10 mismatch KL"),
+        points: column(&trainer, "mismatch_kl", |v| v.max(1e-16).log10()),
+    };
+    let panels = [
+        Panel { title: String::from("reward"), y_label: String::from("reward"), series: reward },
+        Panel {
+            title: String::from("trainer vs inference mismatch KL"),
+            y_label: String::from("log10 KL"),
+            series: vec![kl],
+        },
+    ];
+    let name = run_dir.file_name().and_then(|n| n.to_str()).unwrap_or("run");
+    write(&run_dir.join("curves.svg"), &format!("{name}: RL"), &panels)
+}
+
+/// `<run>/curves.svg` of an SFT run: train and validation loss.
+pub(crate) fn sft_curves(run_dir: &Path) -> anyhow::Result<PathBuf> {
+    let rows = read_jsonl(&run_dir.join("metrics.jsonl"));
+    let panels = [Panel {
+        title: String::from("loss"),
+        y_label: String::from("cross-entropy (nats/token)"),
+        series: vec![
+            Series { name: String::from("train loss"), points: column(&rows, "loss", |v| v) },
+            Series { name: String::from("validation loss"), points: column(&rows, "val_loss", |v| v) },
+        ],
+    }];
+    let name = run_dir.file_name().and_then(|n| n.to_str()).unwrap_or("run");
+    write(&run_dir.join("curves.svg"), &format!("{name}: SFT"), &panels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_series_as_a_path_with_its_legend() {
+        let rows: Vec<serde_json::Value> = (1..=5)
+            .map(|s| serde_json::json!({"step": s, "reward/mean": 0.1 * s as f64, "mismatch_kl": 1e-12}))
+            .chain([serde_json::json!({"step": 6, "reward/mean": null})])
+            .collect();
+        let reward = column(&rows, "reward/mean", |v| v);
+        assert_eq!(reward.len(), 5, "rows without the key are skipped");
+        let kl = column(&rows, "mismatch_kl", |v| v.max(1e-16).log10());
+        assert!((kl[0].1 + 12.0).abs() < 1e-9);
+        let panels = [
+            Panel {
+                title: String::from("reward"),
+                y_label: String::from("r"),
+                series: vec![Series { name: String::from("train"), points: reward }],
+            },
+            Panel {
+                title: String::from("kl"),
+                y_label: String::from("k"),
+                series: vec![Series { name: String::from("kl"), points: kl }],
+            },
+        ];
+        let svg = render("t", &panels).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+        assert_eq!(svg.matches("<polyline").count(), 2 + 2, "one line per series plus one legend mark each: {svg}");
+        assert!(svg.contains(">train<") && svg.contains(">kl<"));
+    }
+
+    #[test]
+    fn empty_and_flat_series_still_render() {
+        let flat = Series { name: String::from("flat"), points: vec![(1.0, 0.5)] };
+        let panels = [
+            Panel { title: String::from("empty"), y_label: String::from("y"), series: vec![] },
+            Panel { title: String::from("flat"), y_label: String::from("y"), series: vec![flat] },
+        ];
+        assert!(render("t", &panels).is_ok());
+    }
+}

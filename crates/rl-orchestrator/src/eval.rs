@@ -1,0 +1,77 @@
+//! Online evaluation: every `eval.interval` steps, each eval env's held-out examples are sampled `k`
+//! times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
+//! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1).
+
+use serde_json::{Map, Value, json};
+
+/// Reward at or above which a sample solves its example (for pass@k).
+pub const SOLVED: f64 = 1.0 - 1e-9;
+
+/// Unbiased pass@k of one example with `n` samples of which `c` are correct:
+/// 1 - C(n - c, k) / C(n, k), computed as a product to stay exact for small numbers.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
+    if k == 0 || k > n {
+        return f64::NAN;
+    }
+    if n - c < k {
+        return 1.0;
+    }
+    let mut fail = 1.0;
+    for i in (n - c + 1)..=n {
+        fail *= 1.0 - k as f64 / i as f64;
+    }
+    1.0 - fail
+}
+
+/// The metrics of one eval env from the rewards of each example's samples.
+pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize) -> Map<String, Value> {
+    let mut m = Map::new();
+    let all: Vec<f64> = per_example.iter().flatten().copied().collect();
+    let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let k = per_example.iter().map(Vec::len).min().unwrap_or(0);
+    m.insert(format!("eval/{name}/reward/mean"), json!(mean(&all)));
+    m.insert(format!("eval/{name}/examples"), json!(per_example.len()));
+    m.insert(format!("eval/{name}/errors"), json!(errors));
+    if k > 0 {
+        let avg: Vec<f64> = per_example.iter().map(|r| mean(&r[..k])).collect();
+        m.insert(format!("eval/{name}/avg@{k}"), json!(mean(&avg)));
+        let mut j = 1;
+        while j <= k {
+            let p: Vec<f64> =
+                per_example.iter().map(|r| pass_at_k(r.len(), r.iter().filter(|x| **x >= SOLVED).count(), j)).collect();
+            m.insert(format!("eval/{name}/pass@{j}"), json!(mean(&p)));
+            j *= 2;
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_at_k_matches_the_combinatorial_formula() {
+        // n = 4, c = 1: pass@1 = 1/4; pass@2 = 1 - C(3,2)/C(4,2) = 1 - 3/6.
+        assert!((pass_at_k(4, 1, 1) - 0.25).abs() < 1e-12);
+        assert!((pass_at_k(4, 1, 2) - 0.5).abs() < 1e-12);
+        assert_eq!(pass_at_k(4, 0, 4), 0.0);
+        assert_eq!(pass_at_k(4, 3, 2), 1.0, "fewer failures than draws: always solved");
+        // n = 5, c = 2, k = 2: 1 - C(3,2)/C(5,2) = 1 - 3/10.
+        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
+        assert!(pass_at_k(2, 1, 3).is_nan());
+    }
+
+    #[test]
+    fn eval_metrics_by_hand() {
+        let per_example = vec![vec![1.0, 0.0, 0.0, 0.0], vec![0.5, 0.5, 1.0, 1.0]];
+        let m = eval_metrics("rt", &per_example, 0);
+        assert_eq!(m["eval/rt/reward/mean"], json!(0.5));
+        assert_eq!(m["eval/rt/avg@4"], json!(0.5));
+        // Example 1: pass@1 1/4, example 2: 2/4 -> 0.375. pass@2: (0.5 + (1 - 1/6)) / 2.
+        assert_eq!(m["eval/rt/pass@1"], json!(0.375));
+        assert!((m["eval/rt/pass@2"].as_f64().unwrap() - (0.5 + 5.0 / 6.0) / 2.0).abs() < 1e-12);
+        assert_eq!(m["eval/rt/pass@4"], json!(1.0), "with 4 draws of 4 samples any correct one is drawn");
+        assert!(!m.contains_key("eval/rt/pass@8"));
+    }
+}
