@@ -183,8 +183,13 @@ mod tests {
         ];
         let svg = render("t", &panels).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
-        assert_eq!(svg.matches("<polyline").count(), 2 + 2, "one line per series plus one legend mark each: {svg}");
-        assert!(svg.contains(">train<") && svg.contains(">kl<"));
+        let lines: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.contains("<polyline") && l.contains("stroke=\"#1F77B4\" stroke-width=\"2\""))
+            .collect();
+        assert_eq!(lines.len(), 2 + 2, "one line per series plus one legend mark each: {lines:?}");
+        assert!(lines.iter().any(|l| l.matches(',').count() == 5), "the reward line has its 5 points: {lines:?}");
+        assert!(svg.contains(">\ntrain\n</text>") && svg.contains(">\nkl\n</text>"), "legend labels: {svg}");
     }
 
     #[test]

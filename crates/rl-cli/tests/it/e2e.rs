@@ -1,7 +1,12 @@
 //! The launcher end to end on a very small config: `rl model init`, then `rl rl` for 3 steps with
-//! the embedded inference server, an env server, the trainer and the orchestrator as processes.
+//! the embedded inference server, an env server, the trainer and the orchestrator as processes;
+//! then `--resume` from the step-2 checkpoint; and Ctrl-C stopping every process.
 
-use crate::{rl, stderr, stdout};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{rl, root, stderr, stdout};
 
 #[test]
 fn rl_runs_three_steps_across_all_processes() {
@@ -16,6 +21,8 @@ fn rl_runs_three_steps_across_all_processes() {
         tmp.path().to_str().unwrap(),
         "--model.path",
         model.to_str().unwrap(),
+        "--ckpt.interval",
+        "2",
     ]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     let run = tmp.path().join("ci-smoke");
@@ -48,4 +55,86 @@ fn rl_runs_three_steps_across_all_processes() {
     let final_model = run.join("model");
     assert!(stdout(&o).contains("final model (after step 3)"), "{}", stdout(&o));
     rl_model::load_model(&final_model, &candle_core::Device::Cpu).expect("the final model directory loads");
+    let svg = std::fs::read_to_string(run.join("curves.svg")).expect("the run draws its curves");
+    assert!(svg.starts_with("<svg") && svg.contains("reward") && svg.contains("mismatch KL"));
+
+    // Resume from the step-2 checkpoint (both processes wrote one) and go on to step 4.
+    assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
+    assert!(run.join("checkpoints/step_2/orchestrator/state.json").exists());
+    let o = rl(&[
+        "rl",
+        "@",
+        "configs/ci/smoke.toml",
+        "--output-dir",
+        tmp.path().to_str().unwrap(),
+        "--model.path",
+        model.to_str().unwrap(),
+        "--ckpt.interval",
+        "2",
+        "--max-steps",
+        "4",
+        "--resume",
+    ]);
+    assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("from checkpoint step 2"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("step 3/4 | reward") && stdout(&o).contains("step 4/4 | reward"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("step 2/4"), "steps up to the checkpoint are not rerun: {}", stdout(&o));
+    let steps: Vec<u64> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, vec![1, 2, 3, 4], "the resumed run replaced steps after the checkpoint");
+    let trainer_log = std::fs::read_to_string(run.join("trainer/metrics.jsonl")).unwrap();
+    assert!(trainer_log.lines().any(|l| l.contains("\"step\":4")));
+    assert!(stdout(&o).contains("final model (after step 4)"), "{}", stdout(&o));
+}
+
+#[test]
+fn ctrl_c_stops_every_process_and_exits_non_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "1000", "--run.name", "interrupted"])
+        .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("step 1/1000"), "{first}");
+    let run = tmp.path().join("interrupted");
+    // Processes whose command line names this run's config `name` (from /proc: no pgrep needed).
+    let pids = |name: &str| -> Vec<String> {
+        let needle = run.join("configs").join(name).display().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(pids("trainer.json").len(), 1, "the trainer runs");
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the launcher did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("interrupted"), "{err}");
+    for name in ["trainer.json", "orchestrator.json", "inference.json", "envs/train/reverse-text.json"] {
+        assert!(pids(name).is_empty(), "{name}: its process outlived the launcher");
+    }
 }
