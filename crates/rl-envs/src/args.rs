@@ -53,6 +53,19 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A string that must be one of `choices`.
+    pub(crate) fn choice(&mut self, key: &'static str, default: &str, choices: &[&str]) -> Result<String> {
+        self.read.insert(key);
+        match self.map.get(key) {
+            None => Ok(default.to_owned()),
+            Some(Value::String(s)) if choices.contains(&s.as_str()) => Ok(s.clone()),
+            Some(v) => Err(Error::bad_request(
+                self.field(key),
+                format!("{} expects one of {}, got {v}", self.env, choices.join(", ")),
+            )),
+        }
+    }
+
     /// Fails on any key that was not read.
     pub(crate) fn finish(self) -> Result<()> {
         if let Some(unknown) = self.map.keys().find(|k| !self.read.contains(k.as_str())) {

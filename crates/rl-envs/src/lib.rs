@@ -1,5 +1,5 @@
-//! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text` and
-//! `alphabet-sort`. [`load`] builds one by id from its `args` table.
+//! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text`,
+//! `alphabet-sort` and `wiki-nav` (tool use). [`load`] builds one by id from its `args` table.
 //!
 //! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
 
@@ -8,6 +8,7 @@ mod args;
 pub mod difflib;
 mod reverse_text;
 mod rng;
+mod wiki_nav;
 
 use std::sync::Arc;
 
@@ -17,9 +18,13 @@ pub use reverse_text::{
 };
 use rl_serve::{Environment, Error, Result};
 use serde_json::{Map, Value};
+pub use wiki_nav::{
+    Action, Game, Graph, TEXT_PROMPT as WIKI_NAV_TEXT_PROMPT, TOOLS_PROMPT as WIKI_NAV_TOOLS_PROMPT, WikiNav,
+    parse_text_action, tool_action,
+};
 
 /// Ids of the built-in environments.
-pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort"];
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav"];
 
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
@@ -39,6 +44,7 @@ pub fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>>
     match id.replace('_', "-").as_str() {
         "reverse-text" => Ok(Arc::new(ReverseText::new(args)?)),
         "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
+        "wiki-nav" => Ok(Arc::new(WikiNav::new(args)?)),
         _ => Err(Error::bad_request("env.id", format!("unknown environment {id:?}; built in: {}", ENV_IDS.join(", ")))),
     }
 }

@@ -3,6 +3,7 @@
 
 mod alphabet_sort;
 mod reverse_text;
+mod wiki_nav;
 
 use std::sync::Arc;
 use std::time::Duration;

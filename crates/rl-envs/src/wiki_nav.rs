@@ -1,0 +1,500 @@
+//! `wiki-nav`: a Wikispeedia-like game on a link graph of articles generated from a seed. The model
+//! starts at one article and must reach a target by following links (`click_link(title)`) or
+//! stepping back (`go_back()`). Reward: 1 for reaching the target, times shortest / moves taken.
+//! Invalid actions get an error as their result and count as a move; `max_turns` ends the episode.
+//! The same game runs with native tool calls (`harness = "tools"`) or with actions written as XML
+//! tags in plain text (`harness = "text"`), chosen by the env's args.
+
+use std::collections::VecDeque;
+
+use async_trait::async_trait;
+use rl_serve::{
+    EnvReply, Environment, Error, Message, Result, Role, Rubric, RubricGroup, ScoringContext, State, Task, ToolSpec,
+    check_index, reward_fn,
+};
+use serde_json::{Map, Value, json};
+
+use crate::args::Args;
+use crate::rng::Rng;
+
+const ADJECTIVES: &[&str] = &[
+    "Amber", "Silent", "Copper", "Northern", "Hidden", "Golden", "Crimson", "Ancient", "Frozen", "Emerald", "Hollow",
+    "Iron", "Misty", "Quiet", "Silver", "Sunken", "Wild", "Azure",
+];
+const NOUNS: &[&str] = &[
+    "River", "Harbor", "Valley", "Forest", "Bridge", "Castle", "Desert", "Island", "Lantern", "Meadow", "Mountain",
+    "Orchard", "Tower", "Village", "Canyon", "Garden", "Library", "Market",
+];
+const FACTS: &[&str] = &[
+    "is known for its old stone walls",
+    "appears on many early maps",
+    "was a stop for travelling merchants",
+    "hosts a festival every spring",
+    "is described in several folk songs",
+    "has a small museum",
+    "was rebuilt after a great storm",
+    "lies at the end of a long road",
+];
+
+/// The tool-harness system prompt.
+pub const TOOLS_PROMPT: &str = "You navigate a small encyclopedia. Reach the target article by following links. \
+Call click_link with the exact title of a link on the current page, or go_back to return to the previous page.";
+/// The text-harness system prompt.
+pub const TEXT_PROMPT: &str = "You navigate a small encyclopedia. Reach the target article by following links. \
+Reply with exactly one action: <click_link>Exact Title</click_link> to follow a link on the current page, \
+or <go_back/> to return to the previous page.";
+
+/// The article graph: titles, texts and out-links.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// Article titles.
+    pub titles: Vec<String>,
+    texts: Vec<String>,
+    /// Out-links of each article (indices).
+    pub links: Vec<Vec<usize>>,
+}
+
+impl Graph {
+    /// A graph of `n` articles with `degree` out-links each: a ring (so every article is reachable)
+    /// plus random links.
+    pub fn generate(seed: u64, n: usize, degree: usize) -> Self {
+        let mut rng = Rng::new(seed, "wiki-nav/graph");
+        let mut names: Vec<String> =
+            ADJECTIVES.iter().flat_map(|a| NOUNS.iter().map(move |b| format!("{a} {b}"))).collect();
+        rng.shuffle(&mut names);
+        names.truncate(n);
+        let texts = names.iter().map(|t| format!("{t} {}. It {}.", rng.choose(FACTS), rng.choose(FACTS))).collect();
+        let mut links = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut out = vec![(i + 1) % n];
+            while out.len() < degree.min(n - 1) {
+                let j = rng.range(0, n as u64 - 1) as usize;
+                if j != i && !out.contains(&j) {
+                    out.push(j);
+                }
+            }
+            rng.shuffle(&mut out);
+            links.push(out);
+        }
+        Graph { titles: names, texts, links }
+    }
+
+    /// Index of a title (exact match, surrounding whitespace ignored).
+    pub fn find(&self, title: &str) -> Option<usize> {
+        self.titles.iter().position(|t| t == title.trim())
+    }
+
+    /// Shortest number of clicks from `a` to every article (`usize::MAX` when unreachable).
+    pub fn distances_from(&self, a: usize) -> Vec<usize> {
+        let mut dist = vec![usize::MAX; self.titles.len()];
+        dist[a] = 0;
+        let mut queue = VecDeque::from([a]);
+        while let Some(u) = queue.pop_front() {
+            for &v in &self.links[u] {
+                if dist[v] == usize::MAX {
+                    dist[v] = dist[u] + 1;
+                    queue.push_back(v);
+                }
+            }
+        }
+        dist
+    }
+
+    /// A shortest path of titles from `a` to `b` (both included).
+    pub fn shortest_path(&self, a: usize, b: usize) -> Vec<String> {
+        let mut prev = vec![usize::MAX; self.titles.len()];
+        let mut queue = VecDeque::from([a]);
+        prev[a] = a;
+        while let Some(u) = queue.pop_front() {
+            for &v in &self.links[u] {
+                if prev[v] == usize::MAX {
+                    prev[v] = u;
+                    queue.push_back(v);
+                }
+            }
+        }
+        let mut path = vec![b];
+        while *path.last().expect("non-empty") != a {
+            path.push(prev[*path.last().expect("non-empty")]);
+        }
+        path.reverse();
+        path.into_iter().map(|i| self.titles[i].clone()).collect()
+    }
+
+    /// What the model sees of an article.
+    pub fn observation(&self, i: usize, target: usize) -> String {
+        let links: Vec<&str> = self.links[i].iter().map(|&j| self.titles[j].as_str()).collect();
+        format!(
+            "You are at: {}\n{}\nLinks: {}\nTarget: {}",
+            self.titles[i],
+            self.texts[i],
+            links.join(", "),
+            self.titles[target]
+        )
+    }
+}
+
+/// A player's action, whichever harness carried it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Follow the link with this title.
+    Click(String),
+    /// Return to the previous article.
+    Back,
+    /// Something that is not a valid action (the reason is shown to the model).
+    Invalid(String),
+}
+
+/// Parses a text-harness reply: the first `<click_link>..</click_link>` or `<go_back/>`.
+pub fn parse_text_action(reply: &str) -> Action {
+    let click = reply.find("<click_link>");
+    let back = reply.find("<go_back/>").or_else(|| reply.find("<go_back>"));
+    match (click, back) {
+        (Some(c), b) if b.is_none_or(|b| c < b) => {
+            let start = c + "<click_link>".len();
+            match reply[start..].find("</click_link>") {
+                Some(end) => Action::Click(reply[start..start + end].trim().to_owned()),
+                None => Action::Invalid(String::from("<click_link> is not closed with </click_link>")),
+            }
+        }
+        (_, Some(_)) => Action::Back,
+        _ => Action::Invalid(String::from(
+            "no action found: reply with <click_link>Exact Title</click_link> or <go_back/>",
+        )),
+    }
+}
+
+/// A native tool call as an action.
+pub fn tool_action(name: &str, arguments: &str) -> Action {
+    match name {
+        "go_back" => Action::Back,
+        "click_link" => match serde_json::from_str::<Value>(arguments) {
+            Ok(v) => match v.get("title").and_then(Value::as_str) {
+                Some(t) => Action::Click(t.to_owned()),
+                None => Action::Invalid(String::from("click_link needs a string argument `title`")),
+            },
+            Err(e) => Action::Invalid(format!("click_link arguments are not JSON: {e}")),
+        },
+        other => Action::Invalid(format!("unknown tool `{other}`; use click_link or go_back")),
+    }
+}
+
+/// One episode's position, kept in `State::data["game"]`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Game {
+    /// Visited articles; the last one is the current article (go_back pops).
+    pub history: Vec<usize>,
+    /// Target article.
+    pub target: usize,
+    /// Actions taken (valid or not).
+    pub moves: u32,
+    /// Invalid actions.
+    pub invalid: u32,
+    /// The target was reached.
+    pub reached: bool,
+}
+
+impl Game {
+    /// Applies one action and returns what the model is shown.
+    pub fn apply(&mut self, graph: &Graph, action: &Action) -> String {
+        self.moves += 1;
+        let current = *self.history.last().expect("the start is always in the history");
+        let error = |g: &mut Game, why: String| {
+            g.invalid += 1;
+            format!("Error: {why}\n{}", graph.observation(current, g.target))
+        };
+        match action {
+            Action::Click(title) => match graph.find(title).filter(|j| graph.links[current].contains(j)) {
+                Some(j) => {
+                    self.history.push(j);
+                    self.reached = j == self.target;
+                    graph.observation(j, self.target)
+                }
+                None => error(self, format!("`{title}` is not a link on this page")),
+            },
+            Action::Back if self.history.len() > 1 => {
+                self.history.pop();
+                graph.observation(*self.history.last().expect("non-empty"), self.target)
+            }
+            Action::Back => error(self, String::from("there is no previous page")),
+            Action::Invalid(why) => error(self, why.clone()),
+        }
+    }
+}
+
+/// The wiki-nav environment.
+#[derive(Debug)]
+pub struct WikiNav {
+    graph: Graph,
+    train: Vec<(usize, usize)>,
+    test: Vec<(usize, usize)>,
+    tools_harness: bool,
+    max_turns: u32,
+    rubric: RubricGroup,
+}
+
+fn pairs(graph: &Graph, seed: u64, stream: &str, n: u64, min: usize, max: usize) -> Vec<(usize, usize)> {
+    let mut rng = Rng::new(seed, stream);
+    let all: Vec<(usize, usize)> = (0..graph.titles.len())
+        .flat_map(|a| {
+            let d = graph.distances_from(a);
+            (0..graph.titles.len()).filter(move |&b| d[b] >= min && d[b] <= max).map(move |b| (a, b))
+        })
+        .collect();
+    (0..n).map(|_| *rng.choose(&all)).collect()
+}
+
+fn game(state: &State) -> Result<Game> {
+    let value = state
+        .data
+        .get("game")
+        .cloned()
+        .ok_or_else(|| Error::Env(String::from("wiki-nav: the episode has no game state")))?;
+    serde_json::from_value(value).map_err(|e| Error::Env(format!("wiki-nav: bad game state: {e}")))
+}
+
+/// The game state a reward function reads.
+fn scored(ctx: &ScoringContext<'_>) -> std::result::Result<Game, String> {
+    game(ctx.state).map_err(|e| e.to_string())
+}
+
+impl WikiNav {
+    /// Builds the env from its args: `num_articles`, `links_per_article`, `num_examples`,
+    /// `test_examples`, `min_distance`, `max_distance`, `max_turns`, `seed`, `harness`.
+    pub fn new(args: &Map<String, Value>) -> Result<Self> {
+        let mut a = Args::new("wiki-nav", args);
+        let n = a.u64("num_articles", 30)?;
+        let degree = a.u64("links_per_article", 4)?;
+        let num = a.u64("num_examples", 1000)?;
+        let test_num = a.u64("test_examples", 100)?;
+        let min_d = a.u64("min_distance", 2)?;
+        let max_d = a.u64("max_distance", 4)?;
+        let max_turns = a.u64("max_turns", 10)?;
+        let seed = a.u64("seed", 0)?;
+        let harness = a.choice("harness", "tools", &["tools", "text"])?;
+        a.ordered("min_distance", min_d, "max_distance", max_d)?;
+        let most = (ADJECTIVES.len() * NOUNS.len()) as u64;
+        if !(3..=most).contains(&n) {
+            return Err(Error::bad_request("env.args.num_articles", format!("must be in 3..={most}, got {n}")));
+        }
+        if degree == 0 || degree >= n {
+            return Err(Error::bad_request("env.args.links_per_article", format!("must be in 1..{n}, got {degree}")));
+        }
+        if min_d == 0 || max_turns == 0 {
+            return Err(Error::bad_request("env.args.min_distance", "min_distance and max_turns must be at least 1"));
+        }
+        a.finish()?;
+        let graph = Graph::generate(seed, n as usize, degree as usize);
+        let train = pairs(&graph, seed, "wiki-nav/train", num, min_d as usize, max_d as usize);
+        let test = pairs(&graph, seed, "wiki-nav/test", test_num, min_d as usize, max_d as usize);
+        if train.is_empty() && num > 0 {
+            return Err(Error::bad_request(
+                "env.args.min_distance",
+                format!("no article pairs are {min_d}..={max_d} clicks apart in this graph"),
+            ));
+        }
+        let rubric = Rubric::new()
+            .reward(
+                reward_fn("navigation", |ctx: &ScoringContext<'_>| {
+                    let g = scored(ctx)?;
+                    let shortest = ctx.task.data["shortest"].as_f64().unwrap_or(1.0);
+                    Ok(if g.reached { shortest / f64::from(g.moves).max(shortest) } else { 0.0 })
+                }),
+                1.0,
+            )
+            .metric(reward_fn("reached", |ctx: &ScoringContext<'_>| Ok(f64::from(u8::from(scored(ctx)?.reached)))))
+            .metric(reward_fn("invalid_actions", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.invalid))))
+            .metric(reward_fn("moves", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.moves))));
+        Ok(WikiNav {
+            graph,
+            train,
+            test,
+            tools_harness: harness == "tools",
+            max_turns: max_turns as u32,
+            rubric: RubricGroup::new(vec![rubric]),
+        })
+    }
+
+    /// The article graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    fn split(&self, name: &str) -> &[(usize, usize)] {
+        if name == "test" { &self.test } else { &self.train }
+    }
+
+    fn task_of(&self, key: String, start: usize, target: usize) -> Task {
+        let shortest = self.graph.distances_from(start)[target];
+        Task {
+            key,
+            data: json!({
+                "start": self.graph.titles[start],
+                "target": self.graph.titles[target],
+                "shortest": shortest,
+                "demonstration": self.graph.shortest_path(start, target).join(" -> "),
+            }),
+        }
+    }
+
+    fn ends(task: &Task, graph: &Graph) -> Result<(usize, usize)> {
+        let find = |k: &str| {
+            task.data[k].as_str().and_then(|t| graph.find(t)).ok_or_else(|| {
+                Error::bad_request(format!("example.{k}"), "must be the title of an article of this env's graph")
+            })
+        };
+        Ok((find("start")?, find("target")?))
+    }
+}
+
+#[async_trait]
+impl Environment for WikiNav {
+    fn id(&self) -> &str {
+        "wiki-nav"
+    }
+
+    fn splits(&self) -> Vec<(String, u64)> {
+        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+    }
+
+    fn task(&self, split: &str, index: u64) -> Result<Task> {
+        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
+        let (a, b) = self.split(split)[index as usize];
+        Ok(self.task_of(format!("{split}/{index}"), a, b))
+    }
+
+    fn inline_task(&self, data: Value) -> Result<Task> {
+        let probe = Task { key: String::from("inline"), data };
+        let (a, b) = Self::ends(&probe, &self.graph)?;
+        Ok(self.task_of(String::from("inline"), a, b))
+    }
+
+    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+        let (start, target) = Self::ends(task, &self.graph)?;
+        let system = if self.tools_harness { TOOLS_PROMPT } else { TEXT_PROMPT };
+        Ok(vec![Message::system(system), Message::user(self.graph.observation(start, target))])
+    }
+
+    fn tools(&self, _task: &Task) -> Vec<ToolSpec> {
+        if !self.tools_harness {
+            return Vec::new();
+        }
+        vec![
+            ToolSpec {
+                name: String::from("click_link"),
+                description: String::from("Follow a link on the current page."),
+                parameters: json!({"type": "object", "properties": {"title": {"type": "string", "description": "Exact title of the linked article"}}, "required": ["title"]}),
+            },
+            ToolSpec {
+                name: String::from("go_back"),
+                description: String::from("Return to the previous page."),
+                parameters: json!({"type": "object", "properties": {}}),
+            },
+        ]
+    }
+
+    fn max_turns(&self, _task: &Task) -> u32 {
+        self.max_turns
+    }
+
+    async fn env_response(&self, task: &Task, state: &mut State) -> Result<EnvReply> {
+        let mut g = match state.data.get("game") {
+            Some(_) => game(state)?,
+            None => {
+                let (start, target) = Self::ends(task, &self.graph)?;
+                Game { history: vec![start], target, moves: 0, invalid: 0, reached: false }
+            }
+        };
+        let reply = state
+            .messages
+            .last()
+            .filter(|m| m.role == Role::Assistant)
+            .cloned()
+            .ok_or_else(|| Error::Env(String::from("wiki-nav: env_response without a model reply")))?;
+        let mut out = Vec::new();
+        if self.tools_harness {
+            if reply.tool_calls.is_empty() {
+                let shown =
+                    g.apply(&self.graph, &Action::Invalid(String::from("no tool call: call click_link or go_back")));
+                out.push(Message::user(shown));
+            }
+            for call in &reply.tool_calls {
+                if g.reached {
+                    break;
+                }
+                let shown = g.apply(&self.graph, &tool_action(&call.name, &call.arguments));
+                out.push(Message::tool(call.id.clone(), shown));
+            }
+        } else {
+            out.push(Message::user(g.apply(&self.graph, &parse_text_action(&reply.content))));
+        }
+        let reached = g.reached;
+        state.data.insert(String::from("game"), serde_json::to_value(&g).map_err(|e| Error::Env(e.to_string()))?);
+        Ok(if reached { EnvReply::Done } else { EnvReply::Continue(out) })
+    }
+
+    fn rubric(&self) -> &RubricGroup {
+        &self.rubric
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(harness: &str) -> WikiNav {
+        WikiNav::new(json!({"num_examples": 20, "harness": harness}).as_object().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_graph_is_deterministic_connected_and_paths_are_shortest() {
+        let (a, b) = (Graph::generate(3, 30, 4), Graph::generate(3, 30, 4));
+        assert_eq!(a.titles, b.titles);
+        assert_eq!(a.links, b.links);
+        for i in 0..30 {
+            assert!(a.distances_from(i).iter().all(|d| *d != usize::MAX), "the ring reaches every article");
+            assert_eq!(a.links[i].len(), 4);
+        }
+        let path = a.shortest_path(0, 17);
+        assert_eq!(path.len() - 1, a.distances_from(0)[17]);
+        assert_ne!(Graph::generate(4, 30, 4).links, a.links, "another seed, another graph");
+    }
+
+    #[test]
+    fn text_actions_parse_and_tool_calls_map_to_the_same_actions() {
+        assert_eq!(
+            parse_text_action("ok <click_link> Amber River </click_link>"),
+            Action::Click(String::from("Amber River"))
+        );
+        assert_eq!(parse_text_action("<go_back/> then <click_link>X</click_link>"), Action::Back);
+        assert!(matches!(parse_text_action("<click_link>X"), Action::Invalid(_)));
+        assert!(matches!(parse_text_action("hello"), Action::Invalid(_)));
+        assert_eq!(
+            tool_action("click_link", r#"{"title": "Amber River"}"#),
+            Action::Click(String::from("Amber River"))
+        );
+        assert_eq!(tool_action("go_back", "{}"), Action::Back);
+        assert!(matches!(tool_action("click_link", "{"), Action::Invalid(_)));
+        assert!(matches!(tool_action("jump", "{}"), Action::Invalid(_)));
+    }
+
+    #[test]
+    fn invalid_actions_count_as_moves_and_show_an_error() {
+        let e = env("text");
+        let t = e.task("train", 0).unwrap();
+        let (start, target) = WikiNav::ends(&t, &e.graph).unwrap();
+        let mut g = Game { history: vec![start], target, moves: 0, invalid: 0, reached: false };
+        let shown = g.apply(&e.graph, &Action::Click(String::from("Nowhere")));
+        assert!(shown.starts_with("Error: `Nowhere` is not a link on this page"), "{shown}");
+        assert!(g.apply(&e.graph, &Action::Back).starts_with("Error: there is no previous page"));
+        assert_eq!((g.moves, g.invalid, g.history.len()), (2, 2, 1));
+    }
+
+    #[test]
+    fn bad_args_name_the_field() {
+        let err = WikiNav::new(json!({"harness": "xml"}).as_object().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("env.args.harness"), "{err}");
+        let err = WikiNav::new(json!({"links_per_article": 0}).as_object().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("links_per_article"), "{err}");
+    }
+}

@@ -1,0 +1,163 @@
+//! wiki-nav episodes through a scripted model: the shortest path scores 1, detours score less,
+//! invalid actions are reported and counted, the tool and text harnesses agree, and tool results are
+//! context (mask false) in the trace.
+
+use std::sync::Arc;
+
+use rl_envs::{Graph, WikiNav};
+use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest};
+use rl_serve::{Environment, pb};
+use serde_json::json;
+
+use crate::{actor, example, serve};
+
+/// What the scripted player does on each turn.
+#[derive(Clone, Copy, PartialEq)]
+enum Plan {
+    /// Follow a shortest path.
+    Shortest,
+    /// Click a link off the shortest path, go back, then follow a shortest path.
+    Detour,
+    /// Click a title that is not a link, then follow a shortest path.
+    Invalid,
+}
+
+fn current(r: &FakeRequest, graph: &Graph) -> usize {
+    let last = &r.messages.last().expect("a conversation").1;
+    let title = last.lines().find_map(|l| l.strip_prefix("You are at: ")).expect("an observation");
+    graph.find(title).expect("a known article")
+}
+
+/// The player: picks the action of `plan` for this turn and writes it for the harness.
+async fn player(graph: Arc<Graph>, target: usize, plan: Plan, tools: bool) -> FakeModel {
+    FakeModel::start(move |r: &FakeRequest| {
+        let here = current(r, &graph);
+        let next_on_path = || graph.shortest_path(here, target)[1].clone();
+        let action = match (plan, r.turn()) {
+            (Plan::Detour, 0) => {
+                let best = graph.distances_from(here)[target];
+                let off = graph.links[here].iter().find(|&&j| graph.distances_from(j)[target] >= best).copied();
+                Some(graph.titles[off.expect("a link off the shortest path")].clone())
+            }
+            (Plan::Detour, 1) => None,
+            (Plan::Invalid, 0) => Some(String::from("Nowhere At All")),
+            _ => Some(next_on_path()),
+        };
+        match (tools, action) {
+            (true, Some(t)) => {
+                FakeReply::ToolCalls(vec![(String::from("click_link"), json!({"title": t}).to_string())])
+            }
+            (true, None) => FakeReply::ToolCalls(vec![(String::from("go_back"), String::from("{}"))]),
+            (false, Some(t)) => FakeReply::Text(format!("I will click. <click_link>{t}</click_link>")),
+            (false, None) => FakeReply::Text(String::from("Back. <go_back/>")),
+        }
+    })
+    .await
+}
+
+struct Outcome {
+    reward: f64,
+    moves: f64,
+    invalid: f64,
+    reached: f64,
+    trace: pb::Trace,
+}
+
+async fn play(harness: &str, plan: Plan) -> (Outcome, u64) {
+    let args = json!({"num_examples": 10, "seed": 5, "harness": harness, "min_distance": 2, "max_distance": 3});
+    let env = WikiNav::new(args.as_object().unwrap()).unwrap();
+    let task = env.task("train", 3).unwrap();
+    let graph = Arc::new(env.graph().clone());
+    let target = graph.find(task.data["target"].as_str().unwrap()).unwrap();
+    let model = player(Arc::clone(&graph), target, plan, harness == "tools").await;
+    let h = serve("wiki-nav", args).await;
+    let resp = h
+        .client
+        .run_rollout(pb::RunRolloutRequest {
+            example: example("train", 3),
+            actor: Some(actor(&model, "0")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let trace = resp.episode.unwrap().traces.remove(0);
+    assert!(trace.errors.is_empty(), "{:?}", trace.errors);
+    let m = |k: &str| trace.metrics.get(k).copied().unwrap_or(f64::NAN);
+    let outcome = Outcome {
+        reward: trace.reward,
+        moves: m("moves"),
+        invalid: m("invalid_actions"),
+        reached: m("reached"),
+        trace: trace.clone(),
+    };
+    (outcome, task.data["shortest"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shortest_path_scores_one_and_tool_results_are_context() {
+    let (o, shortest) = play("tools", Plan::Shortest).await;
+    assert_eq!((o.reward, o.reached, o.invalid), (1.0, 1.0, 0.0));
+    assert_eq!(o.moves, shortest as f64);
+    assert_eq!(o.trace.stop_condition, "env_done");
+    let roles: Vec<&str> = o.trace.nodes.iter().map(|n| n.role.as_str()).collect();
+    let mut expected = vec!["system", "user"];
+    for i in 0..shortest {
+        expected.push("assistant");
+        if i + 1 < shortest {
+            expected.push("tool");
+        }
+    }
+    assert_eq!(roles, expected);
+    for node in &o.trace.nodes {
+        assert!(node.mask.iter().all(|m| *m == node.sampled), "{}: only sampled tokens are trained", node.role);
+        if node.role == "tool" {
+            assert!(!node.sampled && !node.token_ids.is_empty() && node.tool_call_id.starts_with("call_"));
+            assert!(node.content.contains("You are at: "));
+        }
+        if node.role == "assistant" {
+            assert_eq!(node.tool_calls.len(), 1);
+            assert_eq!(node.tool_calls[0].name, "click_link");
+        }
+    }
+    assert_eq!(o.trace.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["click_link", "go_back"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detours_score_less_and_invalid_actions_are_reported_and_counted() {
+    let (detour, shortest) = play("tools", Plan::Detour).await;
+    let s = shortest as f64;
+    assert_eq!(detour.reached, 1.0);
+    assert!(detour.moves >= s + 2.0, "a detour costs at least a click and a go_back: {}", detour.moves);
+    assert!((detour.reward - s / detour.moves).abs() < 1e-12 && detour.reward < 1.0);
+
+    let (invalid, _) = play("tools", Plan::Invalid).await;
+    assert_eq!((invalid.invalid, invalid.moves, invalid.reached), (1.0, s + 1.0, 1.0));
+    assert!((invalid.reward - s / (s + 1.0)).abs() < 1e-12);
+    let first_tool = invalid.trace.nodes.iter().find(|n| n.role == "tool").unwrap();
+    assert!(first_tool.content.starts_with("Error: `Nowhere At All` is not a link"), "{}", first_tool.content);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_harnesses_give_the_same_game_outcome() {
+    for plan in [Plan::Shortest, Plan::Detour, Plan::Invalid] {
+        let (tools, _) = play("tools", plan).await;
+        let (text, _) = play("text", plan).await;
+        assert_eq!(
+            (tools.reward, tools.moves, tools.invalid, tools.reached),
+            (text.reward, text.moves, text.invalid, text.reached)
+        );
+        assert!(text.trace.tools.is_empty(), "the text harness offers no tools");
+        assert!(text.trace.nodes.iter().all(|n| n.role != "tool"), "text observations come as user turns");
+        assert!(text.trace.nodes.iter().filter(|n| n.role == "user").count() >= 2);
+    }
+}
+
+#[test]
+fn wiki_nav_loads_by_id_and_offers_tools_only_in_the_tool_harness() {
+    let tools = rl_envs::load("wiki_nav", json!({}).as_object().unwrap()).unwrap();
+    let task = tools.task("test", 0).unwrap();
+    assert_eq!(tools.tools(&task).len(), 2);
+    let text = rl_envs::load("wiki-nav", json!({"harness": "text"}).as_object().unwrap()).unwrap();
+    assert!(text.tools(&task).is_empty());
+    assert!(text.prompt(&task).unwrap()[0].content.contains("<click_link>"));
+}
