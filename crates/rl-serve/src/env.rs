@@ -68,6 +68,12 @@ pub trait Environment: Send + Sync + 'static {
     fn metadata(&self) -> BTreeMap<String, String> {
         BTreeMap::new()
     }
+
+    /// A multi-agent environment returns its member model here; its episodes then run through
+    /// the multi-agent kernel (one trace per member) instead of `env_response`.
+    fn multi_agent(&self) -> Option<&dyn crate::multi_agent::MultiAgent> {
+        None
+    }
 }
 
 /// Looks up `index` in a split of `len` tasks, with the errors every env gives.

@@ -1,4 +1,5 @@
-//! The environment server: the `Environment` and `Rubric` abstractions, the rollout loop, the gRPC
+//! The environment server: the `Environment` and `Rubric` abstractions, the rollout loop (and the
+//! multi-agent kernel: members, slots, public/private channels, `MARScore`), the gRPC
 //! service (`EnvService`, `serve`), the orchestrator's `EnvClient`, and an OpenAI-compatible
 //! `ModelClient` that environments sample through.
 //!
@@ -11,6 +12,8 @@ mod error;
 #[cfg(feature = "fake-model")]
 pub mod fake_model;
 mod model_client;
+mod multi_agent;
+mod multi_rollout;
 mod rollout;
 mod rubric;
 mod server;
@@ -23,6 +26,8 @@ pub use env::{EnvReply, Environment, State, check_index};
 pub use error::{Error, Result};
 pub use model_client::{ChatResponse, Choice, ModelClient};
 pub use rl_proto::env::v1 as pb;
+pub use multi_agent::{Kernel, MARScore, MultiAgent, ProtocolError, Turn, split_channels};
+pub use multi_rollout::run_multi_agent_episode;
 pub use rollout::{RolloutRequest, run_episode};
 pub use rubric::{FnReward, RewardFn, Rubric, RubricGroup, Scores, ScoringContext, reward_fn};
 pub use server::{DRAIN_TIMEOUT, EnvService, MAX_GROUP_SIZE, bind, serve};

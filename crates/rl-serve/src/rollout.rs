@@ -130,6 +130,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         num_turns: state.turns,
         scored_with: req.training_context.cloned(),
         task_json: req.task.data.to_string(),
+        task_key: req.task.key.clone(),
     }
 }
 

@@ -21,7 +21,13 @@ use crate::algorithms::{EnvAlgorithm, check_outputs, default_algorithms};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::model_client::ModelClient;
+use crate::multi_rollout::run_multi_agent_episode;
 use crate::rollout::{RolloutRequest, new_id, run_episode};
+
+/// The request's extra model runtimes by key, validated.
+fn runtimes(models: &std::collections::HashMap<String, pb::ModelRuntime>) -> Result<BTreeMap<String, ModelRuntime>> {
+    models.iter().map(|(k, m)| Ok((k.clone(), ModelRuntime::from_wire(m, &format!("models.{k}"))?))).collect()
+}
 use crate::trace::check_trace;
 use crate::types::{ModelRuntime, Task};
 
@@ -100,16 +106,24 @@ impl EnvService {
         }
     }
 
+    /// One episode: a single trace, or one trace per member for a multi-agent env.
     async fn episode(
         &self,
         task: &Task,
         actor: &ModelRuntime,
         index: u32,
         ctx: Option<&pb::TrainingContext>,
-    ) -> pb::Trace {
+        models: &BTreeMap<String, ModelRuntime>,
+    ) -> pb::Episode {
         let _permit = self.inner.gate.acquire().await.expect("the gate is never closed");
-        run_episode(&*self.inner.env, &self.inner.models, RolloutRequest { task, actor, index, training_context: ctx })
-            .await
+        let req = RolloutRequest { task, actor, index, training_context: ctx };
+        match self.inner.env.multi_agent() {
+            Some(ma) => run_multi_agent_episode(ma, &self.inner.models, req, models).await,
+            None => {
+                let trace = run_episode(&*self.inner.env, &self.inner.models, req).await;
+                pb::Episode { id: new_id(), task_key: task.key.clone(), traces: vec![trace], ..Default::default() }
+            }
+        }
     }
 
     async fn with_timeout<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
@@ -128,12 +142,9 @@ impl EnvService {
         }
         let task = self.task(req.example.as_ref())?;
         let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
+        let models = runtimes(&req.models)?;
         let ctx = req.training_context.as_ref();
-        let traces = join_all((0..req.group_size).map(|i| self.episode(&task, &actor, i, ctx))).await;
-        let episodes = traces
-            .into_iter()
-            .map(|t| pb::Episode { id: new_id(), task_key: task.key.clone(), traces: vec![t], ..Default::default() })
-            .collect();
+        let episodes = join_all((0..req.group_size).map(|i| self.episode(&task, &actor, i, ctx, &models))).await;
         Ok(pb::RunGroupResponse { episodes })
     }
 
@@ -141,10 +152,9 @@ impl EnvService {
         self.check_size("RunRolloutRequest", req.encoded_len(), "example.inline_json")?;
         let task = self.task(req.example.as_ref())?;
         let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
-        let trace = self.episode(&task, &actor, 0, req.training_context.as_ref()).await;
-        Ok(pb::RunRolloutResponse {
-            episode: Some(pb::Episode { id: new_id(), task_key: task.key, traces: vec![trace], ..Default::default() }),
-        })
+        let models = runtimes(&req.models)?;
+        let episode = self.episode(&task, &actor, 0, req.training_context.as_ref(), &models).await;
+        Ok(pb::RunRolloutResponse { episode: Some(episode) })
     }
 
     async fn algorithms(&self, req: pb::RunAlgorithmsRequest) -> Result<pb::RunAlgorithmsResponse> {
@@ -203,11 +213,17 @@ impl EnvServer for EnvService {
         let env = &self.inner.env;
         let mut metadata: std::collections::HashMap<String, String> = env.metadata().into_iter().collect();
         metadata.insert(String::from("max_concurrent"), self.inner.max_concurrent.to_string());
+        if let Some(judge) = env.multi_agent().and_then(|ma| ma.judge()) {
+            metadata.insert(String::from("judge_member"), judge);
+        }
         Ok(Response::new(pb::InfoResponse {
             env_id: env.id().to_owned(),
             splits: env.splits().into_iter().map(|(name, size)| pb::SplitInfo { name, size }).collect(),
             metadata,
-            member_ids: Vec::new(),
+            member_ids: env
+                .multi_agent()
+                .and_then(|ma| env.task("train", 0).ok().map(|t| ma.members(&t)))
+                .unwrap_or_default(),
             algorithms: self.inner.algorithms.keys().cloned().collect(),
         }))
     }
