@@ -53,6 +53,18 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// An optional string.
+    pub(crate) fn string(&mut self, key: &'static str) -> Result<Option<String>> {
+        self.read.insert(key);
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+            Some(v) => {
+                Err(Error::bad_request(self.field(key), format!("{} expects a non-empty string, got {v}", self.env)))
+            }
+        }
+    }
+
     /// A string that must be one of `choices`.
     pub(crate) fn choice(&mut self, key: &'static str, default: &str, choices: &[&str]) -> Result<String> {
         self.read.insert(key);

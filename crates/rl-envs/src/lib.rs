@@ -1,10 +1,11 @@
 //! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text`,
-//! `alphabet-sort` and `wiki-nav` (tool use). [`load`] builds one by id from its `args` table.
+//! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent). [`load`] builds one by id from its `args` table.
 //!
 //! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
 
 mod alphabet_sort;
 mod args;
+mod debate;
 pub mod difflib;
 mod reverse_text;
 mod rng;
@@ -13,6 +14,7 @@ mod wiki_nav;
 use std::sync::Arc;
 
 pub use alphabet_sort::{AlphabetSort, NEW_MARK, score as alphabet_sort_reward};
+pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, verdict};
 pub use reverse_text::{
     ReverseText, SYSTEM_PROMPT as REVERSE_TEXT_SYSTEM_PROMPT, lcs_reward, parse_answer as parse_reversed_text,
 };
@@ -24,7 +26,7 @@ pub use wiki_nav::{
 };
 
 /// Ids of the built-in environments.
-pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav"];
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate"];
 
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
@@ -45,6 +47,7 @@ pub fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>>
         "reverse-text" => Ok(Arc::new(ReverseText::new(args)?)),
         "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
         "wiki-nav" => Ok(Arc::new(WikiNav::new(args)?)),
+        "debate" => Ok(Arc::new(Debate::new(args)?)),
         _ => Err(Error::bad_request("env.id", format!("unknown environment {id:?}; built in: {}", ENV_IDS.join(", ")))),
     }
 }

@@ -58,6 +58,14 @@ pub enum Algorithm {
         /// Most scoring requests in flight.
         max_concurrent: usize,
     },
+    /// Multi-agent EMA baseline per (env, example, member), updated then subtracted; its state
+    /// lives in the orchestrator (see [`rae_channels`]).
+    Rae {
+        /// EMA momentum.
+        momentum: f64,
+        /// Drop the judge member's trajectories from training.
+        drop_judge: bool,
+    },
     /// Unknown to the orchestrator: run by the env server through `RunAlgorithms`.
     EnvOwned {
         /// The id the env server knows.
@@ -95,7 +103,9 @@ impl Algorithm {
                     template: template.clone(),
                     max_concurrent: *max_concurrent as usize,
                 },
-                other => return Err(Error::NotImplemented(other.id().to_owned())),
+                BuiltinAlgorithm::Rae { momentum, drop_judge } => {
+                    Algorithm::Rae { momentum: *momentum, drop_judge: *drop_judge }
+                }
             },
             AlgorithmConfig::EnvOwned { id, fields } => Algorithm::EnvOwned {
                 id: id.clone(),
@@ -114,6 +124,7 @@ impl Algorithm {
             Algorithm::Echo { .. } => "echo",
             Algorithm::Opd { .. } => "opd",
             Algorithm::Opsd { .. } => "opsd",
+            Algorithm::Rae { .. } => "rae",
             Algorithm::EnvOwned { id, .. } => id,
         }
     }
@@ -171,9 +182,32 @@ impl Algorithm {
                     })
                     .collect(),
             ),
-            Algorithm::Opd { .. } | Algorithm::Opsd { .. } | Algorithm::EnvOwned { .. } => None,
+            Algorithm::Opd { .. } | Algorithm::Opsd { .. } | Algorithm::Rae { .. } | Algorithm::EnvOwned { .. } => None,
         }
     }
+}
+
+/// RAE (SPIRAL Algorithm 1): for each clean trace in order, the baseline of its (example, member)
+/// is first updated, `b = momentum * b + (1 - momentum) * r`, then subtracted, `A = r - b`.
+/// `baselines` holds one env's state keyed `task_key|member_id` (cold start: 0). The judge's
+/// traces get no channel when `judge` is given (dropped from training).
+pub fn rae_channels(
+    baselines: &mut std::collections::BTreeMap<String, f64>,
+    traces: &[pb::Trace],
+    momentum: f64,
+    judge: Option<&str>,
+) -> Vec<Vec<Channel>> {
+    traces
+        .iter()
+        .map(|t| {
+            if !t.errors.is_empty() || judge.is_some_and(|j| j == t.member_id) {
+                return Vec::new();
+            }
+            let b = baselines.entry(format!("{}|{}", t.task_key, t.member_id)).or_insert(0.0);
+            *b = momentum * *b + (1.0 - momentum) * t.reward;
+            sampled(t, (t.reward - *b) as f32, LossChannel::Rl)
+        })
+        .collect()
 }
 
 /// `value` on every sampled token of every branch, for one loss.
@@ -296,6 +330,34 @@ pub fn aggregate(ids: &[&str], traces: &[pb::Trace], outputs: &[Vec<Vec<Channel>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn member(task: &str, member: &str, reward: f64) -> pb::Trace {
+        pb::Trace { task_key: task.to_owned(), member_id: member.to_owned(), ..trace(reward, 1, false) }
+    }
+
+    #[test]
+    fn rae_updates_the_baseline_then_subtracts_it() {
+        let mut b = std::collections::BTreeMap::new();
+        let adv = |ch: &Vec<Vec<Channel>>, i: usize| ch[i].first().map(|c| c.values[2]);
+        // Cold start: b = 0.9 * 0 + 0.1 * 1 = 0.1, A = 0.9.
+        let ch = rae_channels(&mut b, &[member("t/0", "a", 1.0)], 0.9, None);
+        assert!((adv(&ch, 0).unwrap() - 0.9).abs() < 1e-6);
+        // Same (example, member) again with reward 1: b = 0.9 * 0.1 + 0.1 = 0.19, A = 0.81. Another
+        // member and another example each start cold.
+        let group =
+            [member("t/0", "a", 1.0), member("t/0", "b", -1.0), member("t/1", "a", 0.5), member("t/0", "judge", 0.0)];
+        let ch = rae_channels(&mut b, &group, 0.9, Some("judge"));
+        assert!((adv(&ch, 0).unwrap() - 0.81).abs() < 1e-6);
+        assert!((adv(&ch, 1).unwrap() - -0.9).abs() < 1e-6);
+        assert!((adv(&ch, 2).unwrap() - 0.45).abs() < 1e-6);
+        assert!(ch[3].is_empty(), "the judge is dropped");
+        assert!((b["t/0|a"] - 0.19).abs() < 1e-12);
+        assert!(!b.contains_key("t/0|judge"));
+        // Momentum 0: the baseline is the last reward, so a repeated reward has advantage 0.
+        let mut z = std::collections::BTreeMap::new();
+        let ch = rae_channels(&mut z, &[member("x", "a", 2.0)], 0.0, None);
+        assert_eq!(adv(&ch, 0), Some(0.0));
+    }
 
     fn node(parent: i32, role: &str, tokens: usize, sampled: bool) -> pb::MessageNode {
         pb::MessageNode {
@@ -427,9 +489,7 @@ mod tests {
     }
 
     #[test]
-    fn unbuilt_algorithms_are_refused_not_skipped_and_unknown_ids_are_env_owned() {
-        let err = Algorithm::from_config(&AlgorithmConfig::from_id("rae")).unwrap_err();
-        assert!(err.to_string().contains("`rae` is not implemented"), "{err}");
+    fn unknown_ids_are_env_owned() {
         assert_eq!(Algorithm::from_config(&AlgorithmConfig::from_id("grpo")).unwrap(), Algorithm::Grpo);
         let owned = Algorithm::from_config(&AlgorithmConfig::from_id("rloo")).unwrap();
         assert_eq!(owned, Algorithm::EnvOwned { id: String::from("rloo"), fields_json: String::from("{}") });

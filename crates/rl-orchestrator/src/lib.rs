@@ -13,7 +13,7 @@ mod run;
 mod scoring;
 mod sink;
 
-pub use algorithms::{Algorithm, BranchTargets, Channel, aggregate};
+pub use algorithms::{Algorithm, BranchTargets, Channel, aggregate, rae_channels};
 pub use checkpoint::{OrchestratorState, checkpoint_steps, clean_after, state_path};
 pub use error::{Error, Result};
 pub use eval::{SOLVED, eval_metrics, pass_at_k};

@@ -34,6 +34,20 @@ struct Env {
     sampling: SamplingConfig,
     algorithms: Vec<Algorithm>,
     ratio: f64,
+    /// Member ids of a multi-agent env (empty for single-agent envs).
+    members: Vec<String>,
+    /// The member that only judges, if the env has one.
+    judge: Option<String>,
+}
+
+impl Env {
+    /// RAE's (momentum, member whose traces are dropped), when the env runs it.
+    fn rae(&self) -> Option<(f64, Option<&str>)> {
+        self.algorithms.iter().find_map(|a| match a {
+            Algorithm::Rae { momentum, drop_judge } => Some((*momentum, self.judge.as_deref().filter(|_| *drop_judge))),
+            _ => None,
+        })
+    }
 }
 
 struct EvalEnv {
@@ -65,6 +79,8 @@ pub struct Orchestrator {
     rng: u64,
     /// The checkpoint step this run resumed from.
     resumed: Option<u64>,
+    /// RAE baselines per env name, keyed `task_key|member_id`.
+    rae: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl std::fmt::Debug for Orchestrator {
@@ -160,11 +176,25 @@ impl Orchestrator {
             version: 0,
             rng: cfg.seed ^ 0x6a09_e667_f3bc_c909,
             resumed: None,
+            rae: BTreeMap::new(),
         };
         if let Some(r) = &cfg.resume {
             let state = checkpoint::load(&cfg.output_dir, r.step)?;
             orch.rng = state.sampler;
             orch.resumed = Some(state.step);
+            for env in orch.envs.iter().filter(|e| e.rae().is_some()) {
+                let key = format!("{}/rae", env.name);
+                let saved = state.algorithms.get(&key).ok_or_else(|| Error::Checkpoint {
+                    path: checkpoint::state_path(&cfg.output_dir, state.step).display().to_string(),
+                    message: format!("env `{}` runs rae but the checkpoint has no `{key}` state to resume", env.name),
+                })?;
+                let baselines: BTreeMap<String, f64> =
+                    serde_json::from_value(saved.clone()).map_err(|e| Error::Checkpoint {
+                        path: checkpoint::state_path(&cfg.output_dir, state.step).display().to_string(),
+                        message: format!("`{key}` is not a map of baselines: {e}"),
+                    })?;
+                orch.rae.insert(env.name.clone(), baselines);
+            }
             tracing::info!(step = state.step, "resuming from the orchestrator checkpoint");
         }
         Ok(orch)
@@ -179,7 +209,26 @@ impl Orchestrator {
             return Err(Error::Config(format!("env `{}` has no `train` split", e.display_name())));
         }
         let algorithms = cfg.env_algorithms(e).iter().map(Algorithm::from_config).collect::<Result<Vec<_>>>()?;
+        let multi_agent = !info.member_ids.is_empty();
         for a in &algorithms {
+            let single_agent_only = matches!(
+                a,
+                Algorithm::Grpo | Algorithm::MaxRl | Algorithm::Rl | Algorithm::Echo { .. } | Algorithm::Sft
+            );
+            if multi_agent && single_agent_only {
+                return Err(Error::Config(format!(
+                    "env `{}` is multi-agent (members {}): `{}` compares rollouts of one agent and is rejected there; use `rae`",
+                    e.display_name(),
+                    info.member_ids.join(", "),
+                    a.id()
+                )));
+            }
+            if !multi_agent && matches!(a, Algorithm::Rae { .. }) {
+                return Err(Error::Config(format!(
+                    "`rae` keeps a baseline per member and needs a multi-agent env; `{}` has no members",
+                    e.display_name()
+                )));
+            }
             if let Algorithm::EnvOwned { id, .. } = a
                 && !info.algorithms.iter().any(|x| x == id)
             {
@@ -199,6 +248,8 @@ impl Orchestrator {
             sampling: cfg.env_sampling(e),
             algorithms,
             ratio: e.ratio,
+            members: info.member_ids.clone(),
+            judge: info.metadata.get("judge_member").cloned(),
         })
     }
 
@@ -384,16 +435,23 @@ impl Orchestrator {
         Ok(out)
     }
 
-    /// Channels of every algorithm of `env` on one group, aggregated per branch.
-    async fn targets(&self, env: &Env, traces: &[pb::Trace]) -> Result<Vec<Vec<crate::algorithms::BranchTargets>>> {
+    /// Channels of every algorithm of `env` on one group, aggregated per branch (`rae`: the
+    /// channels already computed with the orchestrator's baselines).
+    async fn targets(
+        &self,
+        env: &Env,
+        traces: &[pb::Trace],
+        mut rae: Option<Vec<Vec<crate::algorithms::Channel>>>,
+    ) -> Result<Vec<Vec<crate::algorithms::BranchTargets>>> {
         let runtimes = self.model_runtimes(&env.sampling);
         let ctx =
             ScoringContext { http: &self.http, endpoints: &self.endpoints, env: &env.client, runtimes: &runtimes };
         let mut outputs = Vec::new();
         for a in &env.algorithms {
-            outputs.push(match a.local_channels(traces) {
-                Some(ch) => ch,
-                None => remote_channels(a, traces, ctx).await?,
+            outputs.push(match (a, a.local_channels(traces)) {
+                (_, Some(ch)) => ch,
+                (Algorithm::Rae { .. }, None) => rae.take().unwrap_or_default(),
+                (_, None) => remote_channels(a, traces, ctx).await?,
             });
         }
         let ids: Vec<&str> = env.algorithms.iter().map(Algorithm::id).collect();
@@ -487,11 +545,18 @@ impl Orchestrator {
         let mut all_samples: Vec<TrainingSample> = Vec::new();
         let (mut rewards, mut advantages, mut completion_lens) = (Vec::new(), Vec::new(), Vec::new());
         let (mut truncated, mut prompt_tokens) = (0usize, 0usize);
+        let mut member_rewards: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for (e, traces) in &done {
             let env = &self.envs[*e];
-            let targets = self.targets(env, traces).await?;
+            let rae = env.rae().map(|(momentum, judge)| {
+                crate::algorithms::rae_channels(self.rae.entry(env.name.clone()).or_default(), traces, momentum, judge)
+            });
+            let targets = self.targets(env, traces, rae).await?;
             for (t, tg) in traces.iter().zip(&targets) {
                 rewards.push(t.reward);
+                if !env.members.is_empty() {
+                    member_rewards.entry(format!("{}/{}", env.name, t.member_id)).or_default().push(t.reward);
+                }
                 truncated += usize::from(t.is_truncated);
                 let sampled: usize = t.nodes.iter().filter(|n| n.sampled).flat_map(|n| &n.mask).filter(|m| **m).count();
                 let total: usize = t.nodes.iter().map(|n| n.token_ids.len()).sum();
@@ -516,7 +581,13 @@ impl Orchestrator {
         if let Some(ckpt) = &self.cfg.ckpt
             && step.is_multiple_of(ckpt.interval)
         {
-            let state = OrchestratorState::new(step, self.rng, BTreeMap::new());
+            let algorithms = self
+                .envs
+                .iter()
+                .filter(|e| e.rae().is_some())
+                .map(|e| (format!("{}/rae", e.name), json!(self.rae.get(&e.name).cloned().unwrap_or_default())))
+                .collect();
+            let state = OrchestratorState::new(step, self.rng, algorithms);
             checkpoint::save(&run_dir, &state, ckpt.keep_last)?;
         }
         let rollouts = rewards.len();
@@ -551,6 +622,9 @@ impl Orchestrator {
         );
         for (k, n) in error_kinds {
             row.insert(format!("errors/{k}"), json!(n));
+        }
+        for (k, v) in member_rewards {
+            row.insert(format!("reward/member/{k}"), json!(stats(&v).mean));
         }
         Ok(Value::Object(row))
     }

@@ -280,13 +280,20 @@ mod tests {
     }
 
     fn debate() -> Kernel {
-        Kernel::new(ids(&["a", "b", "judge"]), vec![ids(&["a", "b"]), ids(&["a"]), ids(&["b"]), ids(&["judge"])]).unwrap()
+        Kernel::new(ids(&["a", "b", "judge"]), vec![ids(&["a", "b"]), ids(&["a"]), ids(&["b"]), ids(&["judge"])])
+            .unwrap()
     }
 
     #[test]
     fn think_blocks_are_private_and_malformed_markup_is_quarantined() {
-        assert_eq!(split_channels("<think>secret</think> 42 is right"), (String::from("42 is right"), String::from("secret"), false));
-        assert_eq!(split_channels("a <think>x</think> b <think>y</think>"), (String::from("a  b"), String::from("x\ny"), false));
+        assert_eq!(
+            split_channels("<think>secret</think> 42 is right"),
+            (String::from("42 is right"), String::from("secret"), false)
+        );
+        assert_eq!(
+            split_channels("a <think>x</think> b <think>y</think>"),
+            (String::from("a  b"), String::from("x\ny"), false)
+        );
         assert!(split_channels("<think>never closed").2);
         assert!(split_channels("stray </think> close").2);
         assert!(split_channels("<think>a<think>b</think></think>").2);
@@ -359,7 +366,10 @@ mod tests {
     #[test]
     fn partial_scores_are_rejected() {
         let members = ids(&["a", "b", "judge"]);
-        let mut s = MARScore { rewards: BTreeMap::from([(String::from("a"), 1.0), (String::from("b"), -1.0)]), ..Default::default() };
+        let mut s = MARScore {
+            rewards: BTreeMap::from([(String::from("a"), 1.0), (String::from("b"), -1.0)]),
+            ..Default::default()
+        };
         assert!(s.validate(&members).unwrap_err().to_string().contains("judge"));
         s.rewards.insert(String::from("judge"), 0.0);
         s.validate(&members).unwrap();

@@ -27,12 +27,11 @@ pub async fn run_multi_agent_episode(
     let task = req.task;
     let members = ma.members(task);
     let mut errors: Vec<pb::TraceError> = Vec::new();
-    let mut builders: BTreeMap<String, TraceBuilder> = members.iter().map(|m| (m.clone(), TraceBuilder::default())).collect();
+    let mut builders: BTreeMap<String, TraceBuilder> =
+        members.iter().map(|m| (m.clone(), TraceBuilder::default())).collect();
     let mut turns: BTreeMap<String, u32> = BTreeMap::new();
     let instructions: BTreeMap<String, _> = members.iter().map(|m| (m.clone(), ma.instructions(task, m))).collect();
-    let runtime = |m: &str| -> &ModelRuntime {
-        ma.member_model(m).and_then(|k| models.get(&k)).unwrap_or(req.actor)
-    };
+    let runtime = |m: &str| -> &ModelRuntime { ma.member_model(m).and_then(|k| models.get(&k)).unwrap_or(req.actor) };
     let mut kernel = match Kernel::new(members.clone(), ma.schedule(task)) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -55,7 +54,8 @@ pub async fn run_multi_agent_episode(
             match call {
                 Ok(r) => match r.choices.into_iter().next() {
                     Some(choice) => replies.push((m, r.prompt_token_ids, choice)),
-                    None => errors.push(Error::InvalidModelResponse(format!("no choices for member `{m}`")).to_trace_error()),
+                    None => errors
+                        .push(Error::InvalidModelResponse(format!("no choices for member `{m}`")).to_trace_error()),
                 },
                 Err(e) => errors.push(e.to_trace_error()),
             }
@@ -80,13 +80,15 @@ pub async fn run_multi_agent_episode(
     }
     let context = req.training_context.map(TrainingContext::from_wire);
     let score = match (&kernel, errors.is_empty()) {
-        (Some(k), true) => match ma.score(task, k.log(), context.as_ref()).await.and_then(|s| s.validate(&members).map(|()| s)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                errors.push(e.to_trace_error());
-                None
+        (Some(k), true) => {
+            match ma.score(task, k.log(), context.as_ref()).await.and_then(|s| s.validate(&members).map(|()| s)) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    errors.push(e.to_trace_error());
+                    None
+                }
             }
-        },
+        }
         _ => None,
     };
     let total_s = start.elapsed().as_secs_f64();

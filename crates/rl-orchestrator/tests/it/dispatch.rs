@@ -324,3 +324,83 @@ async fn env_owned_algorithms_run_on_the_env_server() {
     let err = Orchestrator::connect(&cfg).await.unwrap_err().to_string();
     assert!(err.contains("`no_such_algorithm`") && err.contains("rloo"), "{err}");
 }
+
+/// Debaters argue (with a private think block), the judge always picks debater_a.
+async fn debate_model() -> FakeModel {
+    FakeModel::start(|r: &FakeRequest| {
+        FakeReply::Text(if r.system().starts_with("You judge") {
+            String::from("<verdict>A</verdict>")
+        } else {
+            String::from("<think>my secret plan</think>I am right.")
+        })
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = debate_model().await;
+    let address = env_server("debate", serde_json::json!({"num_examples": 4, "rounds": 1})).await;
+    let trainer = fake_trainer(tmp.path(), 1..=2, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address.clone(), 2);
+    cfg.train.env[0].id = String::from("debate");
+    cfg.batch_size = 4;
+    cfg.group_size = 2;
+    cfg.seq_len = 1024;
+    cfg.algorithms = vec![AlgorithmConfig::from_id("rae")];
+    cfg.ckpt = Some(CkptConfig { interval: 1, keep_last: None, dir: None });
+    let summaries = run(&cfg).await;
+    let batches = trainer.await.unwrap();
+    // Step 1: 2 groups x 2 episodes x 2 debaters (the judge is dropped). Cold-start RAE with
+    // momentum 0.9: the winner (+1) gets 0.9, the loser (-1) gets -0.9 — unless an example repeats
+    // within the step, when its second episode sees the updated baseline.
+    let values: Vec<f32> = batches[0]
+        .micro_batches
+        .iter()
+        .flat_map(|mb| mb.advantages.iter().zip(&mb.loss_mask).filter(|(_, m)| **m).map(|(a, _)| *a))
+        .collect();
+    assert!(
+        values.iter().any(|a| (a - 0.9).abs() < 1e-6) && values.iter().any(|a| (a + 0.9).abs() < 1e-6),
+        "{values:?} {:?}",
+        summaries[0]
+    );
+    let samples: usize = batches[0].micro_batches.iter().map(|mb| mb.seq_lens.len()).sum();
+    assert_eq!(samples, 8, "one sample per debater trace, none for the judge");
+    let m = &summaries[0].metrics;
+    assert_eq!(m["reward/member/debate/debater_a"], 1.0);
+    assert_eq!(m["reward/member/debate/debater_b"], -1.0);
+    assert_eq!(m["reward/member/debate/judge"], 0.0);
+    // Private text never reaches a peer: the judge's prompts never contain it.
+    for req in model.requests() {
+        let msgs = req["messages"].as_array().unwrap();
+        if msgs[0]["content"].as_str().unwrap().starts_with("You judge") {
+            assert!(!req.to_string().contains("secret plan"), "{req}");
+            assert!(req.to_string().contains("I am right."));
+        }
+    }
+    // The RAE baselines are checkpointed, and a resume that expects them and cannot find them fails.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("checkpoints/step_2/orchestrator/state.json")).unwrap(),
+    )
+    .unwrap();
+    let baselines = state["algorithms"]["debate/rae"].as_object().unwrap();
+    assert!(baselines.keys().all(|k| k.ends_with("|debater_a") || k.ends_with("|debater_b")), "{baselines:?}");
+    assert!(baselines.keys().any(|k| k.ends_with("|debater_a")));
+    let mut resume = cfg.clone();
+    resume.resume = Some(ResumeConfig { step: Some(2) });
+    resume.max_steps = Some(3);
+    Orchestrator::connect(&resume).await.expect("the state is there");
+    let path = tmp.path().join("checkpoints/step_2/orchestrator/state.json");
+    let mut broken = state.clone();
+    broken["algorithms"] = serde_json::json!({});
+    std::fs::write(&path, broken.to_string()).unwrap();
+    let err = Orchestrator::connect(&resume).await.unwrap_err().to_string();
+    assert!(err.contains("debate/rae"), "{err}");
+
+    // grpo on a multi-agent env is rejected at start.
+    cfg.algorithms = vec![AlgorithmConfig::from_id("grpo")];
+    cfg.ckpt = None;
+    let err = Orchestrator::connect(&cfg).await.unwrap_err().to_string();
+    assert!(err.contains("multi-agent") && err.contains("rae"), "{err}");
+}
