@@ -235,7 +235,7 @@ fn observations(trace: &pb::Trace, alpha: f32, roles: &[String]) -> Vec<Channel>
             let mut seen_sampled = false;
             for &n in &b.nodes {
                 let node = &trace.nodes[n];
-                let trained = seen_sampled && !node.sampled && roles.iter().any(|r| *r == node.role);
+                let trained = seen_sampled && !node.sampled && roles.contains(&node.role);
                 seen_sampled |= node.sampled;
                 mask.extend(std::iter::repeat_n(trained, node.token_ids.len()));
             }

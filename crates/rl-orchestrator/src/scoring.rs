@@ -132,10 +132,10 @@ pub(crate) async fn remote_channels(
             let mut hints: HashMap<String, Vec<u32>> = HashMap::new();
             for t in traces.iter().filter(|t| t.errors.is_empty()) {
                 let demo = demonstration(t, demo_key)?;
-                if !hints.contains_key(&demo) {
-                    let hint = template.replace("{demonstration}", &demo);
+                if let std::collections::hash_map::Entry::Vacant(slot) = hints.entry(demo) {
+                    let hint = template.replace("{demonstration}", slot.key());
                     let ids = ctx.tokenize(model, json!([{"role": "system", "content": hint}])).await?;
-                    hints.insert(demo, ids);
+                    slot.insert(ids);
                 }
             }
             distill(traces, ctx, model, *max_concurrent, |t| {

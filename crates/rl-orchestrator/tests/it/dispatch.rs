@@ -404,3 +404,34 @@ async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint
     let err = Orchestrator::connect(&cfg).await.unwrap_err().to_string();
     assert!(err.contains("multi-agent") && err.contains("rae"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opsd_scores_the_branch_after_a_demonstration_hint_with_the_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = reverse_text_model().await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 20})).await;
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address, 1);
+    let opsd: AlgorithmConfig =
+        serde_json::from_value(serde_json::json!({"id": "opsd", "demo_key": "answer", "max_concurrent": 4})).unwrap();
+    cfg.algorithms = vec![opsd];
+    run(&cfg).await;
+    let batch = &trainer.await.unwrap()[0];
+    assert_eq!(model.scoring_stats().0, 8, "the policy scored each branch once");
+    let mut checked = 0;
+    for mb in &batch.micro_batches {
+        for i in (0..mb.input_ids.len()).filter(|&i| mb.loss_mask[i]) {
+            let expected = prompt_logprob(mb.input_ids[i]) - TOKEN_LOGPROB;
+            assert!((mb.advantages[i] - expected).abs() < 1e-6, "the hint's positions are dropped, not shifted in");
+            checked += 1;
+        }
+    }
+    assert!(checked > 50);
+
+    let missing: AlgorithmConfig =
+        serde_json::from_value(serde_json::json!({"id": "opsd", "demo_key": "demonstration"})).unwrap();
+    cfg.algorithms = vec![missing];
+    let mut orch = Orchestrator::connect(&cfg).await.unwrap();
+    let err = orch.run(|_| {}).await.unwrap_err().to_string();
+    assert!(err.contains("no `demonstration` field") && err.contains("answer"), "{err}");
+}
