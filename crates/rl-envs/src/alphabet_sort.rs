@@ -4,14 +4,14 @@
 
 use async_trait::async_trait;
 use rl_serve::{
-    EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, check_index,
-    reward_fn,
+    EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, reward_fn,
 };
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::difflib::ratio;
 use crate::rng::Rng;
+use crate::splits::Splits;
 
 const FIRST: &[&str] = &[
     "Ada",
@@ -104,8 +104,7 @@ pub const NEW_MARK: &str = " // new name!";
 /// The alphabet-sort environment.
 #[derive(Debug)]
 pub struct AlphabetSort {
-    train: Vec<Value>,
-    test: Vec<Value>,
+    data: Splits<Value>,
     rubric: RubricGroup,
 }
 
@@ -289,8 +288,10 @@ impl AlphabetSort {
             1.0,
         );
         Ok(AlphabetSort {
-            train: gen_split("alphabet-sort/train", num),
-            test: gen_split("alphabet-sort/test", test_num),
+            data: Splits {
+                train: gen_split("alphabet-sort/train", num),
+                test: gen_split("alphabet-sort/test", test_num),
+            },
             rubric: RubricGroup::new(vec![rubric]),
         })
     }
@@ -298,7 +299,8 @@ impl AlphabetSort {
     /// Ideal multi-turn conversations (user turns, each answered with its ground truth in the
     /// requested tags) for supervised warm-up on `split`.
     pub fn sft_conversations(&self, split: &str) -> Vec<Vec<Message>> {
-        self.split(split)
+        self.data
+            .get(split)
             .iter()
             .map(|ep| {
                 let task = Task { key: String::new(), data: ep.clone() };
@@ -313,10 +315,6 @@ impl AlphabetSort {
             })
             .collect()
     }
-
-    fn split(&self, name: &str) -> &[Value] {
-        if name == "test" { &self.test } else { &self.train }
-    }
 }
 
 #[async_trait]
@@ -326,12 +324,11 @@ impl Environment for AlphabetSort {
     }
 
     fn splits(&self) -> Vec<(String, u64)> {
-        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+        self.data.sizes()
     }
 
     fn task(&self, split: &str, index: u64) -> Result<Task> {
-        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
-        Ok(Task { key: format!("{split}/{index}"), data: self.split(split)[index as usize].clone() })
+        Ok(Task { key: format!("{split}/{index}"), data: self.data.at(split, index)?.clone() })
     }
 
     fn inline_task(&self, data: Value) -> Result<Task> {

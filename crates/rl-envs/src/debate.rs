@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use rl_serve::{
     EnvReply, Environment, Error, MARScore, Message, MultiAgent, Result, RubricGroup, State, Task, TrainingContext,
-    Turn, check_index,
+    Turn,
 };
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::rng::Rng;
+use crate::splits::Splits;
 
 /// Member ids.
 pub const DEBATER_A: &str = "debater_a";
@@ -25,8 +26,7 @@ pub const JUDGE: &str = "judge";
 /// The debate environment.
 #[derive(Debug)]
 pub struct Debate {
-    train: Vec<Value>,
-    test: Vec<Value>,
+    data: Splits<Value>,
     rounds: u64,
     simultaneous: bool,
     judge_model: Option<String>,
@@ -80,17 +80,12 @@ impl Debate {
             (0..n).map(|_| question(&mut rng)).collect::<Vec<_>>()
         };
         Ok(Debate {
-            train: gen_split("debate/train", num),
-            test: gen_split("debate/test", test_num),
+            data: Splits { train: gen_split("debate/train", num), test: gen_split("debate/test", test_num) },
             rounds,
             simultaneous,
             judge_model,
             rubric: RubricGroup::new(Vec::new()),
         })
-    }
-
-    fn split(&self, name: &str) -> &[Value] {
-        if name == "test" { &self.test } else { &self.train }
     }
 }
 
@@ -180,12 +175,11 @@ impl Environment for Debate {
     }
 
     fn splits(&self) -> Vec<(String, u64)> {
-        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+        self.data.sizes()
     }
 
     fn task(&self, split: &str, index: u64) -> Result<Task> {
-        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
-        Ok(Task { key: format!("{split}/{index}"), data: self.split(split)[index as usize].clone() })
+        Ok(Task { key: format!("{split}/{index}"), data: self.data.at(split, index)?.clone() })
     }
 
     fn inline_task(&self, data: Value) -> Result<Task> {

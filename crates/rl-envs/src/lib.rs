@@ -9,6 +9,7 @@ mod debate;
 pub mod difflib;
 mod reverse_text;
 mod rng;
+mod splits;
 mod wiki_nav;
 
 use std::sync::Arc;

@@ -3,14 +3,14 @@
 
 use async_trait::async_trait;
 use rl_serve::{
-    EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, check_index,
-    reward_fn,
+    EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, reward_fn,
 };
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::difflib::ratio;
 use crate::rng::Rng;
+use crate::splits::Splits;
 
 /// The system prompt.
 pub const SYSTEM_PROMPT: &str = "Reverse the text character-by-character. Put your answer in <reversed_text> tags.";
@@ -27,8 +27,7 @@ const WORDS: &[&str] = &[
 /// The reverse-text environment.
 #[derive(Debug)]
 pub struct ReverseText {
-    train: Vec<String>,
-    test: Vec<String>,
+    data: Splits<String>,
     rubric: RubricGroup,
 }
 
@@ -101,15 +100,18 @@ impl ReverseText {
                 .metric(reward_fn("format_penalty_scale", move |ctx: &ScoringContext<'_>| Ok(scale(ctx.step()))));
         }
         Ok(ReverseText {
-            train: gen_split("reverse-text/train", num),
-            test: gen_split("reverse-text/test", test_num),
+            data: Splits {
+                train: gen_split("reverse-text/train", num),
+                test: gen_split("reverse-text/test", test_num),
+            },
             rubric: RubricGroup::new(vec![rubric]),
         })
     }
 
     /// Ideal conversations (system, user, assistant) for supervised warm-up on `split`.
     pub fn sft_conversations(&self, split: &str) -> Vec<Vec<Message>> {
-        self.split(split)
+        self.data
+            .get(split)
             .iter()
             .map(|text| {
                 let reversed: String = text.chars().rev().collect();
@@ -120,10 +122,6 @@ impl ReverseText {
                 ]
             })
             .collect()
-    }
-
-    fn split(&self, name: &str) -> &[String] {
-        if name == "test" { &self.test } else { &self.train }
     }
 }
 
@@ -153,12 +151,11 @@ impl Environment for ReverseText {
     }
 
     fn splits(&self) -> Vec<(String, u64)> {
-        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+        self.data.sizes()
     }
 
     fn task(&self, split: &str, index: u64) -> Result<Task> {
-        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
-        Ok(task(format!("{split}/{index}"), &self.split(split)[index as usize]))
+        Ok(task(format!("{split}/{index}"), self.data.at(split, index)?))
     }
 
     fn inline_task(&self, data: Value) -> Result<Task> {

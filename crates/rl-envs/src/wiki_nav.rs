@@ -10,12 +10,13 @@ use std::collections::VecDeque;
 use async_trait::async_trait;
 use rl_serve::{
     EnvReply, Environment, Error, Message, Result, Role, Rubric, RubricGroup, ScoringContext, State, Task, ToolSpec,
-    check_index, reward_fn,
+    reward_fn,
 };
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
 use crate::rng::Rng;
+use crate::splits::Splits;
 
 const ADJECTIVES: &[&str] = &[
     "Amber", "Silent", "Copper", "Northern", "Hidden", "Golden", "Crimson", "Ancient", "Frozen", "Emerald", "Hollow",
@@ -226,8 +227,7 @@ impl Game {
 #[derive(Debug)]
 pub struct WikiNav {
     graph: Graph,
-    train: Vec<(usize, usize)>,
-    test: Vec<(usize, usize)>,
+    data: Splits<(usize, usize)>,
     tools_harness: bool,
     max_turns: u32,
     rubric: RubricGroup,
@@ -307,8 +307,7 @@ impl WikiNav {
             .metric(reward_fn("moves", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.moves))));
         Ok(WikiNav {
             graph,
-            train,
-            test,
+            data: Splits { train, test },
             tools_harness: harness == "tools",
             max_turns: max_turns as u32,
             rubric: RubricGroup::new(vec![rubric]),
@@ -318,10 +317,6 @@ impl WikiNav {
     /// The article graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
-    }
-
-    fn split(&self, name: &str) -> &[(usize, usize)] {
-        if name == "test" { &self.test } else { &self.train }
     }
 
     fn task_of(&self, key: String, start: usize, target: usize) -> Task {
@@ -354,12 +349,11 @@ impl Environment for WikiNav {
     }
 
     fn splits(&self) -> Vec<(String, u64)> {
-        vec![(String::from("train"), self.train.len() as u64), (String::from("test"), self.test.len() as u64)]
+        self.data.sizes()
     }
 
     fn task(&self, split: &str, index: u64) -> Result<Task> {
-        check_index(split, &["train", "test"], index, self.split(split).len() as u64)?;
-        let (a, b) = self.split(split)[index as usize];
+        let &(a, b) = self.data.at(split, index)?;
         Ok(self.task_of(format!("{split}/{index}"), a, b))
     }
 

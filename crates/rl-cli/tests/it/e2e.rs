@@ -8,22 +8,20 @@ use std::time::{Duration, Instant};
 
 use crate::{rl, root, stderr, stdout};
 
+/// `rl rl` on the smoke config under `out` with the test's model, checkpointing every 2 steps.
+fn smoke(out: &std::path::Path, model: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["rl", "@", "configs/ci/smoke.toml", "--output-dir", out.to_str().unwrap()];
+    args.extend(["--model.path", model.to_str().unwrap(), "--ckpt.interval", "2"]);
+    args.extend(extra);
+    rl(&args)
+}
+
 #[test]
 fn rl_runs_three_steps_across_all_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("tiny");
     assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "2"]).status.success());
-    let o = rl(&[
-        "rl",
-        "@",
-        "configs/ci/smoke.toml",
-        "--output-dir",
-        tmp.path().to_str().unwrap(),
-        "--model.path",
-        model.to_str().unwrap(),
-        "--ckpt.interval",
-        "2",
-    ]);
+    let o = smoke(tmp.path(), &model, &[]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     let run = tmp.path().join("ci-smoke");
     for step in 1..=3 {
@@ -61,20 +59,7 @@ fn rl_runs_three_steps_across_all_processes() {
     // Resume from the step-2 checkpoint (both processes wrote one) and go on to step 4.
     assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
     assert!(run.join("checkpoints/step_2/orchestrator/state.json").exists());
-    let o = rl(&[
-        "rl",
-        "@",
-        "configs/ci/smoke.toml",
-        "--output-dir",
-        tmp.path().to_str().unwrap(),
-        "--model.path",
-        model.to_str().unwrap(),
-        "--ckpt.interval",
-        "2",
-        "--max-steps",
-        "4",
-        "--resume",
-    ]);
+    let o = smoke(tmp.path(), &model, &["--max-steps", "4", "--resume"]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("from checkpoint step 2"), "{}", stdout(&o));
     assert!(stdout(&o).contains("step 3/4 | reward") && stdout(&o).contains("step 4/4 | reward"), "{}", stdout(&o));
