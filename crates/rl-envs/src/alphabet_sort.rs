@@ -394,7 +394,7 @@ mod tests {
     fn later_turns_mark_new_names_and_sort_everything() {
         let args = json!({"num_examples": 20, "min_turns": 2, "max_turns": 2, "min_names": 2, "max_names": 3});
         let env = AlphabetSort::new(args.as_object().unwrap()).unwrap();
-        for ep in &env.train {
+        for ep in &env.data.train {
             let truths: Vec<Vec<String>> = serde_json::from_value(ep["ground_truths"].clone()).unwrap();
             assert_eq!(truths.len(), 2);
             assert!(truths[1].len() > truths[0].len());

@@ -198,9 +198,9 @@ mod tests {
         let args = json!({"num_examples": 50, "min_len": 4, "max_len": 9, "seed": 3});
         let a = ReverseText::new(args.as_object().unwrap()).unwrap();
         let b = ReverseText::new(args.as_object().unwrap()).unwrap();
-        assert_eq!(a.train, b.train);
-        assert_ne!(a.train, a.test[..].to_vec());
-        for t in &a.train {
+        assert_eq!(a.data.train, b.data.train);
+        assert_ne!(a.data.train, a.data.test[..].to_vec());
+        for t in &a.data.train {
             let n = t.chars().count();
             assert!((1..=9).contains(&n) && !t.ends_with(' '), "{t:?}");
         }
