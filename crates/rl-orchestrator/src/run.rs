@@ -578,6 +578,7 @@ impl Orchestrator {
             min_policy_version: self.version,
         };
         write_batch(&run_dir, &batch)?;
+        write_traces(&run_dir, step, &done, &self.envs)?;
         if let Some(ckpt) = &self.cfg.ckpt
             && step.is_multiple_of(ckpt.interval)
         {
@@ -673,6 +674,42 @@ fn stats(v: &[f64]) -> Stats {
     sorted.sort_by(f64::total_cmp);
     let q = |p: f64| sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)];
     Stats { mean, std, min: sorted[0], max: sorted[sorted.len() - 1], p10: q(0.1), p90: q(0.9) }
+}
+
+/// Writes `rollouts/step_N/traces.jsonl` atomically: one line per trace (env, task, member,
+/// reward, reward components, the messages as text, errors), for reading what the policy did.
+fn write_traces(run_dir: &Path, step: u64, done: &[(usize, Vec<pb::Trace>)], envs: &[Env]) -> Result<()> {
+    let io = |p: &Path, e: std::io::Error| Error::Io { path: p.display().to_string(), message: e.to_string() };
+    let mut out = String::new();
+    for (e, traces) in done {
+        for t in traces {
+            let messages: Vec<Value> = t
+                .nodes
+                .iter()
+                .map(|n| {
+                    let mut m = json!({"role": n.role, "content": n.content});
+                    if !n.tool_calls.is_empty() {
+                        m["tool_calls"] =
+                            n.tool_calls.iter().map(|c| json!({"name": c.name, "arguments": c.arguments})).collect();
+                    }
+                    m
+                })
+                .collect();
+            let rewards: Map<String, Value> = t.rewards.iter().map(|(k, r)| (k.clone(), json!(r.score))).collect();
+            let line = json!({
+                "env": envs[*e].name, "task": t.task_key, "member": t.member_id, "reward": t.reward,
+                "rewards": rewards, "stop": t.stop_condition, "truncated": t.is_truncated,
+                "errors": t.errors.iter().map(|x| x.message.clone()).collect::<Vec<_>>(), "messages": messages,
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+    }
+    let dir = run_dir.join("rollouts").join(format!("step_{step}"));
+    let path = dir.join("traces.jsonl");
+    let tmp = dir.join(format!("traces.jsonl.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, out).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))
 }
 
 /// Writes `rollouts/step_N/rank_0.bin` atomically (temp file, then rename).

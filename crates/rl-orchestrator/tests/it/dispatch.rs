@@ -138,6 +138,16 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
     assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "step 2 rollouts carry cache_salt 1");
     assert!(run_dir.join("metrics.jsonl").exists());
     assert_eq!(summaries[0].metrics["stale_dropped"], 0);
+    // What the policy wrote is readable per step.
+    let traces: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("rollouts/step_1/traces.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(traces.len(), 8);
+    let answered = traces.iter().filter(|t| t["messages"][2]["content"].as_str().unwrap().contains("<reversed_text>"));
+    assert_eq!(answered.count(), 4, "half the seeds answer in tags");
+    assert!(traces.iter().all(|t| t["env"] == "reverse-text" && t["task"].as_str().unwrap().starts_with("train/")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
