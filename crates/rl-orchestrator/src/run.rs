@@ -570,7 +570,13 @@ impl Orchestrator {
             }
         }
         let algo_s = t2.elapsed().as_secs_f64();
-        let rows = pack(&all_samples, self.cfg.seq_len as usize);
+        let seq_len = self.cfg.seq_len as usize;
+        // Samples longer than seq_len are cut; say so, since their tail is not trained.
+        let overlong = all_samples.iter().filter(|s| s.ids.len() > seq_len).count();
+        if overlong > 0 {
+            tracing::warn!(step, overlong, seq_len, "samples longer than seq_len were truncated; raise seq_len");
+        }
+        let rows = pack(&all_samples, seq_len);
         let batch = TrainBatch {
             step,
             micro_batches: rows,
@@ -603,6 +609,7 @@ impl Orchestrator {
                 "advantage/mean": a.mean, "advantage/std": a.std, "advantage/abs_mean": stats(&advantages.iter().map(|x| x.abs()).collect::<Vec<_>>()).mean,
                 "rollouts": rollouts,
                 "samples": all_samples.len(),
+                "samples/truncated": overlong,
                 "rows": batch.micro_batches.len(),
                 "completion_tokens": completion_lens.iter().sum::<f64>(),
                 "completion_len/mean": c.mean, "completion_len/max": c.max,
