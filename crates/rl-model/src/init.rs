@@ -38,6 +38,37 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
     result
 }
 
+/// A very small architecture (hidden 16, 2 layers, 2/1 heads of 8) for tests: fast, and small
+/// enough for finite-difference checks.
+pub fn micro_config(vocab_size: usize) -> Qwen3Config {
+    let mut cfg = Qwen3Config::preset(crate::config::Preset::Tiny, vocab_size);
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 24;
+    cfg.num_hidden_layers = 2;
+    cfg.num_attention_heads = 2;
+    cfg.num_key_value_heads = 1;
+    cfg.head_dim = 8;
+    cfg.max_position_embeddings = 64;
+    cfg
+}
+
+/// `random_weights` with every weight but the norms multiplied by `scale` (a micro model with the
+/// usual 0.02 init is nearly uniform), converted to `dtype`.
+pub fn scaled_random_weights(
+    cfg: &Qwen3Config,
+    seed: u64,
+    scale: f64,
+    dtype: DType,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    random_weights(cfg, seed)?
+        .into_iter()
+        .map(|(n, t)| {
+            let t = if n.contains("norm") { t } else { (t * scale)? };
+            Ok((n, t.to_dtype(dtype)?))
+        })
+        .collect()
+}
+
 /// Random weights for `cfg`: N(0, 0.02) matrices, ones for norms.
 pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<Vec<(String, Tensor)>> {
     let device = Device::Cpu;

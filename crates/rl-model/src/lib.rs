@@ -21,7 +21,7 @@ pub use chat::{
 };
 pub use config::{Preset, Qwen3Config};
 pub use error::{Error, Result};
-pub use init::{init_model, random_weights};
+pub use init::{init_model, micro_config, random_weights, scaled_random_weights};
 pub use model::{KvCache, Qwen3};
 pub use rng::SplitMix64;
 pub use sampling::{Sampler, log_softmax};

@@ -9,31 +9,16 @@ mod io;
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use rl_model::{Preset, Qwen3, Qwen3Config, Trainable, random_weights};
+use rl_model::{Qwen3, Qwen3Config, Trainable};
 
 /// A very small config (fast, and small enough for finite differences).
 pub(crate) fn micro_config() -> Qwen3Config {
-    let mut cfg = Qwen3Config::preset(Preset::Tiny, 40);
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 24;
-    cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 2;
-    cfg.num_key_value_heads = 1;
-    cfg.head_dim = 8;
-    cfg.max_position_embeddings = 64;
-    cfg
+    rl_model::micro_config(40)
 }
 
 /// Random weights in `dtype`, scaled up so activations are not tiny.
 pub(crate) fn weights(cfg: &Qwen3Config, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
-    random_weights(cfg, seed)
-        .unwrap()
-        .into_iter()
-        .map(|(n, t)| {
-            let t = if n.contains("norm") { t } else { (t * 10.0).unwrap() };
-            (n, t.to_dtype(dtype).unwrap())
-        })
-        .collect()
+    rl_model::scaled_random_weights(cfg, seed, 10.0, dtype).unwrap()
 }
 
 pub(crate) fn model(cfg: &Qwen3Config, seed: u64) -> Qwen3 {

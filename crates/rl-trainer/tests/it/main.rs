@@ -8,31 +8,16 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Tensor};
-use rl_model::{Preset, Qwen3Config, random_weights, write_model_dir};
+use rl_model::{Qwen3Config, write_model_dir};
 
-/// A very small architecture.
+/// A very small config (fast, and small enough for finite differences).
 pub(crate) fn micro_config() -> Qwen3Config {
-    let mut cfg = Qwen3Config::preset(Preset::Tiny, 40);
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 24;
-    cfg.num_hidden_layers = 2;
-    cfg.num_attention_heads = 2;
-    cfg.num_key_value_heads = 1;
-    cfg.head_dim = 8;
-    cfg.max_position_embeddings = 64;
-    cfg
+    rl_model::micro_config(40)
 }
 
-/// Random weights in `dtype`, scaled so the model is not nearly uniform.
+/// Random weights in `dtype`, scaled up so activations are not tiny.
 pub(crate) fn weights(cfg: &Qwen3Config, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
-    random_weights(cfg, seed)
-        .unwrap()
-        .into_iter()
-        .map(|(n, t)| {
-            let t = if n.contains("norm") { t } else { (t * 10.0).unwrap() };
-            (n, t.to_dtype(dtype).unwrap())
-        })
-        .collect()
+    rl_model::scaled_random_weights(cfg, seed, 10.0, dtype).unwrap()
 }
 
 /// Writes a micro model directory.
