@@ -77,6 +77,7 @@ struct AppState {
     requests: Arc<Mutex<Vec<Value>>>,
     weight_updates: Arc<Mutex<Vec<Value>>>,
     scoring: Arc<Mutex<(usize, usize, usize)>>,
+    scored: Arc<Mutex<Vec<Vec<u32>>>>,
 }
 
 /// A running fake server.
@@ -87,6 +88,7 @@ pub struct FakeModel {
     requests: Arc<Mutex<Vec<Value>>>,
     weight_updates: Arc<Mutex<Vec<Value>>>,
     scoring: Arc<Mutex<(usize, usize, usize)>>,
+    scored: Arc<Mutex<Vec<Vec<u32>>>>,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -96,11 +98,13 @@ impl FakeModel {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let weight_updates = Arc::new(Mutex::new(Vec::new()));
         let scoring = Arc::new(Mutex::new((0, 0, 0)));
+        let scored = Arc::new(Mutex::new(Vec::new()));
         let state = AppState {
             script: Arc::new(script),
             requests: Arc::clone(&requests),
             weight_updates: Arc::clone(&weight_updates),
             scoring: Arc::clone(&scoring),
+            scored: Arc::clone(&scored),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -123,7 +127,12 @@ impl FakeModel {
                 })
                 .await;
         });
-        FakeModel { base_url: format!("http://{addr}/v1"), requests, weight_updates, scoring, _shutdown: tx }
+        FakeModel { base_url: format!("http://{addr}/v1"), requests, weight_updates, scoring, scored, _shutdown: tx }
+    }
+
+    /// The token ids of every scoring request so far.
+    pub fn scored_prompts(&self) -> Vec<Vec<u32>> {
+        self.scored.lock().expect("scored lock").clone()
     }
 
     /// (scoring requests served, most in flight at once).
@@ -183,6 +192,7 @@ async fn score(State(state): State<AppState>, axum::Json(body): axum::Json<Value
     let Some(ids) = body["prompt"].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>()) else {
         return (StatusCode::BAD_REQUEST, "prompt must be token ids").into_response();
     };
+    state.scored.lock().expect("scored lock").push(ids.iter().map(|&i| i as u32).collect());
     {
         let mut s = state.scoring.lock().expect("scoring lock");
         s.0 += 1;

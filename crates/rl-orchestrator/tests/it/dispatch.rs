@@ -428,6 +428,13 @@ async fn opsd_scores_the_branch_after_a_demonstration_hint_with_the_policy() {
     run(&cfg).await;
     let batch = &trainer.await.unwrap()[0];
     assert_eq!(model.scoring_stats().0, 8, "the policy scored each branch once");
+    // Each scored sequence is the hint (the task's answer as a system message) followed by the
+    // branch, which starts with the branch's own system prompt.
+    for ids in model.scored_prompts() {
+        let text: String = ids.iter().map(|&b| b as u8 as char).collect();
+        assert!(text.starts_with("<|im_start|>system\nHere is an example of an expert response:"), "{text}");
+        assert_eq!(text.matches("<|im_start|>system\n").count(), 2, "{text}");
+    }
     let mut checked = 0;
     for mb in &batch.micro_batches {
         for i in (0..mb.input_ids.len()).filter(|&i| mb.loss_mask[i]) {
