@@ -16,7 +16,7 @@ const CONFIG_COMMANDS: &[(&str, &str)] = &[
     ("trainer", "run the trainer alone"),
     ("inference", "run the embedded OpenAI-compatible inference server"),
     ("env-server", "run one environment's gRPC server"),
-    ("eval", "evaluate a model on environments"),
+    ("eval", "evaluate a served model once on the [[orchestrator.eval.env]] servers"),
 ];
 
 /// Schema parts `rl schema <part>` knows.
@@ -38,14 +38,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),
         "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),
         // Evaluation runs envs against a model exactly like the orchestrator's online eval.
-        "eval" => config_command::<OrchestratorConfig>(command, rest, not_yet),
+        "eval" => config_command::<OrchestratorConfig>(command, rest, crate::orchestrating::eval),
         "model" => model_command(rest),
         other => bail!("unknown command `{other}`; run `rl --help` for the list"),
     }
-}
-
-fn not_yet<T>(command: &str, _config: &T) -> anyhow::Result<()> {
-    bail!("`rl {command}` is not implemented yet (the config is valid; use --dry-run to see it resolved)")
 }
 
 fn config_command<T: ConfigFile>(

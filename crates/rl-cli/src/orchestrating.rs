@@ -1,5 +1,6 @@
 //! `rl orchestrator`: connects to the env servers (by `address`) and the policy endpoint, then runs
-//! the dispatch loop, printing one line per step.
+//! the dispatch loop, printing one line per step. `rl eval`: the same connections to the eval envs
+//! only, one evaluation, a line per env and `<output_dir>/eval.json`.
 
 use std::io::Write;
 
@@ -33,4 +34,28 @@ pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyho
         .await
         .context("orchestrator failed")
     })
+}
+
+/// Evaluates the policy endpoint once on every `[[orchestrator.eval.env]]` (running servers).
+pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
+    crate::logging::init(&config.log);
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let metrics = runtime.block_on(async {
+        let orch =
+            rl_orchestrator::Orchestrator::connect_for_eval(config).await.context("cannot start the evaluation")?;
+        orch.evaluate_now().await.context("evaluation failed")
+    })?;
+    let mut out = std::io::stdout().lock();
+    for env in config.eval.iter().flat_map(|e| &e.env) {
+        let name = env.display_name();
+        let prefix = format!("eval/{name}/");
+        let fields: Vec<String> =
+            metrics.iter().filter_map(|(k, v)| Some(format!("{} {v}", k.strip_prefix(&prefix)?))).collect();
+        writeln!(out, "{name} | {}", fields.join(" | "))?;
+    }
+    let path = config.output_dir.join("eval.json");
+    rl_configs::write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
+    writeln!(out, "wrote {}", path.display())?;
+    Ok(())
 }

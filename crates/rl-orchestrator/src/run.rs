@@ -110,12 +110,32 @@ impl Orchestrator {
     /// Connects to every env server (waiting for health) and the model endpoints, and loads the
     /// checkpoint to resume from when `resume` is set.
     pub async fn connect(cfg: &OrchestratorConfig) -> Result<Self> {
+        Self::open(cfg, true).await
+    }
+
+    /// Connects only to the eval envs and the model endpoints, for a standalone evaluation
+    /// (`rl eval`); training envs are ignored.
+    pub async fn connect_for_eval(cfg: &OrchestratorConfig) -> Result<Self> {
+        if cfg.eval.as_ref().is_none_or(|e| e.env.is_empty()) {
+            return Err(Error::Config(String::from(
+                "nothing to evaluate: add [[orchestrator.eval.env]] entries (with `address`)",
+            )));
+        }
+        Self::open(cfg, false).await
+    }
+
+    /// Evaluates every eval env once with the policy as the server holds it now.
+    pub async fn evaluate_now(&self) -> Result<Map<String, Value>> {
+        self.evaluate(0).await
+    }
+
+    async fn open(cfg: &OrchestratorConfig, train: bool) -> Result<Self> {
         let wait = Duration::from_secs_f64(cfg.wait_for_ready_s);
         let mut envs = Vec::new();
-        for (i, e) in cfg.train.env.iter().enumerate() {
+        for (i, e) in cfg.train.env.iter().enumerate().filter(|_| train) {
             envs.push(Self::connect_env(cfg, e, i as u32, wait).await?);
         }
-        if envs.is_empty() {
+        if train && envs.is_empty() {
             return Err(Error::Config(String::from("no training envs: add [[orchestrator.train.env]]")));
         }
         let mut eval_envs = Vec::new();

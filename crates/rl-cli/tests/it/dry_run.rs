@@ -86,10 +86,10 @@ fn unknown_key_exits_non_zero_naming_its_path() {
 }
 
 #[test]
-fn commands_that_do_not_exist_yet_fail_loudly_after_validating() {
+fn eval_without_eval_envs_and_unknown_commands_fail_loudly() {
     let o = rl(&["eval"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("not implemented yet"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing to evaluate"), "{}", stderr(&o));
     let o = rl(&["frobnicate"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown command"), "{}", stderr(&o));

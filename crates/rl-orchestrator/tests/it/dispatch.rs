@@ -265,6 +265,12 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     assert_eq!(m["eval/reverse-text/pass@1"], 0.5);
     assert_eq!(m["eval/reverse-text/pass@4"], 1.0);
     assert_eq!(m["eval/reverse-text/policy_version"], 1);
+    // The same evaluation standalone (`rl eval`): eval envs only, no training envs needed.
+    let mut standalone = cfg.clone();
+    standalone.train.env[0].address = None;
+    let metrics = Orchestrator::connect_for_eval(&standalone).await.unwrap().evaluate_now().await.unwrap();
+    assert_eq!(metrics["eval/reverse-text/avg@4"], 0.5);
+    assert_eq!(metrics["eval/reverse-text/pass@4"], 1.0);
     let first = std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap();
     let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
     assert_eq!(first["step"], 0, "eval_on_start writes a step-0 row");
