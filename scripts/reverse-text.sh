@@ -8,6 +8,8 @@ clean=()
 [[ "${1:-}" == "--clean" ]] && clean=(--clean)
 cargo build --release --locked -p rl-cli
 rl=target/release/rl
-"$rl" model init --out outputs/models/tiny --preset tiny --seed 0
+if [[ ${#clean[@]} -gt 0 || ! -e outputs/models/tiny/config.json ]]; then
+  "$rl" model init --out outputs/models/tiny --preset tiny --seed 0 --force
+fi
 "$rl" sft @ configs/reverse_text/sft.toml "${clean[@]}"
 "$rl" rl @ configs/reverse_text/rl.toml "${clean[@]}"
