@@ -122,12 +122,11 @@ fn resume_step(run_dir: &Path, wanted: Option<u64>) -> anyhow::Result<u64> {
         }
         bail!("cannot resume from step {s}: {} lacks a complete trainer or orchestrator checkpoint", root.display());
     }
-    let steps = std::fs::read_dir(&root)
-        .with_context(|| format!("cannot resume: no checkpoints in {} (set [ckpt] interval)", root.display()))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.parse::<u64>().ok());
-    steps.filter(|&s| complete(s)).max().with_context(|| {
-        format!("cannot resume: no complete checkpoint (trainer and orchestrator) in {}", root.display())
+    rl_orchestrator::checkpoint_steps(run_dir).into_iter().filter(|&s| complete(s)).max().with_context(|| {
+        format!(
+            "cannot resume: no complete checkpoint (trainer and orchestrator) in {} (set [ckpt] interval)",
+            root.display()
+        )
     })
 }
 

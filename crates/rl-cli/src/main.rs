@@ -14,6 +14,12 @@ mod training;
 use std::io::Write;
 use std::process::ExitCode;
 
+/// The multi-threaded async runtime the server and orchestrator commands run on.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match commands::run(&args) {

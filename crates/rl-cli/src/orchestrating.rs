@@ -10,8 +10,7 @@ use rl_configs::OrchestratorConfig;
 /// Runs the orchestrator until `max_steps`.
 pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = crate::runtime()?;
     runtime.block_on(async {
         let mut orch = rl_orchestrator::Orchestrator::connect(config).await.context("cannot start the orchestrator")?;
         let started = std::time::Instant::now();
@@ -39,8 +38,7 @@ pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyho
 /// Evaluates the policy endpoint once on every `[[orchestrator.eval.env]]` (running servers).
 pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime = crate::runtime()?;
     let metrics = runtime.block_on(async {
         let orch =
             rl_orchestrator::Orchestrator::connect_for_eval(config).await.context("cannot start the evaluation")?;

@@ -36,14 +36,11 @@ pub fn state_path(run_dir: &Path, step: u64) -> PathBuf {
 
 /// Steps with a complete orchestrator checkpoint, ascending.
 pub fn checkpoint_steps(run_dir: &Path) -> Vec<u64> {
-    let mut steps: Vec<u64> = std::fs::read_dir(run_dir.join("checkpoints"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.parse().ok())
-                .filter(|s| state_path(run_dir, *s).exists())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut steps: Vec<u64> = numbered(&run_dir.join("checkpoints"))
+        .into_iter()
+        .map(|(s, _)| s)
+        .filter(|s| state_path(run_dir, *s).exists())
+        .collect();
     steps.sort_unstable();
     steps
 }
