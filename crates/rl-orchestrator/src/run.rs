@@ -586,7 +586,13 @@ impl Orchestrator {
                     advantages
                         .extend(b.advantages.iter().zip(&b.rl_mask).filter(|(_, m)| **m).map(|(a, _)| f64::from(*a)));
                 }
-                all_samples.extend(samples(t, tg, env.sampling.temperature as f32, env.index));
+                all_samples.extend(samples(
+                    t,
+                    tg,
+                    env.sampling.temperature as f32,
+                    env.index,
+                    self.cfg.filter_zero_advantages,
+                ));
             }
         }
         let algo_s = t2.elapsed().as_secs_f64();

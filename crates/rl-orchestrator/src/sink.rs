@@ -33,15 +33,24 @@ impl TrainingSample {
     }
 }
 
-/// The samples of one trace (branches with nothing to train are dropped). Zero-advantage rl tokens
-/// are dropped from the loss mask: they carry no gradient but would dilute the token normaliser.
-pub fn samples(trace: &pb::Trace, targets: &[BranchTargets], temperature: f32, env_index: u32) -> Vec<TrainingSample> {
+/// The samples of one trace (branches with nothing to train are dropped). With `filter_zero`
+/// (`orchestrator.filter_zero_advantages`), zero-advantage rl tokens are dropped from the loss mask:
+/// they carry no gradient but would dilute the token normaliser. Without it they stay in the mask
+/// and count towards it (a group whose advantages are all zero still trains, with no gradient).
+pub fn samples(
+    trace: &pb::Trace,
+    targets: &[BranchTargets],
+    temperature: f32,
+    env_index: u32,
+    filter_zero: bool,
+) -> Vec<TrainingSample> {
     branches(trace)
         .into_iter()
         .zip(targets)
         .filter_map(|(b, t)| {
             let n = b.token_ids.len();
-            let loss_mask: Vec<bool> = (0..n).map(|i| t.rl_mask[i] && t.advantages[i] != 0.0).collect();
+            let loss_mask: Vec<bool> =
+                (0..n).map(|i| t.rl_mask[i] && (!filter_zero || t.advantages[i] != 0.0)).collect();
             let s = TrainingSample {
                 ids: b.token_ids,
                 loss_mask,
@@ -125,7 +134,7 @@ mod tests {
         let targets =
             crate::algorithms::aggregate(&["grpo"], &group, &[Algorithm::Grpo.local_channels(&group).unwrap()])
                 .unwrap();
-        let s = samples(&group[0], &targets[0], 0.7, 3);
+        let s = samples(&group[0], &targets[0], 0.7, 3, true);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].temperatures, vec![0.7; 5], "every token carries the env's temperature");
         assert_eq!(s[0].loss_mask, vec![false, false, false, true, true]);
@@ -134,6 +143,9 @@ mod tests {
         let same = [trace(0.5, 2), trace(0.5, 2)];
         let targets =
             crate::algorithms::aggregate(&["grpo"], &same, &[Algorithm::Grpo.local_channels(&same).unwrap()]).unwrap();
-        assert!(samples(&same[0], &targets[0], 1.0, 0).is_empty(), "all-zero advantages train nothing");
+        assert!(samples(&same[0], &targets[0], 1.0, 0, true).is_empty(), "all-zero advantages train nothing");
+        let kept = samples(&same[0], &targets[0], 1.0, 0, false);
+        assert_eq!(kept.len(), 1, "without the filter a zero-advantage group is still shipped");
+        assert_eq!(kept[0].loss_mask, vec![false, false, false, true, true], "and counts in the normaliser");
     }
 }
