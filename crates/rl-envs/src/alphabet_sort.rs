@@ -328,7 +328,7 @@ impl Environment for AlphabetSort {
     }
 
     fn task(&self, split: &str, index: u64) -> Result<Task> {
-        Ok(Task { key: format!("{split}/{index}"), data: self.data.at(split, index)?.clone() })
+        self.data.task(split, index)
     }
 
     fn inline_task(&self, data: Value) -> Result<Task> {

@@ -1,6 +1,7 @@
 //! The train and test datasets every built-in env has, with the lookups every env needs.
 
-use rl_serve::{Result, check_index};
+use rl_serve::{Result, Task, check_index};
+use serde_json::Value;
 
 /// A dataset per split.
 #[derive(Debug, Clone)]
@@ -24,5 +25,12 @@ impl<T> Splits<T> {
     pub(crate) fn at(&self, split: &str, index: u64) -> Result<&T> {
         check_index(split, &["train", "test"], index, self.get(split).len() as u64)?;
         Ok(&self.get(split)[index as usize])
+    }
+}
+
+impl Splits<Value> {
+    /// The task at `index` of `split`, keyed `split/index`, for envs whose items are task data.
+    pub(crate) fn task(&self, split: &str, index: u64) -> Result<Task> {
+        Ok(Task { key: format!("{split}/{index}"), data: self.at(split, index)?.clone() })
     }
 }
