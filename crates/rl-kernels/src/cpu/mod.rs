@@ -1,0 +1,8 @@
+//! CPU kernels on plain slices: what the candle ops of `crate::ops` run on CPU and what the
+//! inference runtime calls directly.
+
+pub mod adamw;
+pub mod attention;
+pub mod logprobs;
+pub mod norm;
+pub mod swiglu;

@@ -1,0 +1,153 @@
+//! RMSNorm over the last dimension (`y = x / sqrt(mean(x^2) + eps) * w`), forward and backward,
+//! and the q/k variant fused with rotary embeddings: each head of a token-major `[T, H*d]` buffer
+//! is normalised with a shared `[d]` weight, then rotated at the token's position (HF's rotate-half
+//! convention). Rows are independent, so both run in parallel chunks of rows.
+
+use rayon::prelude::*;
+
+use crate::float::Real;
+
+/// Rows per parallel chunk (small rows are too cheap to split finer).
+const ROWS_PER_TASK: usize = 32;
+
+fn rstd<T: Real>(x: &[T], eps: f64) -> T {
+    let ss = x.iter().fold(0.0f64, |acc, &v| acc + v.f64() * v.f64());
+    T::of(1.0 / (ss / x.len() as f64 + eps).sqrt())
+}
+
+/// `y[r] = x[r] * rstd(x[r]) * w` for every row of width `w.len()`.
+pub fn rms_norm_forward<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
+    let n = w.len();
+    let mut y = vec![T::ZERO; x.len()];
+    y.par_chunks_mut(n * ROWS_PER_TASK).zip(x.par_chunks(n * ROWS_PER_TASK)).for_each(|(yc, xc)| {
+        for (yr, xr) in yc.chunks_mut(n).zip(xc.chunks(n)) {
+            let r = rstd(xr, eps);
+            for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
+                *y = x * r * w;
+            }
+        }
+    });
+    y
+}
+
+/// One row's backward: adds to `dw`, writes `dx`.
+fn rms_row_backward<T: Real>(xr: &[T], w: &[T], dy: &[T], eps: f64, dx: &mut [T], dw: &mut [T]) {
+    let n = w.len();
+    let r = rstd(xr, eps);
+    // dx = r * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*r.
+    let mut dot = T::ZERO;
+    for i in 0..n {
+        let xhat = xr[i] * r;
+        dot += dy[i] * w[i] * xhat;
+        dw[i] += dy[i] * xhat;
+    }
+    let mean = dot / T::of(n as f64);
+    for i in 0..n {
+        dx[i] = r * (dy[i] * w[i] - xr[i] * r * mean);
+    }
+}
+
+/// Gradients `(dx, dw)` of [`rms_norm_forward`].
+pub fn rms_norm_backward<T: Real>(x: &[T], w: &[T], dy: &[T], eps: f64) -> (Vec<T>, Vec<T>) {
+    let n = w.len();
+    let mut dx = vec![T::ZERO; x.len()];
+    let dw = dx
+        .par_chunks_mut(n * ROWS_PER_TASK)
+        .zip(x.par_chunks(n * ROWS_PER_TASK))
+        .zip(dy.par_chunks(n * ROWS_PER_TASK))
+        .fold(
+            || vec![T::ZERO; n],
+            |mut dw, ((dxc, xc), dyc)| {
+                for ((dxr, xr), dyr) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)) {
+                    rms_row_backward(xr, w, dyr, eps, dxr, &mut dw);
+                }
+                dw
+            },
+        )
+        .reduce_with(add_into)
+        .unwrap_or_else(|| vec![T::ZERO; n]);
+    (dx, dw)
+}
+
+// `reduce_with` hands over both partial sums by value.
+#[allow(clippy::needless_pass_by_value)]
+fn add_into<T: Real>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    a.iter_mut().zip(&b).for_each(|(x, y)| *x += *y);
+    a
+}
+
+/// Rotary tables: `cos`/`sin` of `position * inv_freq`, `[positions, d/2]` row-major.
+#[derive(Debug, Clone, Copy)]
+pub struct RopeTables<'a, T> {
+    /// cos table.
+    pub cos: &'a [T],
+    /// sin table.
+    pub sin: &'a [T],
+}
+
+/// q/k norm + rotary: each head of `x [T, H*d]` is RMS-normalised with `w [d]`, then rotated at
+/// `positions[t]`.
+pub fn head_norm_rope_forward<T: Real>(
+    x: &[T],
+    w: &[T],
+    eps: f64,
+    positions: &[u32],
+    rope: RopeTables<'_, T>,
+) -> Vec<T> {
+    let d = w.len();
+    let half = d / 2;
+    let width = x.len() / positions.len().max(1);
+    let mut y = vec![T::ZERO; x.len()];
+    y.par_chunks_mut(width).zip(x.par_chunks(width)).zip(positions.par_iter()).for_each(|((yt, xt), &p)| {
+        let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+        for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
+            let r = rstd(xh, eps);
+            for i in 0..half {
+                let (a, b) = (xh[i] * r * w[i], xh[i + half] * r * w[i + half]);
+                yh[i] = a * cos[i] - b * sin[i];
+                yh[i + half] = b * cos[i] + a * sin[i];
+            }
+        }
+    });
+    y
+}
+
+/// Gradients `(dx, dw)` of [`head_norm_rope_forward`].
+pub fn head_norm_rope_backward<T: Real>(
+    x: &[T],
+    w: &[T],
+    eps: f64,
+    positions: &[u32],
+    rope: RopeTables<'_, T>,
+    dy: &[T],
+) -> (Vec<T>, Vec<T>) {
+    let d = w.len();
+    let half = d / 2;
+    let width = x.len() / positions.len().max(1);
+    let mut dx = vec![T::ZERO; x.len()];
+    let dw = dx
+        .par_chunks_mut(width)
+        .zip(x.par_chunks(width))
+        .zip(dy.par_chunks(width))
+        .zip(positions.par_iter())
+        .fold(
+            || (vec![T::ZERO; d], vec![T::ZERO; d]),
+            |(mut dw, mut dn), (((dxt, xt), dyt), &p)| {
+                let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+                for ((dxh, xh), dyh) in dxt.chunks_mut(d).zip(xt.chunks(d)).zip(dyt.chunks(d)) {
+                    // The rotation is orthogonal: its backward rotates the gradient back.
+                    for i in 0..half {
+                        let (ga, gb) = (dyh[i], dyh[i + half]);
+                        dn[i] = ga * cos[i] + gb * sin[i];
+                        dn[i + half] = gb * cos[i] - ga * sin[i];
+                    }
+                    rms_row_backward(xh, w, &dn, eps, dxh, &mut dw);
+                }
+                (dw, dn)
+            },
+        )
+        .map(|(dw, _)| dw)
+        .reduce_with(add_into)
+        .unwrap_or_else(|| vec![T::ZERO; d]);
+    (dx, dw)
+}

@@ -1,0 +1,198 @@
+//! Strided matrix views over slices and the one safe entry to the `gemm` crate (the same kernel
+//! candle's CPU matmul uses). This file is the workspace's only `unsafe` code: every call checks
+//! that each view stays inside its slice, and the borrow checker keeps `dst` apart from the inputs.
+#![allow(unsafe_code)]
+
+use crate::float::Real;
+
+/// A read-only `rows x cols` matrix inside a slice: element (r, c) is `data[r * rs + c * cs]`.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+/// A writable `rows x cols` matrix inside a slice; rows or columns must be unit-stride and the
+/// other stride at least as long as them, so no two elements share a place.
+#[derive(Debug)]
+pub struct MatMut<'a, T> {
+    data: &'a mut [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+/// Index one past the last element a `rows x cols` view with strides `rs`, `cs` touches.
+fn extent(rows: usize, cols: usize, rs: usize, cs: usize) -> usize {
+    if rows == 0 || cols == 0 { 0 } else { (rows - 1) * rs + (cols - 1) * cs + 1 }
+}
+
+impl<'a, T> MatRef<'a, T> {
+    /// A view; panics if it would reach outside `data` (a bug in the caller, never input-driven).
+    pub fn new(data: &'a [T], rows: usize, cols: usize, rs: usize, cs: usize) -> Self {
+        assert!(
+            extent(rows, cols, rs, cs) <= data.len(),
+            "matrix view {rows}x{cols} (rs {rs}, cs {cs}) exceeds {}",
+            data.len()
+        );
+        MatRef { data, rows, cols, rs, cs }
+    }
+
+    /// A row-major view with leading dimension `ld` starting at `data[0]`.
+    pub fn rows(data: &'a [T], rows: usize, cols: usize, ld: usize) -> Self {
+        Self::new(data, rows, cols, ld, 1)
+    }
+
+    /// The transpose (no copy).
+    pub fn t(self) -> Self {
+        MatRef { data: self.data, rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs }
+    }
+
+    /// Rows `start..start + n`.
+    pub fn row_range(self, start: usize, n: usize) -> Self {
+        assert!(start + n <= self.rows, "rows {start}..{} of {}", start + n, self.rows);
+        if n == 0 {
+            return MatRef { data: &self.data[..0], rows: 0, ..self };
+        }
+        MatRef { data: &self.data[start * self.rs..], rows: n, ..self }
+    }
+
+    /// Number of rows.
+    pub fn nrows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns.
+    pub fn ncols(&self) -> usize {
+        self.cols
+    }
+}
+
+impl<'a, T> MatMut<'a, T> {
+    /// A writable view; panics if it would reach outside `data` or alias itself.
+    pub fn new(data: &'a mut [T], rows: usize, cols: usize, rs: usize, cs: usize) -> Self {
+        assert!(
+            extent(rows, cols, rs, cs) <= data.len(),
+            "matrix view {rows}x{cols} (rs {rs}, cs {cs}) exceeds {}",
+            data.len()
+        );
+        let distinct =
+            rows <= 1 && cols <= 1 || (cs == 1 && (rows <= 1 || rs >= cols)) || (rs == 1 && (cols <= 1 || cs >= rows));
+        assert!(distinct, "writable view {rows}x{cols} (rs {rs}, cs {cs}) would alias itself");
+        MatMut { data, rows, cols, rs, cs }
+    }
+
+    /// A row-major view with leading dimension `ld`.
+    pub fn rows(data: &'a mut [T], rows: usize, cols: usize, ld: usize) -> Self {
+        Self::new(data, rows, cols, ld, 1)
+    }
+
+    /// The same view, borrowed for a shorter time (to write it more than once).
+    pub fn reborrow(&mut self) -> MatMut<'_, T> {
+        MatMut { data: self.data, rows: self.rows, cols: self.cols, rs: self.rs, cs: self.cs }
+    }
+}
+
+/// `dst = scale * lhs * rhs` (or `dst += scale * lhs * rhs` when `accumulate`), single-threaded:
+/// callers parallelise over independent blocks.
+pub fn matmul<T: Real>(mut dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
+    let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
+    assert!(
+        lhs.rows == m && rhs.rows == k && rhs.cols == n,
+        "matmul shapes {}x{} * {}x{} -> {m}x{n}",
+        lhs.rows,
+        k,
+        rhs.rows,
+        rhs.cols
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                for c in 0..n {
+                    dst.data[r * dst.rs + c * dst.cs] = T::ZERO;
+                }
+            }
+        }
+        return;
+    }
+    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    // SAFETY: the constructors checked that every (r, c) of each view maps inside its slice, and
+    // that `dst` maps distinct (r, c) to distinct places; `dst` is borrowed mutably, so it cannot
+    // overlap `lhs` or `rhs`. `gemm` reads and writes exactly those elements.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.data.as_mut_ptr(),
+            stride(dst.cs),
+            stride(dst.rs),
+            accumulate,
+            lhs.data.as_ptr(),
+            stride(lhs.cs),
+            stride(lhs.rs),
+            rhs.data.as_ptr(),
+            stride(rhs.cs),
+            stride(rhs.rs),
+            T::ONE,
+            scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn strided_products_match_the_definition() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let want = naive(&a, &b, m, k, n);
+        let mut c = vec![1.0; m * n];
+        matmul(MatMut::rows(&mut c, m, n, n), MatRef::rows(&a, m, k, k), MatRef::rows(&b, k, n, n), 2.0, false);
+        for (x, y) in c.iter().zip(&want) {
+            assert!((x - 2.0 * y).abs() < 1e-12);
+        }
+        // B stored transposed (n x k), read through a transposed view; accumulate onto c.
+        let bt: Vec<f64> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+        matmul(MatMut::rows(&mut c, m, n, n), MatRef::rows(&a, m, k, k), MatRef::rows(&bt, n, k, k).t(), 1.0, true);
+        for (x, y) in c.iter().zip(&want) {
+            assert!((x - 3.0 * y).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn views_past_the_slice_or_aliasing_themselves_are_refused() {
+        let data = [0.0f32; 10];
+        assert!(std::panic::catch_unwind(|| MatRef::rows(&data, 3, 4, 4)).is_err());
+        assert!(std::panic::catch_unwind(|| MatRef::rows(&data, 2, 4, 4)).is_ok());
+        let overlapping = std::panic::catch_unwind(|| {
+            let mut d = [0.0f32; 10];
+            let _ = MatMut::new(&mut d, 3, 3, 2, 1);
+        });
+        assert!(overlapping.is_err());
+    }
+}

@@ -1,0 +1,22 @@
+//! Fused compute kernels for training and generation.
+//!
+//! - [`ops`]: differentiable candle ops (custom ops with real backward passes): causal
+//!   grouped-query attention over packed and prefix-shared rows, RMSNorm, q/k head norm fused with
+//!   rotary embeddings, SwiGLU, temperature log-softmax + gather + entropy; and AdamW in place.
+//! - [`cpu`]: the kernels behind them on plain slices, also called directly by the inference
+//!   runtime.
+//! - [`RowLayout`]: which tokens of a packed row see which (the attention pattern and positions).
+//!
+//! `gemm.rs` holds the workspace's only `unsafe` code: a checked call into the `gemm` crate.
+
+pub mod cpu;
+mod float;
+pub mod gemm;
+mod layout;
+pub mod ops;
+
+pub use cpu::adamw::AdamW;
+pub use cpu::attention::AttnShape;
+pub use cpu::logprobs::Targets;
+pub use float::Real;
+pub use layout::{LayoutError, RowLayout, Segment};

@@ -1,0 +1,200 @@
+//! RMSNorm and the q/k head norm fused with rotary embeddings, as differentiable candle ops.
+
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor, WithDType};
+
+use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
+use crate::cpu::norm::{
+    RopeTables, head_norm_rope_backward, head_norm_rope_forward, rms_norm_backward, rms_norm_forward,
+};
+use crate::float::Real;
+
+struct RmsNorm {
+    eps: f64,
+}
+
+const RMS: &str = "rms_norm";
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        RMS
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_dispatch!(RMS, s1, |T| {
+            let (x, w) = (slice::<T>(RMS, s1, l1)?, slice::<T>(RMS, s2, l2)?);
+            if w.is_empty() || !x.len().is_multiple_of(w.len()) {
+                return Err(op_error(RMS, "the weight must match the last dimension"));
+            }
+            Ok((T::to_cpu_storage_owned(rms_norm_forward(x, w, self.eps)), l1.shape().clone()))
+        })
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        struct K<'a> {
+            eps: f64,
+            x: &'a Tensor,
+            w: &'a Tensor,
+        }
+        impl CpuKernel for K<'_> {
+            type Out = (Tensor, Tensor);
+            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
+                let (dx, dw) = rms_norm_backward(xs[0], xs[1], xs[2], self.eps);
+                Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
+            }
+        }
+        let dy = dy.contiguous()?;
+        let (dx, dw) = on_cpu(RMS, &[x, w, &dy], K { eps: self.eps, x, w })?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// RMSNorm over the last dimension of `x` with weight `w`; differentiable in both.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op2(&w.contiguous()?, RmsNorm { eps })
+}
+
+/// Rotary tables for every position: `cos`/`sin` `[max_positions, head_dim / 2]`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    /// Tables of `position * theta^(-2i/head_dim)`, computed in f64 and stored in `x`'s dtype.
+    pub fn new(
+        head_dim: usize,
+        theta: f64,
+        max_positions: usize,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Self> {
+        let half = head_dim / 2;
+        let inv: Vec<f64> = (0..half).map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)).collect();
+        let freqs: Vec<f64> = (0..max_positions).flat_map(|p| inv.iter().map(move |f| p as f64 * f)).collect();
+        let table = |f: fn(f64) -> f64| -> candle_core::Result<Tensor> {
+            Tensor::from_vec(freqs.iter().map(|&x| f(x)).collect::<Vec<f64>>(), (max_positions, half), device)?
+                .to_dtype(dtype)
+        };
+        Ok(Rope { cos: table(f64::cos)?, sin: table(f64::sin)? })
+    }
+
+    /// The `cos` and `sin` tables.
+    pub fn tables(&self) -> (&Tensor, &Tensor) {
+        (&self.cos, &self.sin)
+    }
+
+    /// Rows of the tables.
+    pub fn max_positions(&self) -> usize {
+        self.cos.dim(0).unwrap_or(0)
+    }
+
+    /// Runs `f` on the tables' CPU data (no copy).
+    pub fn with_cpu_tables<T: WithDType, R>(
+        &self,
+        f: impl FnOnce(RopeTables<'_, T>) -> candle_core::Result<R>,
+    ) -> candle_core::Result<R> {
+        let (cg, cl) = self.cos.storage_and_layout();
+        let (sg, sl) = self.sin.storage_and_layout();
+        match (&*cg, &*sg) {
+            (Storage::Cpu(c), Storage::Cpu(s)) => f(RopeTables { cos: slice(HNR, c, cl)?, sin: slice(HNR, s, sl)? }),
+            _ => Err(op_error(HNR, "the rotary tables are not on the CPU")),
+        }
+    }
+}
+
+struct HeadNormRope {
+    eps: f64,
+    positions: Arc<[u32]>,
+    rope: Rope,
+}
+
+const HNR: &str = "head_norm_rope";
+
+impl HeadNormRope {
+    fn check(&self, x_len: usize, d: usize, tables: usize) -> candle_core::Result<()> {
+        let t = self.positions.len();
+        if d == 0 || !d.is_multiple_of(2) || t == 0 || !x_len.is_multiple_of(t * d) {
+            return Err(op_error(HNR, "x must be [tokens, heads * head_dim] with an even head_dim"));
+        }
+        if let Some(p) = self.positions.iter().find(|&&p| p as usize * (d / 2) >= tables) {
+            return Err(op_error(HNR, format!("position {p} is beyond the rotary tables")));
+        }
+        Ok(())
+    }
+}
+
+impl CustomOp2 for HeadNormRope {
+    fn name(&self) -> &'static str {
+        HNR
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_dispatch!(HNR, s1, |T| {
+            let (x, w) = (slice::<T>(HNR, s1, l1)?, slice::<T>(HNR, s2, l2)?);
+            self.rope.with_cpu_tables::<T, _>(|tables| {
+                self.check(x.len(), w.len(), tables.cos.len())?;
+                let y = head_norm_rope_forward(x, w, self.eps, &self.positions, tables);
+                Ok((T::to_cpu_storage_owned(y), l1.shape().clone()))
+            })
+        })
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        struct K<'a> {
+            op: &'a HeadNormRope,
+            x: &'a Tensor,
+            w: &'a Tensor,
+        }
+        impl CpuKernel for K<'_> {
+            type Out = (Tensor, Tensor);
+            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
+                let tables = RopeTables { cos: xs[3], sin: xs[4] };
+                let (dx, dw) = head_norm_rope_backward(xs[0], xs[1], self.op.eps, &self.op.positions, tables, xs[2]);
+                Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
+            }
+        }
+        let dy = dy.contiguous()?;
+        let (cos, sin) = (&self.rope.cos, &self.rope.sin);
+        let (dx, dw) = on_cpu(HNR, &[x, w, &dy, cos, sin], K { op: self, x, w })?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// Per-head RMSNorm (weight `w [head_dim]`) then rotary embedding of `x [tokens, heads * head_dim]`
+/// at `positions` (one per token); differentiable in `x` and `w`.
+pub fn head_norm_rope(
+    x: &Tensor,
+    w: &Tensor,
+    eps: f64,
+    positions: Arc<[u32]>,
+    rope: &Rope,
+) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op2(&w.contiguous()?, HeadNormRope { eps, positions, rope: rope.clone() })
+}
