@@ -99,8 +99,9 @@ impl<'a, T> MatMut<'a, T> {
 
 /// `dst = scale * lhs * rhs` (or `dst += scale * lhs * rhs` when `accumulate`), single-threaded:
 /// callers parallelise over independent blocks.
-pub fn matmul<T: Real>(mut dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
-    let (m, n, k) = (dst.rows, dst.cols, lhs.cols);
+pub fn matmul<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
+    let MatMut { data, rows: m, cols: n, rs, cs } = dst;
+    let k = lhs.cols;
     assert!(
         lhs.rows == m && rhs.rows == k && rhs.cols == n,
         "matmul shapes {}x{} * {}x{} -> {m}x{n}",
@@ -116,7 +117,7 @@ pub fn matmul<T: Real>(mut dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'
         if !accumulate {
             for r in 0..m {
                 for c in 0..n {
-                    dst.data[r * dst.rs + c * dst.cs] = T::ZERO;
+                    data[r * rs + c * cs] = T::ZERO;
                 }
             }
         }
@@ -131,9 +132,9 @@ pub fn matmul<T: Real>(mut dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'
             m,
             n,
             k,
-            dst.data.as_mut_ptr(),
-            stride(dst.cs),
-            stride(dst.rs),
+            data.as_mut_ptr(),
+            stride(cs),
+            stride(rs),
             accumulate,
             lhs.data.as_ptr(),
             stride(lhs.cs),
