@@ -1,6 +1,7 @@
 //! The generation engine: an actor on its own OS thread that owns the model and every KV cache.
-//! Each step it admits waiting requests (prefill), then decodes one token for every running
-//! sequence in one batched step, so a request never waits for an unrelated long one to finish.
+//! Each step is one forward call of the CPU runtime that prefills the newly admitted prompts and
+//! decodes one token for every running sequence together, so a request never waits for an
+//! unrelated long one to finish. A request's `n` choices share its prompt's cache (prefilled once).
 //! Weight swaps happen between steps.
 
 use std::collections::VecDeque;
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 
 use candle_core::Device;
-use rl_model::{KvCache, Qwen3, Sampler, Tok, load_weights_for, log_softmax};
+use rl_model::{CpuRuntime, Qwen3, Rows, Sampler, SeqCache, Tok, load_weights_for, log_softmax};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -107,7 +108,7 @@ struct Running {
 struct Seq {
     slot: usize,
     choice: usize,
-    cache: KvCache,
+    cache: SeqCache,
     sampler: Sampler,
     next: u32,
     tokens: Vec<u32>,
@@ -116,13 +117,14 @@ struct Seq {
 
 impl Engine {
     /// Starts the engine thread serving `model`.
-    pub fn start(model: Qwen3, tok: Tok, max_batch: usize) -> Self {
+    pub fn start(model: &Qwen3, tok: Tok, max_batch: usize) -> Result<Self> {
+        let rt = CpuRuntime::new(model)?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name(String::from("rl-inference-engine"))
-            .spawn(move || EngineLoop::new(model, tok, max_batch).run(&rx))
-            .expect("spawn the engine thread");
-        Engine { tx }
+            .spawn(move || EngineLoop::new(rt, tok, max_batch).run(&rx))
+            .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
+        Ok(Engine { tx })
     }
 
     pub(crate) async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
@@ -153,7 +155,7 @@ impl Engine {
 }
 
 struct EngineLoop {
-    model: Qwen3,
+    rt: CpuRuntime,
     tok: Tok,
     max_batch: usize,
     version: u64,
@@ -164,9 +166,9 @@ struct EngineLoop {
 }
 
 impl EngineLoop {
-    fn new(model: Qwen3, tok: Tok, max_batch: usize) -> Self {
+    fn new(rt: CpuRuntime, tok: Tok, max_batch: usize) -> Self {
         EngineLoop {
-            model,
+            rt,
             tok,
             max_batch: max_batch.max(1),
             version: 0,
@@ -193,9 +195,9 @@ impl EngineLoop {
                 continue;
             }
             self.cancel_abandoned();
-            self.admit();
-            if !self.seqs.is_empty()
-                && let Err(e) = self.step()
+            let admitted = self.admit();
+            if (!self.seqs.is_empty() || !admitted.is_empty())
+                && let Err(e) = self.step(admitted)
             {
                 self.fail_all(&e);
             }
@@ -206,11 +208,13 @@ impl EngineLoop {
         match cmd {
             Command::Generate(req, tx) => self.waiting.push_back((req, tx)),
             Command::UpdateWeights(dir, tx) => {
-                let result = load_weights_for(self.model.config(), &dir, &Device::Cpu).map(|m| {
-                    self.model = m;
-                    self.version += 1;
-                    self.version
-                });
+                let result = load_weights_for(self.rt.config(), &dir, &Device::Cpu)
+                    .and_then(|m| CpuRuntime::new(&m))
+                    .map(|rt| {
+                        self.rt = rt;
+                        self.version += 1;
+                        self.version
+                    });
                 let _ = tx.send(
                     result.map_err(|e| Error::BadRequest(format!("cannot load weights from {}: {e}", dir.display()))),
                 );
@@ -237,33 +241,90 @@ impl EngineLoop {
         self.waiting.retain(|(_, tx)| !tx.is_closed());
     }
 
-    fn admit(&mut self) {
+    /// Takes waiting requests while the batch has room; a request whose prompt cannot run is
+    /// answered with its error here.
+    fn admit(&mut self) -> Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)> {
+        let mut admitted: Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)> = Vec::new();
+        let mut room = self.max_batch.saturating_sub(self.seqs.len());
         while let Some((req, _)) = self.waiting.front() {
-            if !self.seqs.is_empty() && self.seqs.len() + req.n as usize > self.max_batch {
-                return;
+            let busy = !self.seqs.is_empty() || !admitted.is_empty();
+            if busy && req.n as usize > room {
+                break;
             }
             let (req, tx) = self.waiting.pop_front().expect("front exists");
-            if let Err(e) = self.prefill(req, tx) {
-                tracing::warn!(error = %e, "prefill failed");
+            if let Err(e) = self.rt.check(0, &req.prompt) {
+                let _ = tx.send(Err(Error::BadRequest(e.to_string())));
+                continue;
             }
+            room = room.saturating_sub(req.n as usize);
+            admitted.push((req, tx));
         }
+        admitted
     }
 
-    fn prefill(&mut self, req: GenRequest, tx: oneshot::Sender<Result<GenOutput>>) -> Result<()> {
-        let mut cache = KvCache::default();
-        let logits = match self.model.extend(&req.prompt, &mut cache) {
-            Ok(l) => l,
-            Err(e) => {
-                let err = Error::BadRequest(e.to_string());
-                let _ = tx.send(Err(err.clone()));
-                return Err(err);
-            }
+    /// One forward call: prefills the admitted prompts and decodes a token for every running
+    /// sequence; then samples.
+    fn step(&mut self, admitted: Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)>) -> Result<()> {
+        let max_len = self.rt.config().max_position_embeddings;
+        // A single choice prefills into its own cache with room for its completion; several
+        // choices prefill the prompt once and continue it from a shared prefix.
+        let mut prompts: Vec<SeqCache> = admitted
+            .iter()
+            .map(|(r, _)| {
+                let own = if r.n == 1 { (r.prompt.len() + r.max_tokens as usize).min(max_len) } else { r.prompt.len() };
+                self.rt.new_cache(None, own)
+            })
+            .collect();
+        let next: Vec<u32> = self.seqs.iter().map(|s| s.next).collect();
+        let mut tokens: Vec<&[u32]> = admitted.iter().map(|(r, _)| r.prompt.as_slice()).collect();
+        tokens.extend(next.iter().map(std::slice::from_ref));
+        let mut rows: Vec<Rows> =
+            admitted.iter().map(|(r, _)| if r.prompt_logprobs.is_some() { Rows::All } else { Rows::Last }).collect();
+        rows.extend(std::iter::repeat_n(Rows::Last, next.len()));
+        let vocab = self.rt.config().vocab_size;
+        let logits = {
+            let mut caches: Vec<&mut SeqCache> =
+                prompts.iter_mut().chain(self.seqs.iter_mut().map(|s| &mut s.cache)).collect();
+            self.rt.forward_rows(&mut caches, &tokens, &rows)?
         };
-        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
+        let mut rows_iter = logits.chunks(vocab);
+        let mut prefilled = Vec::with_capacity(admitted.len());
+        for ((req, tx), cache) in admitted.into_iter().zip(prompts) {
+            let take = if req.prompt_logprobs.is_some() { req.prompt.len() } else { 1 };
+            let req_rows: Vec<&[f32]> = rows_iter.by_ref().take(take).collect();
+            prefilled.push((req, tx, cache, req_rows));
+        }
+        for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
+            let req = &self.running[seq.slot].as_ref().expect("running slot").req;
+            let (id, logprob) = seq.sampler.sample(row);
+            let top = if req.top_logprobs > 0 {
+                top_k(&log_softmax(row, req.temperature), req.top_logprobs as usize)
+            } else {
+                Vec::new()
+            };
+            seq.next = id;
+            seq.tokens.push(id);
+            seq.logprobs.push(TokenLogprob { id, logprob, top });
+        }
+        for (req, tx, cache, req_rows) in prefilled {
+            self.start_choices(req, tx, cache, &req_rows);
+        }
+        self.finish_done();
+        Ok(())
+    }
+
+    /// After a prompt's prefill: answers a scoring-only request, or starts its `n` choices.
+    fn start_choices(
+        &mut self,
+        req: GenRequest,
+        tx: oneshot::Sender<Result<GenOutput>>,
+        cache: SeqCache,
+        rows: &[&[f32]],
+    ) {
         let prompt_logprobs = req.prompt_logprobs.map(|k| {
             let mut out = vec![None];
             for (i, id) in req.prompt.iter().enumerate().skip(1) {
-                let lp = log_softmax(&rows[i - 1], 1.0);
+                let lp = log_softmax(rows[i - 1], 1.0);
                 out.push(Some(TokenLogprob { id: *id, logprob: lp[*id as usize], top: top_k(&lp, k as usize) }));
             }
             out
@@ -275,18 +336,26 @@ impl EngineLoop {
                 Completion { token_ids: Vec::new(), logprobs: Vec::new(), text: String::new(), finish: Finish::Length };
             let _ =
                 tx.send(Ok(GenOutput { completions: vec![empty; n], prompt_logprobs, weights_version: self.version }));
-            return Ok(());
+            return;
         }
-        let last = rows.last().cloned().unwrap_or_default();
+        let last = rows.last().copied().unwrap_or_default();
         let slot = self.free_slot();
-        for choice in 0..n {
+        let max_len = self.rt.config().max_position_embeddings;
+        let own = (req.max_tokens as usize).min(max_len.saturating_sub(req.prompt.len()));
+        let mut caches = if n == 1 {
+            vec![cache]
+        } else {
+            let prefix = cache.into_shared();
+            (0..n).map(|_| self.rt.new_cache(Some(&prefix), own)).collect()
+        };
+        for choice in (0..n).rev() {
             let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64));
-            let (id, logprob) = sampler.sample(&last);
-            let top = top_k(&log_softmax(&last, req.temperature), req.top_logprobs as usize);
+            let (id, logprob) = sampler.sample(last);
+            let top = top_k(&log_softmax(last, req.temperature), req.top_logprobs as usize);
             self.seqs.push(Seq {
                 slot,
                 choice,
-                cache: cache.clone(),
+                cache: caches.pop().expect("one cache per choice"),
                 sampler,
                 next: id,
                 tokens: vec![id],
@@ -294,8 +363,6 @@ impl EngineLoop {
             });
         }
         self.running[slot] = Some(Running { tx, req, done: vec![None; n], prompt_logprobs });
-        self.finish_done();
-        Ok(())
     }
 
     fn free_slot(&mut self) -> usize {
@@ -306,31 +373,9 @@ impl EngineLoop {
         self.running.len() - 1
     }
 
-    /// One batched decode step for every running sequence.
-    fn step(&mut self) -> Result<()> {
-        let tokens: Vec<u32> = self.seqs.iter().map(|s| s.next).collect();
-        let mut caches: Vec<&mut KvCache> = self.seqs.iter_mut().map(|s| &mut s.cache).collect();
-        let logits = self.model.decode_step(&tokens, &mut caches)?;
-        let rows: Vec<Vec<f32>> = logits.to_vec2()?;
-        for (seq, row) in self.seqs.iter_mut().zip(rows) {
-            let req = &self.running[seq.slot].as_ref().expect("running slot").req;
-            let (id, logprob) = seq.sampler.sample(&row);
-            let top = if req.top_logprobs > 0 {
-                top_k(&log_softmax(&row, req.temperature), req.top_logprobs as usize)
-            } else {
-                Vec::new()
-            };
-            seq.next = id;
-            seq.tokens.push(id);
-            seq.logprobs.push(TokenLogprob { id, logprob, top });
-        }
-        self.finish_done();
-        Ok(())
-    }
-
     /// Moves finished sequences into their requests; answers requests whose choices are all done.
     fn finish_done(&mut self) {
-        let max_len = self.model.config().max_position_embeddings;
+        let max_len = self.rt.config().max_position_embeddings;
         let mut i = 0;
         while i < self.seqs.len() {
             let seq = &self.seqs[i];

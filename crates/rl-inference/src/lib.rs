@@ -51,7 +51,7 @@ impl Server {
         let tok = Tok::load(&dir)?;
         let template = ChatTemplate::load(&dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
-        let engine = Engine::start(model, tok.clone(), config.max_batch_size as usize);
+        let engine = Engine::start(&model, tok.clone(), config.max_batch_size as usize)?;
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
         let state = http::AppState {
             engine: engine.clone(),

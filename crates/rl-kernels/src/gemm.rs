@@ -100,6 +100,24 @@ impl<'a, T> MatMut<'a, T> {
 /// `dst = scale * lhs * rhs` (or `dst += scale * lhs * rhs` when `accumulate`), single-threaded:
 /// callers parallelise over independent blocks.
 pub fn matmul<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
+    product(dst, lhs, rhs, scale, accumulate, gemm::Parallelism::None);
+}
+
+/// [`matmul`] on every thread of the current rayon pool (for one large product).
+pub fn matmul_par<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    product(dst, lhs, rhs, scale, accumulate, par);
+}
+
+fn product<T: Real>(
+    dst: MatMut<'_, T>,
+    lhs: MatRef<'_, T>,
+    rhs: MatRef<'_, T>,
+    scale: T,
+    accumulate: bool,
+    par: gemm::Parallelism,
+) {
     let MatMut { data, rows: m, cols: n, rs, cs } = dst;
     let k = lhs.cols;
     assert!(
@@ -147,7 +165,7 @@ pub fn matmul<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T
             false,
             false,
             false,
-            gemm::Parallelism::None,
+            par,
         );
     }
 }

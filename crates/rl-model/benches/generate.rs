@@ -9,12 +9,13 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_model::{KvCache, Preset, Qwen3, Qwen3Config, random_weights};
+use rl_model::{CpuRuntime, Preset, Qwen3, Qwen3Config, SeqCache, random_weights};
 
-fn model(preset: Preset) -> Qwen3 {
+fn model(preset: Preset) -> CpuRuntime {
     let cfg = Qwen3Config::preset(preset, 128);
     let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
-    Qwen3::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model")
+    let m = Qwen3::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model");
+    CpuRuntime::new(&m).expect("runtime")
 }
 
 fn prompt(len: usize, salt: u32) -> Vec<u32> {
@@ -22,25 +23,26 @@ fn prompt(len: usize, salt: u32) -> Vec<u32> {
 }
 
 /// Prefill tokens/s: `batch` prompts of `len` tokens.
-fn prefill(m: &Qwen3, batch: usize, len: usize) -> f64 {
+fn prefill(m: &CpuRuntime, batch: usize, len: usize) -> f64 {
     let start = Instant::now();
     for b in 0..batch {
-        m.extend(&prompt(len, b as u32), &mut KvCache::default()).expect("prefill");
+        m.forward(&mut [&mut m.new_cache(None, len)], &[&prompt(len, b as u32)], false).expect("prefill");
     }
     (batch * len) as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Decode tokens/s: `batch` sequences (64-token prompts) decoding `steps` tokens together.
-fn decode(m: &Qwen3, batch: usize, steps: usize) -> f64 {
-    let mut caches: Vec<KvCache> = (0..batch).map(|_| KvCache::default()).collect();
+fn decode(m: &CpuRuntime, batch: usize, steps: usize) -> f64 {
+    let mut caches: Vec<SeqCache> = (0..batch).map(|_| m.new_cache(None, 64 + steps)).collect();
     for (b, c) in caches.iter_mut().enumerate() {
-        m.extend(&prompt(64, b as u32), c).expect("prefill");
+        m.forward(&mut [c], &[&prompt(64, b as u32)], false).expect("prefill");
     }
     let start = Instant::now();
     for s in 0..steps {
-        let tokens: Vec<u32> = (0..batch as u32).map(|b| 8 + (b + s as u32) % 100).collect();
-        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
-        m.decode_step(&tokens, &mut refs).expect("decode");
+        let tokens: Vec<[u32; 1]> = (0..batch as u32).map(|b| [8 + (b + s as u32) % 100]).collect();
+        let toks: Vec<&[u32]> = tokens.iter().map(|t| &t[..]).collect();
+        let mut refs: Vec<&mut SeqCache> = caches.iter_mut().collect();
+        m.forward(&mut refs, &toks, false).expect("decode");
     }
     (batch * steps) as f64 / start.elapsed().as_secs_f64()
 }

@@ -1,6 +1,7 @@
-//! The Qwen3-architecture model in candle: one definition for training (every op differentiable:
-//! candle-nn's fused norm/rope/softmax/sdpa have no backward) and generation (KV cache, batched
-//! decode steps); HF-format model directories (config.json, model.safetensors under HF names,
+//! The Qwen3-architecture model: a differentiable candle graph for training (fused ops with real
+//! backward passes from `rl-kernels`; candle-nn's fused norm/rope/softmax/sdpa have none) and a CPU
+//! runtime computing the same function for generation (KV caches that grow in place, shared
+//! prompt prefixes, batched decode steps); HF-format model directories (config.json, model.safetensors under HF names,
 //! tokenizer.json, tokenizer_config.json with a Jinja chat template); sampling; `rl model init`.
 //!
 //! Depends on rl-configs and candle only: it must never depend on tokio, tonic, axum or reqwest.
@@ -9,9 +10,9 @@ mod chat;
 mod config;
 mod error;
 mod init;
-mod layers;
 mod model;
 mod rng;
+pub mod runtime;
 mod sampling;
 mod tokenizer;
 mod weights;
@@ -22,8 +23,10 @@ pub use chat::{
 pub use config::{Preset, Qwen3Config};
 pub use error::{Error, Result};
 pub use init::{init_model, micro_config, random_weights, scaled_random_weights};
-pub use model::{KvCache, Qwen3};
+pub use model::Qwen3;
+pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
+pub use runtime::{CpuRuntime, Rows, SeqCache, SharedPrefix};
 pub use sampling::{Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{

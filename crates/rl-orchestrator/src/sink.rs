@@ -65,44 +65,135 @@ pub fn samples(
         .collect()
 }
 
-/// Packs samples first-fit-decreasing into rows of at most `seq_len` tokens; a longer sample is
-/// truncated to `seq_len`. Positions restart at 0 per sample.
-pub fn pack(samples: &[TrainingSample], seq_len: usize) -> Vec<MicroBatch> {
-    let mut order: Vec<usize> = (0..samples.len()).filter(|&i| !samples[i].ids.is_empty()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(samples[i].ids.len().min(seq_len)));
-    let mut bins: Vec<(usize, Vec<usize>)> = Vec::new();
-    for i in order {
-        let len = samples[i].ids.len().min(seq_len);
-        match bins.iter_mut().find(|(used, _)| used + len <= seq_len) {
-            Some((used, members)) => {
-                *used += len;
-                members.push(i);
+/// Tokens before the sample's first trained token: context only, identical across the samples of
+/// a group that share a prompt.
+fn context_len(s: &TrainingSample) -> usize {
+    s.loss_mask.iter().zip(&s.ce_weights).position(|(m, w)| *m || *w != 0.0).unwrap_or(s.ids.len())
+}
+
+/// What one packing unit holds: an optional shared prefix (its first `len` tokens of `sample`),
+/// then pieces of samples (`sample`, token range).
+#[derive(Debug)]
+struct Unit {
+    prefix: Option<(usize, usize)>,
+    pieces: Vec<(usize, std::ops::Range<usize>)>,
+    len: usize,
+}
+
+/// Groups samples that share their context (prompt) into units of one prefix and several
+/// continuations, each at most `seq_len` tokens; other samples are units of their own (a longer
+/// sample is truncated to `seq_len`).
+fn units(samples: &[TrainingSample], seq_len: usize) -> Vec<Unit> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut by_context: std::collections::HashMap<&[u32], usize> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (i, s) in samples.iter().enumerate() {
+        if s.ids.is_empty() {
+            continue;
+        }
+        let ctx = context_len(s);
+        if ctx == 0 || ctx >= s.ids.len() || ctx >= seq_len {
+            out.push(Unit {
+                prefix: None,
+                pieces: vec![(i, 0..s.ids.len().min(seq_len))],
+                len: s.ids.len().min(seq_len),
+            });
+            continue;
+        }
+        match by_context.entry(&s.ids[..ctx]) {
+            std::collections::hash_map::Entry::Occupied(e) => groups[*e.get()].1.push(i),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(groups.len());
+                groups.push((ctx, vec![i]));
             }
-            None => bins.push((len, vec![i])),
         }
     }
-    bins.into_iter()
-        .map(|(_, members)| {
-            let mut row = MicroBatch::default();
-            let any_ce = members.iter().any(|&i| samples[i].ce_weights.iter().any(|w| *w != 0.0));
-            for i in members {
-                let s = &samples[i];
-                let n = s.ids.len().min(seq_len);
-                row.input_ids.extend_from_slice(&s.ids[..n]);
-                row.position_ids.extend(0..n as u32);
-                row.seq_lens.push(n as u32);
-                row.loss_mask.extend_from_slice(&s.loss_mask[..n]);
-                row.advantages.extend_from_slice(&s.advantages[..n]);
-                row.inference_logprobs.extend_from_slice(&s.inference_logprobs[..n]);
-                row.temperatures.extend_from_slice(&s.temperatures[..n]);
-                if any_ce {
-                    row.ce_weights.extend_from_slice(&s.ce_weights[..n]);
-                }
-                row.env_index.extend(std::iter::repeat_n(s.env_index, n));
+    for (ctx, members) in groups {
+        if let [only] = members[..] {
+            let n = samples[only].ids.len().min(seq_len);
+            out.push(Unit { prefix: None, pieces: vec![(only, 0..n)], len: n });
+            continue;
+        }
+        let mut unit = Unit { prefix: Some((members[0], ctx)), pieces: Vec::new(), len: ctx };
+        for i in members {
+            let end = samples[i].ids.len().min(seq_len);
+            let piece = end - ctx;
+            if unit.len + piece > seq_len {
+                out.push(std::mem::replace(&mut unit, Unit { prefix: Some((i, ctx)), pieces: Vec::new(), len: ctx }));
             }
-            row
-        })
-        .collect()
+            unit.pieces.push((i, ctx..end));
+            unit.len += piece;
+        }
+        out.push(unit);
+    }
+    out
+}
+
+/// Packs samples first-fit-decreasing into rows of at most `seq_len` tokens. Samples that share
+/// their context (the tokens before their first trained token, e.g. a GRPO group's prompt) are
+/// packed as that context once, followed by each sample's remainder with the context as parent
+/// (see `parents` in the batch protocol): the trainer reads the prompt once per row instead of
+/// once per sample, and computes the same logprobs, loss and gradients. Other samples are packed
+/// whole (truncated to `seq_len`), positions restarting at 0.
+pub fn pack(samples: &[TrainingSample], seq_len: usize) -> Vec<MicroBatch> {
+    let mut units = units(samples, seq_len);
+    units.sort_by_key(|u| std::cmp::Reverse(u.len));
+    let mut bins: Vec<(usize, Vec<Unit>)> = Vec::new();
+    for u in units {
+        match bins.iter_mut().find(|(used, _)| used + u.len <= seq_len) {
+            Some((used, members)) => {
+                *used += u.len;
+                members.push(u);
+            }
+            None => bins.push((u.len, vec![u])),
+        }
+    }
+    bins.into_iter().map(|(_, members)| row(samples, &members)).collect()
+}
+
+fn row(samples: &[TrainingSample], units: &[Unit]) -> MicroBatch {
+    let mut row = MicroBatch::default();
+    let any_ce = units.iter().flat_map(|u| &u.pieces).any(|(i, _)| samples[*i].ce_weights.iter().any(|w| *w != 0.0));
+    let shared = units.iter().any(|u| u.prefix.is_some());
+    let push = |row: &mut MicroBatch, s: &TrainingSample, r: std::ops::Range<usize>, trained: bool, parent: i32| {
+        let n = r.len();
+        row.input_ids.extend_from_slice(&s.ids[r.clone()]);
+        row.position_ids.extend(r.start as u32..r.end as u32);
+        row.seq_lens.push(n as u32);
+        if trained {
+            row.loss_mask.extend_from_slice(&s.loss_mask[r.clone()]);
+            row.advantages.extend_from_slice(&s.advantages[r.clone()]);
+        } else {
+            row.loss_mask.extend(std::iter::repeat_n(false, n));
+            row.advantages.extend(std::iter::repeat_n(0.0, n));
+        }
+        row.inference_logprobs.extend_from_slice(&s.inference_logprobs[r.clone()]);
+        row.temperatures.extend_from_slice(&s.temperatures[r.clone()]);
+        if any_ce {
+            if trained {
+                row.ce_weights.extend_from_slice(&s.ce_weights[r.clone()]);
+            } else {
+                row.ce_weights.extend(std::iter::repeat_n(0.0, n));
+            }
+        }
+        row.env_index.extend(std::iter::repeat_n(s.env_index, n));
+        if shared {
+            row.parents.push(parent);
+        }
+    };
+    for u in units {
+        let parent = match u.prefix {
+            Some((i, ctx)) => {
+                push(&mut row, &samples[i], 0..ctx, false, -1);
+                (row.seq_lens.len() - 1) as i32
+            }
+            None => -1,
+        };
+        for (i, r) in &u.pieces {
+            push(&mut row, &samples[*i], r.clone(), true, parent);
+        }
+    }
+    row
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ fn row(tokens: usize) -> MicroBatch {
         ce_weights: vec![],
         ref_logprobs: vec![],
         env_index: vec![0; tokens],
+        parents: vec![],
     }
 }
 
@@ -65,13 +66,13 @@ fn main() {
         let mut opt = Optimizer::new(&OptimConfig::default());
         for tokens in [512usize, 2048] {
             let mb = row(tokens);
-            let counts = step_counts(std::slice::from_ref(&mb));
+            let counts = step_counts(std::slice::from_ref(&mb)).expect("counts");
             let mut step = || {
                 let (loss, _) = micro_loss(&model, &mb, &LossConfig::default(), counts).expect("loss");
                 let grads = loss.backward().expect("backward");
                 let g: Vec<Tensor> =
                     vars.vars.iter().map(|(_, v)| grads.get(v.as_tensor()).expect("grad").clone()).collect();
-                opt.step(&vars.vars, &g, 1e-4).expect("adamw");
+                opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
             };
             step();
             let reps = if tokens > 1000 { 2 } else { 4 };

@@ -89,17 +89,22 @@ fn check_micro(mb: &MicroBatch, envs: usize) -> std::result::Result<(), String> 
     if total != n as u64 {
         return Err(format!("seq_lens: sum {total} differs from {n} tokens"));
     }
-    let mut start = 0usize;
-    for &len in &mb.seq_lens {
-        for (k, &p) in mb.position_ids[start..start + len as usize].iter().enumerate() {
-            if p as usize != k {
-                return Err(format!(
-                    "position_ids: must restart at 0 for each sample and count up (token {})",
-                    start + k
-                ));
-            }
-        }
-        start += len as usize;
+    if !mb.parents.is_empty() && mb.parents.len() != mb.seq_lens.len() {
+        return Err(format!(
+            "parents: {} entries for {} samples (must be one per sample or empty)",
+            mb.parents.len(),
+            mb.seq_lens.len()
+        ));
+    }
+    if let Some(p) = mb.parents.iter().find(|&&p| p < -1) {
+        return Err(format!("parents: {p} is neither a sample index nor -1"));
+    }
+    let layout = crate::loss::row_layout(mb).map_err(|e| e.to_string())?;
+    if let Some(i) = layout.positions().iter().zip(&mb.position_ids).position(|(a, b)| a != b) {
+        return Err(format!(
+            "position_ids: must restart at 0 for each sample without a parent and continue its parent's \
+             otherwise (token {i})"
+        ));
     }
     if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
         return Err(format!("temperatures: {t} is not > 0 (greedy rollouts cannot be trained on)"));

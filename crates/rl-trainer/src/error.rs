@@ -30,6 +30,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A micro-batch's samples and parents do not form a valid row.
+    #[error("micro-batch layout: {0}")]
+    Layout(String),
     /// A batch did not arrive in time.
     #[error("no batch for step {step} at {} after {waited_s:.0} s: is the orchestrator running?", path.display())]
     BatchTimeout {

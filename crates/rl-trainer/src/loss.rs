@@ -8,14 +8,18 @@
 //! ce_t = -lp * ce_weight
 //! loss = sum(rl) / N_rl + sum(ce) / N_ce      (token counts over the whole step)
 //! ```
-//! `M` = loss_mask and rl_weight != 0; the first token of a sample is never a target.
+//! `M` = loss_mask and rl_weight != 0. Only tokens in some loss (or in the loss mask, for the
+//! entropy statistic) are scored: their source rows alone go through the output head, and the
+//! temperature log-softmax, gather and entropy are one fused op.
 
-use candle_core::{D, DType, Tensor};
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
 use rl_configs::LossConfig;
-use rl_model::Qwen3;
+use rl_model::{Qwen3, RowLayout, Targets};
 use rl_proto::train::v1::MicroBatch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Loss-member token counts over a whole step (the normalisers).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -26,35 +30,61 @@ pub struct StepCounts {
     pub ce: usize,
 }
 
-/// Per-token membership of one micro-batch, shifted to targets `1..T`.
+/// The row's layout: its samples and their parents.
+pub fn row_layout(mb: &MicroBatch) -> Result<RowLayout> {
+    let lens: Vec<usize> = mb.seq_lens.iter().map(|&l| l as usize).collect();
+    let parents: Vec<Option<usize>> = if mb.parents.is_empty() {
+        vec![None; lens.len()]
+    } else {
+        mb.parents.iter().map(|&p| usize::try_from(p).ok()).collect()
+    };
+    RowLayout::new(&lens, &parents).map_err(|e| Error::Layout(format!("seq_lens/parents: {e}")))
+}
+
+/// Per-token membership of one micro-batch: which tokens are targets of which loss.
 struct Members {
+    /// Target tokens (index in the row) that are scored, in row order.
+    tokens: Vec<usize>,
+    /// Their source rows.
+    sources: Vec<usize>,
     rl: Vec<bool>,
     rl_weight: Vec<f32>,
     ce_weight: Vec<f32>,
 }
 
-fn members(mb: &MicroBatch) -> Members {
-    let n = mb.input_ids.len();
-    let mut m = Members { rl: Vec::new(), rl_weight: Vec::new(), ce_weight: Vec::new() };
-    for i in 1..n {
-        let target = mb.position_ids[i] != 0;
+fn members(mb: &MicroBatch, layout: &RowLayout) -> Members {
+    let mut m = Members {
+        tokens: Vec::new(),
+        sources: Vec::new(),
+        rl: Vec::new(),
+        rl_weight: Vec::new(),
+        ce_weight: Vec::new(),
+    };
+    for (i, src) in layout.sources().into_iter().enumerate() {
+        let Some(src) = src else { continue };
         let w = if mb.rl_weights.is_empty() { 1.0 } else { mb.rl_weights[i] };
-        m.rl.push(target && mb.loss_mask[i] && w != 0.0);
+        let ce = if mb.ce_weights.is_empty() { 0.0 } else { mb.ce_weights[i] };
+        if !mb.loss_mask[i] && ce == 0.0 {
+            continue;
+        }
+        m.tokens.push(i);
+        m.sources.push(src);
+        m.rl.push(mb.loss_mask[i] && w != 0.0);
         m.rl_weight.push(w);
-        m.ce_weight.push(if target && !mb.ce_weights.is_empty() { mb.ce_weights[i] } else { 0.0 });
+        m.ce_weight.push(ce);
     }
     m
 }
 
 /// Counts the rl and ce members of a step's micro-batches.
-pub fn step_counts(mbs: &[MicroBatch]) -> StepCounts {
+pub fn step_counts(mbs: &[MicroBatch]) -> Result<StepCounts> {
     let mut c = StepCounts::default();
     for mb in mbs {
-        let m = members(mb);
+        let m = members(mb, &row_layout(mb)?);
         c.rl += m.rl.iter().filter(|x| **x).count();
         c.ce += m.ce_weight.iter().filter(|w| **w != 0.0).count();
     }
-    c
+    Ok(c)
 }
 
 /// Sums of loss statistics (divide by the counts to report means).
@@ -92,38 +122,60 @@ impl LossStats {
     }
 }
 
-/// Trainer log-probabilities `[T - 1]` of tokens `1..T` under `logits / temperature` (differentiable),
-/// and the full log-softmax rows (for entropy).
-pub fn token_logprobs(model: &Qwen3, mb: &MicroBatch) -> Result<(Tensor, Tensor)> {
-    let n = mb.input_ids.len();
-    let logits = model
-        .forward_packed(std::slice::from_ref(&mb.input_ids), std::slice::from_ref(&mb.position_ids))?
-        .squeeze(0)?;
-    let dtype = logits.dtype();
-    let z = logits.narrow(0, 0, n - 1)?;
-    let temps = Tensor::from_vec(mb.temperatures[1..].to_vec(), (n - 1, 1), logits.device())?.to_dtype(dtype)?;
-    let logp = candle_nn::ops::log_softmax(&z.broadcast_div(&temps)?, D::Minus1)?;
-    let targets = Tensor::from_vec(mb.input_ids[1..].to_vec(), (n - 1, 1), logits.device())?;
-    let lp = logp.gather(&targets, 1)?.squeeze(1)?;
-    Ok((lp, logp))
+/// The trainer's log-probabilities of a row's scored tokens.
+#[derive(Debug)]
+pub struct TokenLogprobs {
+    /// Scored tokens (index in the row), in row order.
+    pub tokens: Vec<usize>,
+    /// `log_softmax(z / T)[token]` of each (differentiable), `[tokens.len()]`.
+    pub lp: Tensor,
+    /// Entropy of each token's sampling distribution (a statistic).
+    pub entropy: Vec<f64>,
+}
+
+/// Log-probabilities of the tokens of `mb` that some loss or the loss mask needs.
+pub fn token_logprobs(model: &Qwen3, mb: &MicroBatch) -> Result<TokenLogprobs> {
+    let layout = row_layout(mb)?;
+    let m = members(mb, &layout);
+    scored(model, mb, &Arc::new(layout), &m)
+}
+
+fn scored(model: &Qwen3, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Members) -> Result<TokenLogprobs> {
+    let device = model.device();
+    let hidden = model.hidden(&mb.input_ids, layout)?;
+    // The output head runs only on rows that predict a scored token (each once).
+    let mut rows: Vec<u32> = m.sources.iter().map(|&s| s as u32).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let row_of = |s: usize| rows.binary_search(&(s as u32)).expect("every source is a selected row") as u32;
+    let targets = Arc::new(Targets {
+        rows: m.sources.iter().map(|&s| row_of(s)).collect(),
+        ids: m.tokens.iter().map(|&i| mb.input_ids[i]).collect(),
+        temps: m.tokens.iter().map(|&i| mb.temperatures[i]).collect(),
+    });
+    let picked = hidden.index_select(&Tensor::from_vec(rows.clone(), rows.len(), device)?, 0)?;
+    let out = rl_kernels::ops::token_logprobs(&model.logits(&picked)?, targets)?;
+    let entropy = out.narrow(1, 1, 1)?.squeeze(1)?.to_dtype(DType::F64)?.to_vec1()?;
+    Ok(TokenLogprobs { tokens: m.tokens.clone(), lp: out.narrow(1, 0, 1)?.squeeze(1)?, entropy })
 }
 
 /// The loss of one micro-batch, already divided by the step's counts, and its statistics.
 pub fn micro_loss(model: &Qwen3, mb: &MicroBatch, cfg: &LossConfig, counts: StepCounts) -> Result<(Tensor, LossStats)> {
-    let n = mb.input_ids.len();
     let device = model.device().clone();
     let mut stats = LossStats::default();
-    if n < 2 {
+    let layout = row_layout(mb)?;
+    let m = members(mb, &layout);
+    if m.tokens.is_empty() {
         return Ok((Tensor::zeros((), DType::F32, &device)?, stats));
     }
-    let (lp, logp) = token_logprobs(model, mb)?;
-    let dtype = lp.dtype();
+    let scored = scored(model, mb, &Arc::new(layout), &m)?;
+    let lp = &scored.lp;
+    let (dtype, n) = (lp.dtype(), m.tokens.len());
     let lp_v: Vec<f64> = lp.to_dtype(DType::F64)?.to_vec1()?;
-    let m = members(mb);
-    let (mut c_ratio, mut c_kl, mut c_ce) = (vec![0f64; n - 1], vec![0f64; n - 1], vec![0f64; n - 1]);
-    let lmu: Vec<f64> = mb.inference_logprobs[1..].iter().map(|&x| f64::from(x)).collect();
-    for j in 0..n - 1 {
-        let i = j + 1;
+    let (mut c_ratio, mut c_kl, mut c_ce) = (vec![0f64; n], vec![0f64; n], vec![0f64; n]);
+    let lmu: Vec<f64> = m.tokens.iter().map(|&i| f64::from(mb.inference_logprobs[i])).collect();
+    for j in 0..n {
+        let i = m.tokens[j];
         if m.rl[j] {
             let a = f64::from(mb.advantages[i]);
             let dp = lp_v[j].exp() - lmu[j].exp();
@@ -140,23 +192,18 @@ pub fn micro_loss(model: &Qwen3, mb: &MicroBatch, cfg: &LossConfig, counts: Step
             stats.mismatch_kl += log_ratio.exp() - log_ratio - 1.0;
         }
         c_ce[j] = -f64::from(m.ce_weight[j]);
+        if mb.loss_mask[i] {
+            stats.entropy += scored.entropy[j];
+            stats.entropy_tokens += 1;
+        }
     }
-    let t = |v: Vec<f64>| -> Result<Tensor> { Ok(Tensor::from_vec(v, n - 1, &device)?.to_dtype(dtype)?) };
-    let lmu_t = t(lmu)?;
-    let log_ratio = (&lp - &lmu_t)?;
+    let t = |v: Vec<f64>| -> Result<Tensor> { Ok(Tensor::from_vec(v, n, &device)?.to_dtype(dtype)?) };
+    let log_ratio = (lp - &t(lmu)?)?;
     let rl = ((t(c_ratio)? * log_ratio.exp()?)?.sum_all()? + (t(c_kl)? * log_ratio.sqr()?)?.sum_all()?)?;
-    let ce = (t(c_ce)? * &lp)?.sum_all()?;
+    let ce = (t(c_ce)? * lp)?.sum_all()?;
     let rl = (rl / counts.rl.max(1) as f64)?;
     let ce = (ce / counts.ce.max(1) as f64)?;
     stats.rl_loss = rl.to_dtype(DType::F64)?.to_scalar()?;
     stats.ce_loss = ce.to_dtype(DType::F64)?.to_scalar()?;
-    // Entropy of the sampling distribution over loss-mask tokens (no gradient needed).
-    let ent: Vec<f64> = (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?.to_dtype(DType::F64)?.to_vec1()?;
-    for (j, e) in ent.iter().enumerate() {
-        if mb.loss_mask[j + 1] && mb.position_ids[j + 1] != 0 {
-            stats.entropy += e;
-            stats.entropy_tokens += 1;
-        }
-    }
     Ok(((rl + ce)?, stats))
 }

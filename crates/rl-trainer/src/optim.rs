@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Tensor, Var};
+use candle_core::{Tensor, Var};
 use rl_configs::{OptimConfig, SchedulerConfig};
+use rl_kernels::AdamW;
 
 use crate::error::{Error, Result};
 
@@ -40,22 +41,21 @@ pub fn lr_at(sched: &SchedulerConfig, peak: f64, step: u64, max_steps: Option<u6
     }
 }
 
-/// Scales gradients so their global L2 norm is at most `max_norm`; returns the norm before clipping.
-pub fn clip_global_norm(grads: &mut [Tensor], max_norm: Option<f64>) -> Result<f64> {
+/// The global L2 norm of `grads`.
+pub fn global_norm(grads: &[Tensor]) -> Result<f64> {
     let mut sq = 0f64;
-    for g in grads.iter() {
-        sq += g.to_dtype(DType::F64)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
+    for g in grads {
+        sq += rl_kernels::ops::sum_squares(g)?;
     }
-    let norm = sq.sqrt();
-    if let Some(max) = max_norm
-        && norm > max
-    {
-        let scale = max / (norm + 1e-6);
-        for g in grads.iter_mut() {
-            *g = (&*g * scale)?;
-        }
+    Ok(sq.sqrt())
+}
+
+/// The factor that brings a gradient of norm `norm` down to `max_norm` (1 when it is already within).
+pub fn clip_factor(norm: f64, max_norm: Option<f64>) -> f64 {
+    match max_norm {
+        Some(max) if norm > max => max / (norm + 1e-6),
+        _ => 1.0,
     }
-    Ok(norm)
 }
 
 /// An optimizer over named variables, with its state.
@@ -64,60 +64,72 @@ pub struct Optimizer {
     cfg: OptimConfig,
     /// Updates applied so far.
     pub steps: u64,
-    first: HashMap<String, Tensor>,
-    second: HashMap<String, Tensor>,
+    /// Per variable: AdamW's moments `[2, numel]` (m then v), or SGD's momentum buffer.
+    state: HashMap<String, Tensor>,
+    /// Per variable, its shape (the moments are saved in it).
+    shapes: HashMap<String, candle_core::Shape>,
 }
 
 impl Optimizer {
     /// A fresh optimizer.
     pub fn new(cfg: &OptimConfig) -> Self {
-        Optimizer { cfg: cfg.clone(), steps: 0, first: HashMap::new(), second: HashMap::new() }
+        Optimizer { cfg: cfg.clone(), steps: 0, state: HashMap::new(), shapes: HashMap::new() }
     }
 
-    /// Applies one update with learning rate `lr`; `grads[i]` belongs to `vars[i]`.
-    pub fn step(&mut self, vars: &[(String, Var)], grads: &[Tensor], lr: f64) -> Result<()> {
+    /// Applies one update with learning rate `lr` to gradients scaled by `grad_scale` (clipping);
+    /// `grads[i]` belongs to `vars[i]`.
+    pub fn step(&mut self, vars: &[(String, Var)], grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
         self.steps += 1;
-        let t = self.steps as i32;
         for ((name, var), g) in vars.iter().zip(grads) {
             let w = var.as_tensor();
-            let zeros = || w.zeros_like();
+            self.shapes.entry(name.clone()).or_insert_with(|| w.shape().clone());
             match self.cfg {
                 OptimConfig::Adamw { weight_decay, betas: [b1, b2], eps, .. } => {
-                    let m = self.first.get(name).map_or_else(zeros, |m| Ok(m.clone()))?;
-                    let v = self.second.get(name).map_or_else(zeros, |v| Ok(v.clone()))?;
-                    let m = ((m * b1)? + (g * (1.0 - b1))?)?;
-                    let v = ((v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-                    let m_hat = (&m / (1.0 - b1.powi(t)))?;
-                    let v_hat = (&v / (1.0 - b2.powi(t)))?;
-                    let update = (m_hat / (v_hat.sqrt()? + eps)?)?;
-                    let decayed = (w * (1.0 - lr * weight_decay))?;
-                    var.set(&(decayed - (update * lr)?)?)?;
-                    self.first.insert(name.clone(), m);
-                    self.second.insert(name.clone(), v);
+                    let state = match self.state.get(name) {
+                        Some(s) => s.clone(),
+                        None => {
+                            let s = Tensor::zeros((2, w.elem_count()), w.dtype(), w.device())?;
+                            self.state.insert(name.clone(), s.clone());
+                            s
+                        }
+                    };
+                    let h = AdamW { lr, beta1: b1, beta2: b2, eps, weight_decay, step: self.steps, grad_scale };
+                    rl_kernels::ops::adamw_step(w, &state, g, &h)?;
                 }
                 OptimConfig::Sgd { momentum, nesterov, weight_decay, .. } => {
-                    let g = if weight_decay > 0.0 { (g + (w * weight_decay)?)? } else { g.clone() };
-                    let buf = match self.first.get(name) {
+                    let g = (g * grad_scale)?;
+                    let g = if weight_decay > 0.0 { (g + (w * weight_decay)?)? } else { g };
+                    let buf = match self.state.get(name) {
                         Some(b) => ((b * momentum)? + &g)?,
                         None => g.clone(),
                     };
                     let dir = if nesterov { (&g + (&buf * momentum)?)? } else { buf.clone() };
                     var.set(&(w - (dir * lr)?)?)?;
-                    self.first.insert(name.clone(), buf);
+                    self.state.insert(name.clone(), buf);
                 }
             }
         }
         Ok(())
     }
 
+    /// (first, second) moment tensors of a variable of `shape` (SGD: the momentum buffer, no second).
+    fn moments(&self, state: &Tensor, shape: &candle_core::Shape) -> Result<(Tensor, Option<Tensor>)> {
+        Ok(match self.cfg {
+            OptimConfig::Adamw { .. } => (state.get(0)?.reshape(shape)?, Some(state.get(1)?.reshape(shape)?)),
+            OptimConfig::Sgd { .. } => (state.clone(), None),
+        })
+    }
+
     /// Writes the state: `optimizer.safetensors` (moments) and `optimizer.json` (step count).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let mut tensors: Vec<(String, Tensor)> = Vec::new();
-        for (n, t) in &self.first {
-            tensors.push((format!("first.{n}"), t.clone()));
-        }
-        for (n, t) in &self.second {
-            tensors.push((format!("second.{n}"), t.clone()));
+        for (n, state) in &self.state {
+            let shape = self.shapes.get(n).cloned().unwrap_or_else(|| state.shape().clone());
+            let (first, second) = self.moments(state, &shape)?;
+            tensors.push((format!("first.{n}"), first));
+            if let Some(second) = second {
+                tensors.push((format!("second.{n}"), second));
+            }
         }
         if !tensors.is_empty() {
             rl_model::write_safetensors(&dir.join("optimizer.safetensors"), &tensors)?;
@@ -137,12 +149,27 @@ impl Optimizer {
         opt.steps = meta["steps"].as_u64().unwrap_or(0);
         let file = dir.join("optimizer.safetensors");
         if file.exists() {
-            for (name, t) in candle_core::safetensors::load(&file, device)? {
-                if let Some(n) = name.strip_prefix("first.") {
-                    opt.first.insert(n.to_owned(), t);
-                } else if let Some(n) = name.strip_prefix("second.") {
-                    opt.second.insert(n.to_owned(), t);
-                }
+            let mut tensors = candle_core::safetensors::load(&file, device)?;
+            let names: Vec<String> =
+                tensors.keys().filter_map(|k| k.strip_prefix("first.")).map(str::to_owned).collect();
+            for n in names {
+                let first = tensors.remove(&format!("first.{n}")).expect("listed above");
+                let bad = |m: &str| Error::Checkpoint {
+                    path: dir.to_owned(),
+                    message: format!("optimizer state of {n}: {m}"),
+                };
+                opt.shapes.insert(n.clone(), first.shape().clone());
+                let state = match (&opt.cfg, tensors.remove(&format!("second.{n}"))) {
+                    (OptimConfig::Adamw { .. }, Some(second)) => {
+                        if second.shape() != first.shape() {
+                            return Err(bad("first and second moments differ in shape"));
+                        }
+                        Tensor::stack(&[first.flatten_all()?, second.flatten_all()?], 0)?
+                    }
+                    (OptimConfig::Adamw { .. }, None) => return Err(bad("the second moment is missing")),
+                    (OptimConfig::Sgd { .. }, _) => first,
+                };
+                opt.state.insert(n, state);
             }
         }
         Ok(opt)
@@ -162,7 +189,7 @@ mod tests {
         let mut opt = Optimizer::new(&cfg);
         let (mut w, mut m, mut v) = ([1.0f64, -2.0], [0.0f64; 2], [0.0f64; 2]);
         for (t, g) in [[0.5f64, -1.0], [0.2, 0.3]].iter().enumerate() {
-            opt.step(&vars, &[Tensor::new(g, &Device::Cpu).unwrap()], 0.1).unwrap();
+            opt.step(&vars, &[Tensor::new(g, &Device::Cpu).unwrap()], 0.1, 1.0).unwrap();
             for k in 0..2 {
                 m[k] = 0.9 * m[k] + 0.1 * g[k];
                 v[k] = 0.999 * v[k] + 0.001 * g[k] * g[k];
@@ -179,12 +206,32 @@ mod tests {
 
     #[test]
     fn clipping_scales_to_the_max_norm() {
-        let mut g = vec![Tensor::new(&[3.0f64, 4.0], &Device::Cpu).unwrap()];
-        let norm = clip_global_norm(&mut g, Some(1.0)).unwrap();
+        let g = vec![Tensor::new(&[3.0f64, 4.0], &Device::Cpu).unwrap(), Tensor::new(&[0.0f32], &Device::Cpu).unwrap()];
+        let norm = global_norm(&g).unwrap();
         assert!((norm - 5.0).abs() < 1e-12);
-        let v: Vec<f64> = g[0].to_vec1().unwrap();
-        assert!((v[0] - 0.6).abs() < 1e-6 && (v[1] - 0.8).abs() < 1e-6);
-        assert_eq!(clip_global_norm(&mut g, None).unwrap().round(), 1.0);
+        assert!((clip_factor(norm, Some(1.0)) * 5.0 - 1.0).abs() < 1e-6);
+        assert_eq!(clip_factor(norm, None), 1.0);
+        assert_eq!(clip_factor(norm, Some(10.0)), 1.0);
+    }
+
+    #[test]
+    fn saved_state_resumes_to_the_same_updates() {
+        let cfg = OptimConfig::Adamw { lr: 0.1, weight_decay: 0.01, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 };
+
+        let g = Tensor::new(&[[0.5f32, -1.0], [0.2, 0.3]], &Device::Cpu).unwrap();
+        let a = vec![(String::from("w"), Var::new(&[[1.0f32, -2.0], [0.5, 3.0]], &Device::Cpu).unwrap())];
+        let mut opt = Optimizer::new(&cfg);
+        opt.step(&a, std::slice::from_ref(&g), 0.1, 1.0).unwrap();
+        opt.step(&a, std::slice::from_ref(&g), 0.1, 1.0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        opt.save(dir.path()).unwrap();
+        let b = vec![(String::from("w"), Var::from_tensor(&a[0].1.as_tensor().copy().unwrap()).unwrap())];
+        let mut loaded = Optimizer::load(&cfg, dir.path(), &Device::Cpu).unwrap();
+        opt.step(&a, std::slice::from_ref(&g), 0.1, 0.5).unwrap();
+        loaded.step(&b, std::slice::from_ref(&g), 0.1, 0.5).unwrap();
+        let (wa, wb): (Vec<f32>, Vec<f32>) =
+            (a[0].1.flatten_all().unwrap().to_vec1().unwrap(), b[0].1.flatten_all().unwrap().to_vec1().unwrap());
+        assert_eq!(wa, wb, "a resumed optimizer continues exactly");
     }
 
     #[test]

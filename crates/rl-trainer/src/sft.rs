@@ -13,7 +13,7 @@ use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
-use crate::optim::{Optimizer, clip_global_norm, lr_at};
+use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
 use crate::train::{accumulate, append_jsonl, device};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
@@ -112,6 +112,7 @@ fn empty_row() -> MicroBatch {
         ce_weights: vec![],
         ref_logprobs: vec![],
         env_index: vec![],
+        parents: vec![],
     }
 }
 
@@ -174,7 +175,7 @@ impl SftTrainer {
 
     /// Mean NLL per trained token over `rows` (no gradient).
     pub fn eval_loss(&self, rows: &[MicroBatch]) -> Result<f64> {
-        let counts = step_counts(rows);
+        let counts = step_counts(rows)?;
         let mut total = 0.0;
         for r in rows {
             let (_, s) = micro_loss(&self.model, r, &LossConfig::default(), counts)?;
@@ -199,13 +200,12 @@ impl SftTrainer {
             let batch: Vec<SftExample> =
                 (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
             let rows = pack(&batch, seq_len);
-            let counts = step_counts(&rows);
-            let (mut grads, stats) =
-                accumulate(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
+            let counts = step_counts(&rows)?;
+            let (grads, stats) = accumulate(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
             let (loss, tokens) = (stats.ce_loss, rows.iter().map(|r| r.input_ids.len()).sum::<usize>());
-            let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
+            let grad_norm = global_norm(&grads)?;
             let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));
-            self.opt.step(&self.vars.vars, &grads, lr)?;
+            self.opt.step(&self.vars.vars, &grads, lr, clip_factor(grad_norm, self.cfg.optim.max_norm()))?;
             let val_loss = match &self.cfg.val {
                 Some(v)
                     if !val_rows.is_empty()

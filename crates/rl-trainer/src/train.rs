@@ -14,7 +14,7 @@ use crate::batch::wait_for_batch;
 use crate::checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{LossStats, micro_loss, step_counts};
-use crate::optim::{Optimizer, clip_global_norm, lr_at};
+use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
 
 /// The device a config asks for (CUDA only in builds with the `cuda` feature).
 pub fn device(cfg: rl_configs::Device) -> Result<Device> {
@@ -129,16 +129,16 @@ impl RlTrainer {
     /// Trains on one batch.
     pub fn train_step(&mut self, batch: &TrainBatch) -> Result<StepReport> {
         let start = Instant::now();
-        let counts = step_counts(&batch.micro_batches);
-        let (mut grads, stats) =
+        let counts = step_counts(&batch.micro_batches)?;
+        let (grads, stats) =
             accumulate(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
         let tokens = batch.micro_batches.iter().map(|mb| mb.input_ids.len()).sum();
-        let grad_norm = clip_global_norm(&mut grads, self.cfg.optim.max_norm())?;
+        let grad_norm = global_norm(&grads)?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
         }
         let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, self.cfg.max_steps);
-        self.opt.step(&self.vars.vars, &grads, lr)?;
+        self.opt.step(&self.vars.vars, &grads, lr, clip_factor(grad_norm, self.cfg.optim.max_norm()))?;
         Ok(StepReport {
             step: batch.step,
             stats,

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use rl_model::{ChatTemplate, KvCache, Sampler, TemplateMessage, Tok, load_model};
+use rl_model::{ChatTemplate, CpuRuntime, Sampler, TemplateMessage, Tok, load_model};
 
 use crate::{rl, stderr};
 
@@ -24,8 +24,9 @@ fn greedy_reward(model_dir: &Path, prompts: &[(String, String)]) -> f64 {
             TemplateMessage { role: "user".into(), content: text.clone(), tool_calls: vec![] },
         ];
         let ids = tok.encode(&template.render(&msgs, &[], true).unwrap()).unwrap();
-        let mut cache = KvCache::default();
-        let mut logits: Vec<f32> = model.extend(&ids, &mut cache).unwrap().to_vec2::<f32>().unwrap().pop().unwrap();
+        let rt = CpuRuntime::new(&model).unwrap();
+        let mut cache = rt.new_cache(None, ids.len() + 48);
+        let mut logits: Vec<f32> = rt.forward(&mut [&mut cache], &[&ids], false).unwrap();
         let mut sampler = Sampler::new(0.0, 1.0, None, 0);
         let mut out = Vec::new();
         for _ in 0..48 {
@@ -34,7 +35,7 @@ fn greedy_reward(model_dir: &Path, prompts: &[(String, String)]) -> f64 {
                 break;
             }
             out.push(t);
-            logits = model.decode_step(&[t], &mut [&mut cache]).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
+            logits = rt.forward(&mut [&mut cache], &[&[t]], false).unwrap();
         }
         total += rl_envs::lcs_reward(&tok.decode(&out).unwrap(), answer);
     }

@@ -40,11 +40,33 @@ impl AttnShape {
     }
 }
 
-/// A run of visible keys: rows `start..start + len` of the key/value buffers.
+/// A run of visible keys: rows `start..start + len` of the row's key/value buffers.
 #[derive(Debug, Clone, Copy)]
 struct KeyRun {
     start: usize,
     len: usize,
+}
+
+/// Keys and values a query block attends to, wherever they live (a packed row, a KV cache, a
+/// shared prompt's cache): `len` rows with row stride `ld`; the slices start at this head group's
+/// first column of the run's first row.
+#[derive(Debug, Clone, Copy)]
+pub struct KvRun<'a, T> {
+    /// Keys.
+    pub k: &'a [T],
+    /// Values.
+    pub v: &'a [T],
+    /// Rows.
+    pub len: usize,
+}
+
+/// Which keys of the last run a query row sees: row i sees the first `diag + i * step + 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Causal {
+    /// Keys of the last run before row 0's own key.
+    pub diag: usize,
+    /// How far each further row moves (1 for consecutive tokens, 0 for heads of one token).
+    pub step: usize,
 }
 
 /// One block of query rows: rows `row..row + rows` of the row, in segment `seg`, whose first row
@@ -80,56 +102,58 @@ fn key_runs(layout: &RowLayout, b: &Block) -> Vec<KeyRun> {
     runs
 }
 
-/// Scores `scale * q k^T` of one head's block against `runs` into `s` (`rows x keys`, row-major),
-/// with the causal part of the last run set to -inf.
-#[allow(clippy::too_many_arguments)]
-fn scores<T: Real>(
-    s: &mut [T],
-    q: MatRef<'_, T>,
-    k: &[T],
-    ldk: usize,
-    kcol: usize,
-    runs: &[KeyRun],
-    diag: usize,
-    scale: T,
-) {
+/// Scores `scale * q k^T` of one head's query rows against `runs` into `s` (`rows x keys`,
+/// row-major), with keys of the last run beyond `causal` set to -inf.
+fn scores<T: Real>(s: &mut [T], q: MatRef<'_, T>, runs: &[KvRun<'_, T>], ld: usize, causal: Causal, scale: T) {
     let (rows, keys) = (q.nrows(), runs.iter().map(|r| r.len).sum::<usize>());
     let mut col = 0;
     for r in runs {
-        let kt = MatRef::new(&k[r.start * ldk + kcol..], r.len, q.ncols(), ldk, 1).t();
+        let kt = MatRef::new(r.k, r.len, q.ncols(), ld, 1).t();
         matmul(MatMut::new(&mut s[col..], rows, r.len, keys, 1), q, kt, scale, false);
         col += r.len;
     }
-    // Row i of the block sees own-segment keys up to diag + i.
     let last = runs.last().map_or(0, |r| r.len);
     for i in 0..rows {
         let row = &mut s[i * keys..(i + 1) * keys];
-        for x in &mut row[keys - last + diag + i + 1..] {
+        let seen = (keys - last + causal.diag + i * causal.step + 1).min(keys);
+        for x in &mut row[seen..] {
             *x = T::NEG_INFINITY;
         }
     }
 }
 
-/// `out (+)= p · V` over the key runs (`p` is `rows x keys`).
+/// One head's attention: `out = softmax(scale q k^T) v` over `runs` for query rows `q`
+/// (`rows x d`); row i's log-sum-exp goes to `lse[i * lse_stride]`. `s` is scratch.
 #[allow(clippy::too_many_arguments)]
-fn weighted_values<T: Real>(
+pub fn attend<T: Real>(
+    q: MatRef<'_, T>,
+    runs: &[KvRun<'_, T>],
+    ld: usize,
+    causal: Causal,
+    scale: T,
+    s: &mut Vec<T>,
     mut out: MatMut<'_, T>,
-    p: &[T],
-    rows: usize,
-    v: &[T],
-    ldk: usize,
-    vcol: usize,
-    d: usize,
-    runs: &[KeyRun],
+    lse: &mut [T],
+    lse_stride: usize,
 ) {
+    let (rows, d) = (q.nrows(), q.ncols());
     let keys: usize = runs.iter().map(|r| r.len).sum();
+    s.resize(rows * keys, T::ZERO);
+    scores(s, q, runs, ld, causal, scale);
+    for i in 0..rows {
+        lse[i * lse_stride] = softmax_row(&mut s[i * keys..(i + 1) * keys]);
+    }
     let mut col = 0;
     for (n, r) in runs.iter().enumerate() {
-        let pr = MatRef::new(&p[col..], rows, r.len, keys, 1);
-        let vr = MatRef::new(&v[r.start * ldk + vcol..], r.len, d, ldk, 1);
-        matmul(out.reborrow(), pr, vr, T::ONE, n > 0);
+        let p = MatRef::new(&s[col..], rows, r.len, keys, 1);
+        matmul(out.reborrow(), p, MatRef::new(r.v, r.len, d, ld, 1), T::ONE, n > 0);
         col += r.len;
     }
+}
+
+/// The key runs of `b` as slices of this head group's columns of `k` and `v`.
+fn kv_runs<'a, T>(runs: &[KeyRun], k: &'a [T], v: &'a [T], ld: usize, col: usize) -> Vec<KvRun<'a, T>> {
+    runs.iter().map(|r| KvRun { k: &k[r.start * ld + col..], v: &v[r.start * ld + col..], len: r.len }).collect()
 }
 
 /// Splits `data` into consecutive chunks of `sizes[i]` elements.
@@ -155,17 +179,12 @@ pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, q: &[T], k: &[T], 
     let l_chunks = split_chunks(&mut lse, blocks.iter().map(|b| b.rows * hq));
     blocks.into_par_iter().zip(o_chunks).zip(l_chunks).for_each_init(Vec::new, |s, ((b, o_blk), l_blk)| {
         let runs = key_runs(layout, &b);
-        let keys: usize = runs.iter().map(|r| r.len).sum();
-        s.resize(b.rows * keys, T::ZERO);
+        let causal = Causal { diag: b.offset, step: 1 };
         for h in 0..hq {
             let g = shape.group(h);
             let qb = MatRef::new(&q[b.row * ldq + h * d..], b.rows, d, ldq, 1);
-            scores(s, qb, k, ldk, g * d, &runs, b.offset, scale);
-            for i in 0..b.rows {
-                l_blk[i * hq + h] = softmax_row(&mut s[i * keys..(i + 1) * keys]);
-            }
             let out = MatMut::new(&mut o_blk[h * d..], b.rows, d, ldq, 1);
-            weighted_values(out, s, b.rows, v, ldk, g * d, d, &runs);
+            attend(qb, &kv_runs(&runs, k, v, ldk, g * d), ldk, causal, scale, s, out, &mut l_blk[h..], hq);
         }
     });
     (o, lse)
@@ -223,7 +242,8 @@ pub fn backward<T: Real>(
                     let g = shape.group(h);
                     let qb = MatRef::new(&q[b.row * ldq + h * d..], b.rows, d, ldq, 1);
                     let dob = MatRef::new(&d_o[b.row * ldq + h * d..], b.rows, d, ldq, 1);
-                    scores(&mut p, qb, k, ldk, g * d, &runs, b.offset, scale);
+                    let causal = Causal { diag: b.offset, step: 1 };
+                    scores(&mut p, qb, &kv_runs(&runs, k, v, ldk, g * d), ldk, causal, scale);
                     // dP = dO · V^T, then dS = P * (dP - rowsum(dO * O)).
                     let mut col = 0;
                     for r in &runs {

@@ -49,6 +49,22 @@ impl InplaceOp2 for Apply {
     }
 }
 
+/// The sum of squares of a tensor's elements, accumulated in f64 (for global-norm clipping).
+pub fn sum_squares(t: &Tensor) -> candle_core::Result<f64> {
+    struct K;
+    impl super::access::CpuKernel for K {
+        type Out = f64;
+        fn run<T: crate::float::Real + candle_core::WithDType>(self, xs: &[&[T]]) -> candle_core::Result<f64> {
+            Ok(xs[0].iter().map(|x| x.f64() * x.f64()).sum())
+        }
+    }
+    if t.device().is_cpu() {
+        let t = t.contiguous()?;
+        return super::access::on_cpu("sum_squares", &[&t], K);
+    }
+    t.to_dtype(candle_core::DType::F64)?.sqr()?.sum_all()?.to_scalar()
+}
+
 /// One AdamW update of `weight` in place, with its moments `state` (`[2, numel]`: m then v, updated
 /// in place) and gradient `grad` (scaled by `h.grad_scale`).
 pub fn adamw_step(weight: &Tensor, state: &Tensor, grad: &Tensor, h: &AdamW) -> candle_core::Result<()> {

@@ -6,11 +6,13 @@ pub(crate) mod access;
 mod adamw;
 mod attention;
 mod elementwise;
+mod linear;
 mod logprobs;
 mod norm;
 
-pub use adamw::adamw_step;
+pub use adamw::{adamw_step, sum_squares};
 pub use attention::attention;
 pub use elementwise::swiglu;
+pub use linear::linear;
 pub use logprobs::token_logprobs;
 pub use norm::{Rope, head_norm_rope, rms_norm};

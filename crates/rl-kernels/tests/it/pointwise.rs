@@ -109,3 +109,13 @@ fn logprobs_and_entropy_equal_the_reference_with_gradients() {
     let zero_t = Arc::new(Targets { rows: vec![0], ids: vec![0], temps: vec![0.0] });
     assert!(ops::token_logprobs(&z, zero_t).unwrap_err().to_string().contains("not positive"));
 }
+
+#[test]
+fn linear_equals_the_matmul_with_gradients() {
+    let (x, w) = (rand(&[2, 5, 7], 31, 1.0, DType::F32), rand(&[4, 7], 32, 1.0, DType::F32));
+    let want = x.broadcast_matmul(&w.t().unwrap()).unwrap();
+    assert!(max_abs_diff(&ops::linear(&x, &w).unwrap(), &want) < 1e-5);
+    let (x, w) = (var(rand(&[5, 7], 33, 1.0, DType::F64)), var(rand(&[4, 7], 34, 1.0, DType::F64)));
+    check_grads(&[x.clone(), w.clone()], || probe(&ops::linear(&x, &w).unwrap(), 35));
+    assert!(ops::linear(&x, &rand(&[4, 6], 1, 1.0, DType::F64)).is_err(), "mismatched inner dimension");
+}

@@ -1,7 +1,9 @@
 //! The packed, cached and batched forwards compute the same function as a plain forward.
 
+use std::sync::Arc;
+
 use candle_core::{D, Tensor};
-use rl_model::KvCache;
+use rl_model::{CpuRuntime, RowLayout, SeqCache};
 
 use crate::{max_abs_diff, micro_config, model};
 
@@ -38,50 +40,89 @@ fn long_rows_attend_per_sample_and_still_equal_separate_forwards() {
 }
 
 #[test]
-fn cached_greedy_decoding_equals_full_recomputation() {
+fn completions_sharing_a_prompt_equal_their_unshared_forwards() {
+    let cfg = micro_config();
+    let m = model(&cfg, 9);
+    let (prompt, c1, c2) = (vec![3u32, 8, 1, 30], vec![5u32, 6, 7], vec![9u32, 2]);
+    let layout = Arc::new(RowLayout::new(&[4, 3, 2], &[None, Some(0), Some(0)]).unwrap());
+    let ids = [prompt.clone(), c1.clone(), c2.clone()].concat();
+    let shared = m.logits(&m.hidden(&ids, &layout).unwrap()).unwrap();
+    let full1 = plain(&m, &[prompt.clone(), c1].concat());
+    let full2 = plain(&m, &[prompt, c2].concat());
+    assert!(max_abs_diff(&shared.narrow(0, 0, 4).unwrap(), &full1.narrow(0, 0, 4).unwrap()) < 1e-5);
+    assert!(max_abs_diff(&shared.narrow(0, 4, 3).unwrap(), &full1.narrow(0, 4, 3).unwrap()) < 1e-5);
+    assert!(max_abs_diff(&shared.narrow(0, 7, 2).unwrap(), &full2.narrow(0, 4, 2).unwrap()) < 1e-5);
+}
+
+fn runtime_rows(logits: &[f32], vocab: usize) -> Vec<Tensor> {
+    logits.chunks(vocab).map(|r| Tensor::new(r, &candle_core::Device::Cpu).unwrap()).collect()
+}
+
+#[test]
+fn runtime_greedy_decoding_equals_the_training_forward() {
     let cfg = micro_config();
     let m = model(&cfg, 4);
+    let rt = CpuRuntime::new(&m).unwrap();
+    let v = cfg.vocab_size;
     let mut seq = vec![1u32, 7, 3, 30, 12, 5];
-    let mut cache = KvCache::default();
-    let mut step_logits =
-        vec![m.extend(&seq, &mut cache).unwrap().narrow(0, seq.len() - 1, 1).unwrap().squeeze(0).unwrap()];
+    let mut cache = rt.new_cache(None, 16);
+    let prefill = rt.forward(&mut [&mut cache], &[&seq], true).unwrap();
+    let full = plain(&m, &seq);
+    for (i, row) in runtime_rows(&prefill, v).iter().enumerate() {
+        assert!(max_abs_diff(row, &full.get(i).unwrap()) < 1e-4, "prompt row {i}");
+    }
+    let mut step_logits = vec![runtime_rows(&prefill, v).pop().unwrap()];
     for _ in 0..8 {
         let next = step_logits.last().unwrap().argmax(D::Minus1).unwrap().to_scalar::<u32>().unwrap();
         seq.push(next);
-        step_logits.push(m.decode_step(&[next], &mut [&mut cache]).unwrap().squeeze(0).unwrap());
+        let l = rt.forward(&mut [&mut cache], &[&[next]], false).unwrap();
+        step_logits.push(runtime_rows(&l, v).pop().unwrap());
     }
     assert_eq!(cache.len(), seq.len());
     let full = plain(&m, &seq);
     for (k, logits) in step_logits.iter().enumerate() {
-        let row = full.narrow(0, 5 + k, 1).unwrap().squeeze(0).unwrap();
+        let row = full.get(5 + k).unwrap();
         assert!(max_abs_diff(logits, &row) < 1e-4, "step {k}");
+        assert_eq!(
+            logits.argmax(0).unwrap().to_scalar::<u32>().unwrap(),
+            row.argmax(0).unwrap().to_scalar::<u32>().unwrap()
+        );
     }
 }
 
 #[test]
-fn batched_decode_steps_equal_single_sequence_steps() {
+fn batched_shared_and_chunked_runtime_steps_agree() {
     let cfg = micro_config();
     let m = model(&cfg, 5);
+    let rt = CpuRuntime::new(&m).unwrap();
+    let v = cfg.vocab_size;
     let prompts = [vec![2u32, 9, 4], vec![11u32, 3, 3, 8, 19, 6, 1]];
-    let mut caches: Vec<KvCache> = prompts.iter().map(|_| KvCache::default()).collect();
+    let mut caches: Vec<SeqCache> = prompts.iter().map(|_| rt.new_cache(None, 8)).collect();
     for (p, c) in prompts.iter().zip(caches.iter_mut()) {
-        m.extend(p, c).unwrap();
+        rt.forward(&mut [c], &[p], false).unwrap();
     }
     let mut singles = caches.clone();
     let tokens = [14u32, 27];
     let (c0, c1) = caches.split_at_mut(1);
-    let batched = m.decode_step(&tokens, &mut [&mut c0[0], &mut c1[0]]).unwrap();
+    let batched = rt.forward(&mut [&mut c0[0], &mut c1[0]], &[&tokens[..1], &tokens[1..]], false).unwrap();
     for (i, (tok, cache)) in tokens.iter().zip(singles.iter_mut()).enumerate() {
-        let single = m.decode_step(&[*tok], &mut [cache]).unwrap();
-        assert!(max_abs_diff(&batched.narrow(0, i, 1).unwrap(), &single) < 1e-5, "sequence {i}");
+        let single = rt.forward(&mut [cache], &[&[*tok]], false).unwrap();
+        let diff = batched[i * v..(i + 1) * v].iter().zip(&single).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(diff < 1e-5, "sequence {i}: {diff}");
     }
-    // Extending a cache by several tokens equals decoding them one by one.
-    let mut a = KvCache::default();
-    let ext = m.extend(&[4, 4, 9, 1, 2], &mut a).unwrap();
-    let mut b = KvCache::default();
-    m.extend(&[4, 4], &mut b).unwrap();
-    let more = m.extend(&[9, 1, 2], &mut b).unwrap();
-    assert!(max_abs_diff(&ext.narrow(0, 2, 3).unwrap(), &more) < 1e-5);
+    // A prompt prefilled once and shared by two sequences equals two unshared prefills.
+    let prefix = {
+        let mut c = rt.new_cache(None, 4);
+        rt.forward(&mut [&mut c], &[&[4, 4, 9]], false).unwrap();
+        c.into_shared()
+    };
+    let mut a = rt.new_cache(Some(&prefix), 4);
+    let mut b = rt.new_cache(None, 8);
+    let shared = rt.forward(&mut [&mut a], &[&[1, 2]], true).unwrap();
+    let unshared = rt.forward(&mut [&mut b], &[&[4, 4, 9, 1, 2]], true).unwrap();
+    let diff = shared.iter().zip(&unshared[3 * v..]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff < 1e-5, "shared prefix: {diff}");
+    assert_eq!(a.len(), 5);
 }
 
 #[test]
@@ -90,7 +131,9 @@ fn out_of_range_inputs_are_errors_not_panics() {
     let m = model(&cfg, 6);
     assert!(m.forward_packed(&[vec![999]], &[vec![0]]).is_err());
     assert!(m.forward_packed(&[vec![1, 2]], &[vec![0]]).is_err());
+    let rt = CpuRuntime::new(&m).unwrap();
     let long: Vec<u32> = vec![1; 65];
-    assert!(m.extend(&long, &mut KvCache::default()).is_err());
-    assert!(m.decode_step(&[1], &mut [&mut KvCache::default()]).is_err(), "decode needs a prefilled cache");
+    assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&long], false).is_err());
+    assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&[999]], false).is_err());
+    assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&[]], false).is_err());
 }

@@ -2,8 +2,8 @@
 
 use candle_core::{DType, Device};
 use rl_model::{
-    ChatTemplate, KvCache, Preset, TemplateMessage, Tok, Trainable, init_model, load_model, load_trainable,
-    read_config, write_model_dir,
+    ChatTemplate, Preset, TemplateMessage, Tok, Trainable, init_model, load_model, load_trainable, read_config,
+    write_model_dir,
 };
 
 use crate::{max_abs_diff, micro_config, weights};
@@ -21,8 +21,8 @@ fn init_writes_a_complete_tiny_model_directory() {
     assert!((700_000..1_000_000).contains(&params), "tiny has ~0.8M params, got {params}");
     assert_eq!(read_config(&out).unwrap(), cfg);
     let m = load_model(&out, &Device::Cpu).unwrap();
-    let logits = m.extend(&[1, 40, 41], &mut KvCache::default()).unwrap();
-    assert_eq!(logits.dims(), [3, 128]);
+    let logits = m.forward_packed(&[vec![1, 40, 41]], &[vec![0, 1, 2]]).unwrap();
+    assert_eq!(logits.dims(), [1, 3, 128]);
     let err = init_model(&out, Preset::Tiny, 0, false).unwrap_err().to_string();
     assert!(err.contains("--force"), "{err}");
     init_model(&out, Preset::Small, 1, true).unwrap();

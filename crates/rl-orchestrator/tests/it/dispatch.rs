@@ -381,7 +381,15 @@ async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint
         "{values:?} {:?}",
         summaries[0]
     );
-    let samples: usize = batches[0].micro_batches.iter().map(|mb| mb.seq_lens.len()).sum();
+    // Samples are the segments no other segment continues (shared prompts are packed once).
+    let samples: usize = batches[0]
+        .micro_batches
+        .iter()
+        .map(|mb| {
+            let prefixes: std::collections::BTreeSet<i32> = mb.parents.iter().copied().filter(|p| *p >= 0).collect();
+            mb.seq_lens.len() - prefixes.len()
+        })
+        .sum();
     assert_eq!(samples, 8, "one sample per debater trace, none for the judge");
     let m = &summaries[0].metrics;
     assert_eq!(m["reward/member/debate/debater_a"], 1.0);

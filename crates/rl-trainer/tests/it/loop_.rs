@@ -24,6 +24,7 @@ fn synthetic_batch(step: u64) -> TrainBatch {
             ce_weights: vec![],
             ref_logprobs: vec![],
             env_index: vec![0; n],
+            parents: vec![],
         }
     };
     TrainBatch {

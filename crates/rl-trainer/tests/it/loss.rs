@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::LossConfig;
-use rl_model::{KvCache, Sampler, Trainable, log_softmax};
+use rl_model::{CpuRuntime, Sampler, Trainable, log_softmax};
 use rl_trainer::{MicroBatch, micro_loss, step_counts, token_logprobs};
 
 use crate::{micro_config, weights};
@@ -22,6 +22,7 @@ fn batch(lmu: Vec<f32>) -> MicroBatch {
         ce_weights: vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.3],
         ref_logprobs: vec![],
         env_index: vec![0; 7],
+        parents: vec![],
     }
 }
 
@@ -53,7 +54,7 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     lmu.extend(lmu_t.iter().map(|&x| x as f32));
     let mb = batch(lmu.clone());
     let loss_cfg = LossConfig { mask_low: 0.2, mask_high: 0.001, kl_tau: 1e-3, adv_tau: 1.0 };
-    let counts = step_counts(std::slice::from_ref(&mb));
+    let counts = step_counts(std::slice::from_ref(&mb)).unwrap();
     assert_eq!((counts.rl, counts.ce), (5, 2));
     let (loss, stats) = micro_loss(&model, &mb, &loss_cfg, counts).unwrap();
 
@@ -80,10 +81,11 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     assert_eq!((high, low), (1, 1));
 
     // Temperature 2 halves the logits: the sample-2 logprobs equal log_softmax(z / 2).
-    let (lp_t, _) = token_logprobs(&model, &mb).unwrap();
-    let lp_t: Vec<f32> = lp_t.to_vec1().unwrap();
-    for j in [4usize, 5] {
-        assert!((f64::from(lp_t[j]) - lp[j]).abs() < 1e-5);
+    let scored = token_logprobs(&model, &mb).unwrap();
+    assert_eq!(scored.tokens, vec![1, 2, 3, 5, 6], "loss-mask and ce tokens are scored, sample starts never");
+    let lp_t: Vec<f32> = scored.lp.to_vec1().unwrap();
+    for (k, &i) in scored.tokens.iter().enumerate() {
+        assert!((f64::from(lp_t[k]) - lp[i - 1]).abs() < 1e-5, "token {i}");
     }
     let hot = reference_lp(&model, &MicroBatch { temperatures: vec![1.0; 7], ..mb });
     assert!((hot[4] - lp[4]).abs() > 1e-3, "the temperature changes the logprob");
@@ -99,7 +101,7 @@ fn the_gradient_of_the_full_loss_matches_finite_differences() {
     lmu.extend([lp[0] + 0.05, lp[1] - 0.05, 0.9f64.ln(), 0.0, lp[4] - 0.02, lp[5] + 0.03].iter().map(|&x| x as f32));
     let mb = batch(lmu);
     let loss_cfg = LossConfig { kl_tau: 0.1, ..LossConfig::default() };
-    let counts = step_counts(std::slice::from_ref(&mb));
+    let counts = step_counts(std::slice::from_ref(&mb)).unwrap();
     let loss_of = || micro_loss(&model, &mb, &loss_cfg, counts).unwrap().0;
     let grads = loss_of().backward().unwrap();
     let eps = 1e-6;
@@ -131,15 +133,16 @@ fn trainer_logprobs_equal_the_generation_logprobs() {
     let model = t.model(&cfg, &Device::Cpu).unwrap();
     let prompt = vec![1u32, 9, 14, 22, 5];
     let temp = 0.8;
-    let mut cache = KvCache::default();
+    let rt = CpuRuntime::new(&model).unwrap();
+    let mut cache = rt.new_cache(None, 32);
     let mut sampler = Sampler::new(temp, 1.0, None, 11);
-    let mut logits: Vec<f32> = model.extend(&prompt, &mut cache).unwrap().to_vec2::<f32>().unwrap().pop().unwrap();
+    let mut logits: Vec<f32> = rt.forward(&mut [&mut cache], &[&prompt], false).unwrap();
     let (mut ids, mut lps) = (prompt.clone(), vec![0.0f32; prompt.len()]);
     for _ in 0..16 {
         let (tok, lp) = sampler.sample(&logits);
         ids.push(tok);
         lps.push(lp);
-        logits = model.decode_step(&[tok], &mut [&mut cache]).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
+        logits = rt.forward(&mut [&mut cache], &[&[tok]], false).unwrap();
     }
     let n = ids.len();
     let mb = MicroBatch {
@@ -154,9 +157,79 @@ fn trainer_logprobs_equal_the_generation_logprobs() {
         ce_weights: vec![],
         ref_logprobs: vec![],
         env_index: vec![0; n],
+        parents: vec![],
     };
-    let (_, stats) = micro_loss(&model, &mb, &LossConfig::default(), step_counts(std::slice::from_ref(&mb))).unwrap();
+    let (_, stats) =
+        micro_loss(&model, &mb, &LossConfig::default(), step_counts(std::slice::from_ref(&mb)).unwrap()).unwrap();
     let kl = stats.mismatch_kl / stats.rl_tokens as f64;
     assert_eq!(stats.rl_tokens, 16);
     assert!(kl < 1e-6, "mismatch KL {kl}");
+}
+
+/// A group of three completions of one prompt, packed unshared (prompt + completion per sample)
+/// and shared (the prompt once, each completion with the prompt as parent).
+fn group(shared: bool) -> MicroBatch {
+    let prompt = [2u32, 7, 9, 4, 13];
+    let comps: [&[u32]; 3] = [&[5, 6, 8], &[11, 3], &[30, 31, 32, 33]];
+    let advs = [1.0f32, -0.5, 0.25];
+    let temps = [1.0f32, 0.7, 1.3];
+    let mut mb = MicroBatch::default();
+    // Appends tokens, as a new sample or (`join`) as more of the last one.
+    let push = |mb: &mut MicroBatch, ids: &[u32], pos0: u32, join: bool, train: bool, adv: f32, temp: f32| {
+        mb.input_ids.extend_from_slice(ids);
+        mb.position_ids.extend((0..ids.len() as u32).map(|p| p + pos0));
+        match mb.seq_lens.last_mut() {
+            Some(last) if join => *last += ids.len() as u32,
+            _ => mb.seq_lens.push(ids.len() as u32),
+        }
+        mb.loss_mask.extend(std::iter::repeat_n(train, ids.len()));
+        mb.advantages.extend(std::iter::repeat_n(if train { adv } else { 0.0 }, ids.len()));
+        mb.inference_logprobs.extend((0..ids.len()).map(|k| if train { -1.5 - 0.1 * k as f32 } else { 0.0 }));
+        mb.temperatures.extend(std::iter::repeat_n(temp, ids.len()));
+        mb.env_index.extend(std::iter::repeat_n(0, ids.len()));
+    };
+    if shared {
+        push(&mut mb, &prompt, 0, false, false, 0.0, 1.0);
+        for ((c, a), t) in comps.iter().zip(advs).zip(temps) {
+            push(&mut mb, c, prompt.len() as u32, false, true, a, t);
+        }
+        mb.parents = vec![-1, 0, 0, 0];
+    } else {
+        for ((c, a), t) in comps.iter().zip(advs).zip(temps) {
+            push(&mut mb, &prompt, 0, false, false, 0.0, t);
+            push(&mut mb, c, prompt.len() as u32, true, true, a, t);
+        }
+    }
+    mb
+}
+
+#[test]
+fn a_shared_prompt_gives_the_same_logprobs_loss_and_gradients_as_unshared_packing() {
+    let cfg = micro_config();
+    let t = Trainable::from_tensors(&cfg, &weights(&cfg, 4, DType::F64)).unwrap();
+    let model = t.model(&cfg, &Device::Cpu).unwrap();
+    let (shared, unshared) = (group(true), group(false));
+    assert!(shared.input_ids.len() < unshared.input_ids.len());
+    let (ls, lu) = (token_logprobs(&model, &shared).unwrap(), token_logprobs(&model, &unshared).unwrap());
+    let (vs, vu): (Vec<f64>, Vec<f64>) = (ls.lp.to_vec1().unwrap(), lu.lp.to_vec1().unwrap());
+    assert_eq!(vs.len(), 9, "every completion token is scored, the first predicted by the prompt's last");
+    assert_eq!(vs.len(), vu.len());
+    for (a, b) in vs.iter().zip(&vu) {
+        assert!((a - b).abs() <= 1e-5 * b.abs().max(1e-3), "{a} vs {b}");
+    }
+    let cfg_loss = LossConfig { kl_tau: 0.1, ..LossConfig::default() };
+    let run = |mb: &MicroBatch| {
+        let counts = step_counts(std::slice::from_ref(mb)).unwrap();
+        let (loss, stats) = micro_loss(&model, mb, &cfg_loss, counts).unwrap();
+        (loss.to_scalar::<f64>().unwrap(), stats, loss.backward().unwrap())
+    };
+    let ((l1, s1, g1), (l2, s2, g2)) = (run(&shared), run(&unshared));
+    assert!((l1 - l2).abs() <= 1e-5 * l2.abs(), "loss {l1} vs {l2}");
+    assert_eq!((s1.rl_tokens, s1.entropy_tokens), (s2.rl_tokens, s2.entropy_tokens));
+    for (name, var) in &t.vars {
+        let (a, b) = (g1.get(var.as_tensor()).unwrap(), g2.get(var.as_tensor()).unwrap());
+        let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+        let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+        assert!(diff <= 1e-5 * scale.max(1e-12), "{name}: gradients differ by {diff} (scale {scale})");
+    }
 }

@@ -1,0 +1,260 @@
+//! The CPU inference runtime: the same function as [`Qwen3::hidden`] + [`Qwen3::logits`], run on
+//! plain f32 buffers with the kernels of `rl-kernels` (no graph, no per-op tensors), over KV
+//! caches that grow in place. One call advances any number of sequences by any number of tokens
+//! (a prefill, a batched decode step, or both): projections and MLPs run over all new tokens at
+//! once, attention runs for every sequence in one parallel pass.
+
+mod kv;
+
+use rl_kernels::cpu::attention::{Causal, KvRun, attend};
+use rl_kernels::cpu::linear::linear;
+use rl_kernels::cpu::norm::{RopeTables, head_norm_rope_forward, rms_norm_forward};
+use rl_kernels::cpu::swiglu::swiglu_forward;
+use rl_kernels::gemm::{MatMut, MatRef};
+
+use rayon::prelude::*;
+
+pub use kv::{KvBlock, SeqCache, SharedPrefix};
+
+use crate::config::Qwen3Config;
+use crate::error::{Error, Result};
+use crate::model::Qwen3;
+
+/// Which logits a sequence wants from a forward call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// Its last new token's (what sampling the next token needs).
+    Last,
+    /// Every new token's (prompt log-probabilities).
+    All,
+}
+
+/// One layer's weights as f32 buffers (HF layout).
+#[derive(Debug, Clone)]
+struct Layer {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+    ln1: Vec<f32>,
+    ln2: Vec<f32>,
+}
+
+/// A model ready to generate on the CPU.
+#[derive(Debug, Clone)]
+pub struct CpuRuntime {
+    cfg: Qwen3Config,
+    embed: Vec<f32>,
+    lm_head: Option<Vec<f32>>,
+    norm: Vec<f32>,
+    layers: Vec<Layer>,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
+}
+
+impl CpuRuntime {
+    /// Copies `model`'s weights (any device, any float dtype) into f32 buffers.
+    pub fn new(model: &Qwen3) -> Result<Self> {
+        let layers = model
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(Layer {
+                    q: values(&l.q)?,
+                    k: values(&l.k)?,
+                    v: values(&l.v)?,
+                    o: values(&l.o)?,
+                    q_norm: values(&l.q_norm)?,
+                    k_norm: values(&l.k_norm)?,
+                    gate: values(&l.gate)?,
+                    up: values(&l.up)?,
+                    down: values(&l.down)?,
+                    ln1: values(&l.ln1)?,
+                    ln2: values(&l.ln2)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let cfg = model.config().clone();
+        let (cos, sin) = model.rope.tables();
+        Ok(CpuRuntime {
+            lm_head: if cfg.tie_word_embeddings { None } else { Some(values(&model.lm_head)?) },
+            embed: values(&model.embed)?,
+            norm: values(&model.norm)?,
+            cos: values(cos)?,
+            sin: values(sin)?,
+            layers,
+            cfg,
+        })
+    }
+
+    /// The architecture.
+    pub fn config(&self) -> &Qwen3Config {
+        &self.cfg
+    }
+
+    /// An empty cache continuing `prefix` (if any), with room for `capacity` own tokens.
+    pub fn new_cache(&self, prefix: Option<&SharedPrefix>, capacity: usize) -> SeqCache {
+        let width = self.cfg.num_key_value_heads * self.cfg.head_dim;
+        SeqCache { prefix: prefix.map(|p| p.0.clone()), own: KvBlock::new(self.cfg.num_hidden_layers, width, capacity) }
+    }
+
+    /// Whether `tokens` can be appended to a sequence of `cached` tokens (ids in the vocabulary,
+    /// the total within `max_position_embeddings`).
+    pub fn check(&self, cached: usize, tokens: &[u32]) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::Input(String::from("nothing to append")));
+        }
+        if let Some(bad) = tokens.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
+            return Err(Error::Input(format!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab_size)));
+        }
+        let max = self.cfg.max_position_embeddings;
+        if cached + tokens.len() > max {
+            return Err(Error::Input(format!(
+                "sequence of {} tokens exceeds max_position_embeddings ({max})",
+                cached + tokens.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends `tokens[i]` to `caches[i]` for every i and returns logits, row-major `[rows, vocab]`:
+    /// each sequence's last new token, or (`all`) every new token in order.
+    pub fn forward(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], all: bool) -> Result<Vec<f32>> {
+        let rows = vec![if all { Rows::All } else { Rows::Last }; tokens.len()];
+        self.forward_rows(caches, tokens, &rows)
+    }
+
+    /// [`CpuRuntime::forward`] with a choice per sequence: logits of its last new token or of all
+    /// of them (rows in sequence order).
+    pub fn forward_rows(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], rows: &[Rows]) -> Result<Vec<f32>> {
+        if caches.len() != tokens.len() || rows.len() != tokens.len() {
+            return Err(Error::Input(String::from("one token list and one row choice per cache are required")));
+        }
+        for (c, t) in caches.iter().zip(tokens) {
+            self.check(c.len(), t)?;
+        }
+        // On a pool thread, so the kernels' parallel loops over small inputs run inline.
+        rayon::scope(|_| self.forward_on_pool(caches, tokens, rows))
+    }
+
+    fn forward_on_pool(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], want: &[Rows]) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let (h, eps, inter) = (c.hidden_size, c.rms_norm_eps, c.intermediate_size);
+        let (qd, kd) = (c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
+        let n: usize = tokens.iter().map(|t| t.len()).sum();
+        let mut positions = Vec::with_capacity(n);
+        let mut x = Vec::with_capacity(n * h);
+        for (cache, toks) in caches.iter().zip(tokens) {
+            positions.extend((0..toks.len()).map(|j| (cache.len() + j) as u32));
+            for &id in *toks {
+                x.extend_from_slice(&self.embed[id as usize * h..(id as usize + 1) * h]);
+            }
+        }
+        let tables = RopeTables { cos: &self.cos, sin: &self.sin };
+        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kd], vec![0f32; n * kd]);
+        let (mut g, mut u) = (vec![0f32; n * inter], vec![0f32; n * inter]);
+        for (li, l) in self.layers.iter().enumerate() {
+            let hn = rms_norm_forward(&x, &l.ln1, eps);
+            linear(&mut q, &hn, &l.q, n, h, qd, false);
+            linear(&mut k, &hn, &l.k, n, h, kd, false);
+            linear(&mut v, &hn, &l.v, n, h, kd, false);
+            let q = head_norm_rope_forward(&q, &l.q_norm, eps, &positions, tables);
+            let k = head_norm_rope_forward(&k, &l.k_norm, eps, &positions, tables);
+            let mut row = 0;
+            for (cache, toks) in caches.iter_mut().zip(tokens) {
+                let rows = row..row + toks.len();
+                cache.own.append(li, &k[rows.start * kd..rows.end * kd], &v[rows.start * kd..rows.end * kd]);
+                row = rows.end;
+            }
+            let a = self.attention(li, caches, tokens, &q);
+            linear(&mut x, &a, &l.o, n, qd, h, true);
+            let hn = rms_norm_forward(&x, &l.ln2, eps);
+            linear(&mut g, &hn, &l.gate, n, h, inter, false);
+            linear(&mut u, &hn, &l.up, n, h, inter, false);
+            linear(&mut x, &swiglu_forward(&g, &u), &l.down, n, inter, h, true);
+        }
+        let mut rows = Vec::new();
+        let mut start = 0;
+        for (t, w) in tokens.iter().zip(want) {
+            match w {
+                Rows::All => rows.extend(start..start + t.len()),
+                Rows::Last => rows.push(start + t.len() - 1),
+            }
+            start += t.len();
+        }
+        let picked: Vec<f32> = rows.iter().flat_map(|&r| x[r * h..(r + 1) * h].iter().copied()).collect();
+        let hn = rms_norm_forward(&picked, &self.norm, eps);
+        let vocab = c.vocab_size;
+        let mut logits = vec![0f32; rows.len() * vocab];
+        linear(&mut logits, &hn, self.lm_head.as_deref().unwrap_or(&self.embed), rows.len(), h, vocab, false);
+        Ok(logits)
+    }
+
+    /// Attention of every sequence's new query rows over its cache (new keys already appended),
+    /// `[n, q_heads * head_dim]`.
+    fn attention(&self, layer: usize, caches: &[&mut SeqCache], tokens: &[&[u32]], q: &[f32]) -> Vec<f32> {
+        let c = &self.cfg;
+        let (d, hq, hk) = (c.head_dim, c.num_attention_heads, c.num_key_value_heads);
+        let (qd, kd, rep) = (hq * d, hk * d, hq / hk);
+        let scale = 1.0 / (d as f32).sqrt();
+        let n: usize = tokens.iter().map(|t| t.len()).sum();
+        let mut out = vec![0f32; n * qd];
+        let starts: Vec<usize> = tokens
+            .iter()
+            .scan(0, |s, t| {
+                let start = *s;
+                *s += t.len();
+                Some(start)
+            })
+            .collect();
+        let mut chunks = Vec::with_capacity(tokens.len());
+        let mut rest = out.as_mut_slice();
+        for t in tokens {
+            let (head, tail) = rest.split_at_mut(t.len() * qd);
+            chunks.push(head);
+            rest = tail;
+        }
+        chunks.into_par_iter().enumerate().for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(s, lse), (i, o)| {
+                let (cache, rows, start) = (&caches[i], tokens[i].len(), starts[i]);
+                let own = &cache.own;
+                let runs = |g: usize| {
+                    let mut r = Vec::with_capacity(2);
+                    if let Some(p) = &cache.prefix {
+                        r.push(KvRun { k: &p.k[layer][g * d..], v: &p.v[layer][g * d..], len: p.len() });
+                    }
+                    r.push(KvRun { k: &own.k[layer][g * d..], v: &own.v[layer][g * d..], len: own.rows(layer) });
+                    r
+                };
+                let diag = own.rows(layer) - rows;
+                if rows == 1 {
+                    // One token: its heads sharing a key/value head are one [rep x d] block.
+                    lse.resize(rep, 0.0);
+                    for g in 0..hk {
+                        let qb = MatRef::new(&q[start * qd + g * rep * d..], rep, d, d, 1);
+                        let ob = MatMut::new(&mut o[g * rep * d..], rep, d, d, 1);
+                        attend(qb, &runs(g), kd, Causal { diag, step: 0 }, scale, s, ob, lse, 1);
+                    }
+                } else {
+                    lse.resize(rows, 0.0);
+                    for head in 0..hq {
+                        let qb = MatRef::new(&q[start * qd + head * d..], rows, d, qd, 1);
+                        let ob = MatMut::new(&mut o[head * d..], rows, d, qd, 1);
+                        attend(qb, &runs(head / rep), kd, Causal { diag, step: 1 }, scale, s, ob, lse, 1);
+                    }
+                }
+            },
+        );
+        out
+    }
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""HF transformers reference for `cargo xtask bench generate`: decode tokens/s of `generate` (greedy,
+KV cache) on the same Qwen3 presets (random weights, f32, CPU, 2 threads) after 64-token prompts,
+at batch 1 (128 new tokens) and batch 32 (32 new tokens). Decode time = generate(N) - generate(1),
+so the prompt's prefill is not counted (as in our benchmark). Prints one JSON line per case.
+
+Usage: python3 scripts/bench_hf_generate.py
+"""
+import json
+import time
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+torch.set_num_threads(2)
+PRESETS = {"tiny": (128, 4, 4, 2, 384), "small": (256, 6, 8, 4, 768)}
+
+
+def timed(model, ids, new):
+    start = time.perf_counter()
+    with torch.no_grad():
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                       do_sample=False, pad_token_id=0)
+    return time.perf_counter() - start
+
+
+for name, (hidden, layers, heads, kv, inter) in PRESETS.items():
+    cfg = Qwen3Config(vocab_size=128, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, head_dim=32, max_position_embeddings=2048,
+                      tie_word_embeddings=True, attn_implementation="sdpa")
+    model = Qwen3ForCausalLM(cfg).float().eval()
+    for batch, new in ((1, 128), (32, 32)):
+        ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
+        timed(model, ids, 4)
+        prefill = min(timed(model, ids, 1) for _ in range(3))
+        total = min(timed(model, ids, new) for _ in range(2))
+        tps = batch * (new - 1) / max(total - prefill, 1e-9)
+        print(json.dumps({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": round(tps, 1),
+                          "torch": torch.__version__}), flush=True)
