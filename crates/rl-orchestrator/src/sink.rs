@@ -171,7 +171,7 @@ fn row(samples: &[TrainingSample], units: &[Unit]) -> MicroBatch {
         row.temperatures.extend_from_slice(&s.temperatures[r.clone()]);
         if any_ce {
             if trained {
-                row.ce_weights.extend_from_slice(&s.ce_weights[r.clone()]);
+                row.ce_weights.extend_from_slice(&s.ce_weights[r]);
             } else {
                 row.ce_weights.extend(std::iter::repeat_n(0.0, n));
             }
