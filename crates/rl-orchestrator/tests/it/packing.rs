@@ -61,8 +61,11 @@ fn member(prompt: &[u32], tag: u32, len: usize) -> TrainingSample {
     }
 }
 
+/// One sample rebuilt from a row: token ids, advantages, positions.
+type Rebuilt = (Vec<u32>, Vec<f32>, Vec<u32>);
+
 /// Every token sequence of a row, rebuilt by following `parents` (root first).
-fn sequences(row: &rl_proto::train::v1::MicroBatch) -> Vec<(Vec<u32>, Vec<f32>, Vec<u32>, bool)> {
+fn sequences(row: &rl_proto::train::v1::MicroBatch) -> Vec<Rebuilt> {
     let mut starts = vec![0usize];
     for &l in &row.seq_lens {
         starts.push(starts.last().unwrap() + l as usize);
@@ -70,10 +73,7 @@ fn sequences(row: &rl_proto::train::v1::MicroBatch) -> Vec<(Vec<u32>, Vec<f32>, 
     let parents: Vec<i32> = if row.parents.is_empty() { vec![-1; row.seq_lens.len()] } else { row.parents.clone() };
     let has_child: Vec<bool> = (0..parents.len()).map(|s| parents.contains(&(s as i32))).collect();
     let mut out = Vec::new();
-    for s in 0..row.seq_lens.len() {
-        if has_child[s] {
-            continue;
-        }
+    for (s, _) in has_child.iter().enumerate().filter(|(_, c)| !**c) {
         let mut chain = vec![s];
         while parents[*chain.last().unwrap()] >= 0 {
             chain.push(parents[*chain.last().unwrap()] as usize);
@@ -85,7 +85,7 @@ fn sequences(row: &rl_proto::train::v1::MicroBatch) -> Vec<(Vec<u32>, Vec<f32>, 
             adv.extend_from_slice(&row.advantages[starts[c]..starts[c + 1]]);
             pos.extend_from_slice(&row.position_ids[starts[c]..starts[c + 1]]);
         }
-        out.push((ids, adv, pos, !row.parents.is_empty() && row.parents[s] >= 0));
+        out.push((ids, adv, pos));
     }
     out
 }
@@ -111,7 +111,7 @@ proptest! {
         for row in &rows {
             prop_assert!(row.input_ids.len() <= seq_len);
             packed += row.input_ids.len();
-            for (ids, adv, pos, _) in sequences(row) {
+            for (ids, adv, pos) in sequences(row) {
                 let t = (ids.last().copied().unwrap() - 1000) as usize;
                 let s = &samples[t - 1];
                 let n = s.ids.len().min(seq_len);
