@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch reference for `cargo xtask bench train-step`: the same Qwen3 presets (HF Qwen3ForCausalLM,
 f32, CPU, 2 threads), forward + backward + AdamW on 4 samples per micro-batch (512 or 2048 tokens in
-all), reporting tokens/s. Needs torch and transformers (PyPI); not part of CI.
+all), one JSON line per case with tokens/s. Needs torch and transformers (PyPI); not part of CI.
 
 Usage: python3 scripts/bench_torch_train.py
 """
+import json
 import time
 
 import torch
@@ -35,4 +36,6 @@ for name, (hidden, layers, heads, kv, inter) in PRESETS.items():
         start = time.perf_counter()
         for _ in range(reps):
             step()
-        print(f"{name:<7} {tokens:>7} {tokens * reps / (time.perf_counter() - start):>12.0f} tokens/s (PyTorch {torch.__version__})")
+        tps = tokens * reps / (time.perf_counter() - start)
+        print(json.dumps({"bench": "train-step", "preset": name, "tokens": tokens, "tokens_per_s": round(tps, 1),
+                          "torch": torch.__version__}), flush=True)

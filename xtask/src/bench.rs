@@ -1,27 +1,162 @@
-//! `cargo xtask bench`: whole-process benchmarks that report against their targets.
+//! `cargo xtask bench [NAME]`: benchmarks, each printed next to its reference measured in the same
+//! run on the same machine, and the ratio. The Python references (PyTorch, HF `generate`, TRL)
+//! run in a virtual environment made on demand from PyPI (`target/bench-venv`, or the interpreter
+//! named by `RL_BENCH_PYTHON`); `--no-reference` skips them. Never part of `cargo xtask ci`.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use serde_json::Value;
+
+mod rl_step;
+
+/// The reference packages, pinned to the versions the README's figures were measured with.
+const REFERENCE_PACKAGES: &[&str] = &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "datasets"];
 
 /// Runs every benchmark (or the one named).
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let only = args.first().map(String::as_str);
+    let reference = !args.iter().any(|a| a == "--no-reference");
+    let only = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
+    const NAMES: [&str; 5] = ["dry-run", "generate", "train-step", "rl-step", "env-server"];
+    if let Some(o) = only
+        && !NAMES.contains(&o)
+    {
+        bail!("unknown benchmark {o:?}; expected one of {}", NAMES.join(", "));
+    }
     crate::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
-    if only.is_none_or(|o| o == "dry-run") {
+    let python = if reference && only.is_none_or(|o| ["generate", "train-step", "rl-step"].contains(&o)) {
+        Some(reference_python()?)
+    } else {
+        None
+    };
+    let wants = |name: &str| only.is_none_or(|o| o == name);
+    if wants("dry-run") {
         dry_run()?;
     }
-    if only.is_none_or(|o| o == "generate") {
-        crate::cargo(&["bench", "--locked", "-p", "rl-model", "--bench", "generate"])?;
+    if wants("generate") {
+        side_by_side(
+            "decode tokens/s (batch 1: 128 new tokens, batch 32: 32, after 64-token prompts)",
+            &["bench", "--locked", "-p", "rl-model", "--bench", "generate"],
+            python.as_ref().map(|p| (p, "scripts/bench_hf_generate.py", "HF generate")),
+            &["preset", "batch"],
+        )?;
     }
-    if only.is_none_or(|o| o == "train-step") {
-        crate::cargo(&["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step"])?;
+    if wants("train-step") {
+        side_by_side(
+            "train step tokens/s (forward + backward + AdamW, 4 samples per row)",
+            &["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step"],
+            python.as_ref().map(|p| (p, "scripts/bench_torch_train.py", "PyTorch")),
+            &["preset", "tokens"],
+        )?;
     }
-    if only.is_none_or(|o| o == "env-server") {
+    if wants("rl-step") {
+        rl_step::run(python.as_ref())?;
+    }
+    if wants("env-server") {
         crate::cargo(&["bench", "--locked", "-p", "rl-serve", "--features", "fake-model", "--bench", "run_group"])?;
     }
     Ok(())
+}
+
+/// The reference interpreter: `RL_BENCH_PYTHON`, or `target/bench-venv` (created and filled from
+/// PyPI the first time).
+pub(crate) fn reference_python() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("RL_BENCH_PYTHON") {
+        return Ok(PathBuf::from(p));
+    }
+    let venv = crate::project_root().join("target/bench-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join(".installed");
+    if marker.exists() {
+        return Ok(python);
+    }
+    crate::eprintln_flush(&format!(
+        "xtask bench: creating {} with {} (PyPI; a few minutes)",
+        venv.display(),
+        REFERENCE_PACKAGES.join(" ")
+    ));
+    let status =
+        Command::new("python3").arg("-m").arg("venv").arg(&venv).status().context("cannot run python3 -m venv")?;
+    if !status.success() {
+        bail!("python3 -m venv {} failed ({status})", venv.display());
+    }
+    let status = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet"])
+        .args(REFERENCE_PACKAGES)
+        .status()
+        .context("cannot run pip")?;
+    if !status.success() {
+        bail!(
+            "pip install {} failed ({status}): is PyPI reachable? (--no-reference skips the references)",
+            REFERENCE_PACKAGES.join(" ")
+        );
+    }
+    std::fs::write(&marker, REFERENCE_PACKAGES.join("\n"))
+        .with_context(|| format!("cannot write {}", marker.display()))?;
+    Ok(python)
+}
+
+/// JSON lines of a command's stdout.
+pub(crate) fn json_lines(cmd: &mut Command, what: &str) -> anyhow::Result<Vec<Value>> {
+    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
+/// A row key from the fields `keys` of a result line.
+fn key_of(v: &Value, keys: &[&str]) -> String {
+    keys.iter().map(|k| format!("{k} {}", v[*k])).collect::<Vec<_>>().join(", ")
+}
+
+/// Runs our benchmark and its reference twice, interleaved, and prints the best of each per row
+/// with the ratio.
+fn side_by_side(
+    title: &str,
+    ours: &[&str],
+    reference: Option<(&PathBuf, &str, &str)>,
+    keys: &[&str],
+) -> anyhow::Result<()> {
+    let mut best: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut note = String::new();
+    for _ in 0..2 {
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
+        for v in json_lines(cargo.args(ours), "our benchmark")? {
+            let e = best.entry(key_of(&v, keys)).or_insert((0.0, 0.0));
+            e.0 = e.0.max(v["tokens_per_s"].as_f64().unwrap_or(0.0));
+            if let Some(extra) = v.get("note").and_then(Value::as_str) {
+                note = extra.to_owned();
+            }
+        }
+        if let Some((python, script, _)) = reference {
+            for v in json_lines(Command::new(python).arg(script), script)? {
+                let e = best.entry(key_of(&v, keys)).or_insert((0.0, 0.0));
+                e.1 = e.1.max(v["tokens_per_s"].as_f64().unwrap_or(0.0));
+            }
+        }
+    }
+    let name = reference.map_or("reference", |r| r.2);
+    let mut out = format!("\n{title}\n{:<28} {:>12} {:>14} {:>8}\n", "case", "ours", name, "ratio");
+    for (k, (a, b)) in &best {
+        let ratio = if *b > 0.0 { format!("{:.2}x", a / b) } else { String::from("-") };
+        out.push_str(&format!("{k:<28} {a:>12.0} {b:>14.0} {ratio:>8}\n"));
+    }
+    if !note.is_empty() {
+        out.push_str(&format!("({note})\n"));
+    }
+    print_out(&out);
+    Ok(())
+}
+
+pub(crate) fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// `rl rl @ configs/reverse_text/rl.toml --dry-run` as a whole process; target: under 20 ms.
@@ -49,18 +184,11 @@ fn dry_run() -> anyhow::Result<()> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let median = times[times.len() / 2];
     let p90 = times[times.len() * 9 / 10];
-    report(
-        "rl rl --dry-run (whole process)",
-        &format!("median {:.2} ms, p90 {:.2} ms", ms(median), ms(p90)),
-        ms(median) < 20.0,
-        "< 20 ms",
-    );
+    let verdict = if ms(median) < 20.0 { "meets" } else { "MISSES" };
+    print_out(&format!(
+        "\nrl rl --dry-run (whole process): median {:.2} ms, p90 {:.2} ms — {verdict} target < 20 ms\n",
+        ms(median),
+        ms(p90)
+    ));
     Ok(())
-}
-
-fn report(name: &str, measured: &str, met: bool, target: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let verdict = if met { "meets" } else { "MISSES" };
-    let _ = writeln!(out, "{name:<40} {measured:<36} {verdict} target {target}");
 }

@@ -5,11 +5,26 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
+/// The one file allowed to hold `unsafe` code (a checked call into the `gemm` crate).
+const UNSAFE_ALLOWED: &str = "crates/rl-kernels/src/gemm.rs";
+
+/// Whether `text` uses or allows `unsafe` code (patterns built at run time so this file does not
+/// match itself).
+fn uses_unsafe(text: &str) -> bool {
+    let kw = ["un", "safe"].concat();
+    [format!("{kw} {{"), format!("{kw} fn"), format!("{kw} impl"), format!("allow({kw}_code)")]
+        .iter()
+        .any(|p| text.contains(p.as_str()))
+}
+
 /// Checks the whole tree under `root`; lists every violation.
 pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
     let mut problems = Vec::new();
     for file in files(root, "rs") {
         let text = std::fs::read_to_string(&file)?;
+        if uses_unsafe(&text) && rel(root, &file) != UNSAFE_ALLOWED {
+            problems.push(format!("{}: `unsafe` code is allowed only in {UNSAFE_ALLOWED}", rel(root, &file)));
+        }
         if !text.lines().find(|l| !l.trim().is_empty()).is_some_and(|l| l.starts_with("//!")) {
             problems.push(format!("{}: must open with a `//!` line saying what the file is for", rel(root, &file)));
         }
@@ -87,6 +102,14 @@ mod tests {
     #[test]
     fn the_tree_is_tidy() {
         check(&crate::project_root()).unwrap();
+    }
+
+    #[test]
+    fn unsafe_code_is_recognised() {
+        let kw = ["un", "safe"].concat();
+        assert!(uses_unsafe(&format!("fn f() {{ {kw} {{ x() }} }}")));
+        assert!(uses_unsafe(&format!("#![allow({kw}_code)]")));
+        assert!(!uses_unsafe("// a safe function\nfn f() {}"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Benchmark: prefill and decode tokens/s at batch 1 and 32 for the `tiny` and `small` presets
-//! (random weights, CPU, f32), printed as a table.
+//! Benchmark: decode (and prefill) tokens/s of the CPU runtime at batch 1 and 32 for the `tiny` and
+//! `small` presets (random weights, f32), one JSON line per case (`cargo xtask bench generate` prints
+//! them next to HF `generate`'s).
 
 // The printed table is this benchmark's output.
 #![allow(clippy::print_stdout)]
@@ -48,19 +49,14 @@ fn decode(m: &CpuRuntime, batch: usize, steps: usize) -> f64 {
 }
 
 fn main() {
-    println!("{:<8} {:>10} {:>18} {:>18}", "preset", "params", "prefill tok/s", "decode tok/s");
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let m = model(preset);
-        let params = m.config().num_params();
         let _ = decode(&m, 1, 4);
         for batch in [1usize, 32] {
             let p = prefill(&m, batch, 256);
             let d = decode(&m, batch, if batch == 1 { 128 } else { 32 });
-            println!(
-                "{name:<8} {params:>10} {:>18} {:>18}",
-                format!("{p:.0} (batch {batch})"),
-                format!("{d:.0} (batch {batch})")
-            );
+            let line = serde_json::json!({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": d, "prefill_tokens_per_s": p});
+            println!("{line}");
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Benchmark: train-step tokens/s (forward + backward + AdamW) for the `tiny` and `small` presets at
-//! 512 and 2048 tokens per micro-batch, and the achieved GFLOP/s against the machine's matmul GFLOP/s.
+//! 512 and 2048 tokens per micro-batch (4 samples), one JSON line per case (`cargo xtask bench
+//! train-step` prints them next to PyTorch's).
 
 // The printed table is this benchmark's output.
 #![allow(clippy::print_stdout)]
@@ -56,8 +57,6 @@ fn matmul_gflops() -> f64 {
 
 fn main() {
     let peak = matmul_gflops();
-    println!("machine: f32 matmul 1024x1024 {peak:.1} GFLOP/s");
-    println!("{:<7} {:>7} {:>12} {:>10} {:>14}", "preset", "tokens", "tokens/s", "GFLOP/s", "% of matmul");
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let cfg = Qwen3Config::preset(preset, 128);
         let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
@@ -82,7 +81,9 @@ fn main() {
             }
             let tps = (tokens * reps) as f64 / start.elapsed().as_secs_f64();
             let gflops = flops_per_token(&cfg, tokens / 4) * tps / 1e9;
-            println!("{name:<7} {tokens:>7} {tps:>12.0} {gflops:>10.2} {:>13.1}%", 100.0 * gflops / peak);
+            let note = format!("machine: f32 matmul 1024x1024 {peak:.1} GFLOP/s");
+            let line = serde_json::json!({"bench": "train-step", "preset": name, "tokens": tokens, "tokens_per_s": tps, "gflops": gflops, "note": note});
+            println!("{line}");
         }
     }
 }
