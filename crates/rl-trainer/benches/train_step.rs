@@ -11,7 +11,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use rl_configs::{LossConfig, OptimConfig};
 use rl_model::{Preset, Qwen3Config, Trainable, random_weights};
-use rl_trainer::{MicroBatch, Optimizer, micro_loss, step_counts};
+use rl_trainer::{MicroBatch, Optimizer, step_counts, step_gradients};
 
 /// Packed row of `tokens` tokens: 4 samples, every completion token trained.
 fn row(tokens: usize) -> MicroBatch {
@@ -66,11 +66,10 @@ fn main() {
         for tokens in [512usize, 2048] {
             let mb = row(tokens);
             let counts = step_counts(std::slice::from_ref(&mb)).expect("counts");
+            // The trainer's own path: gradients of the step's rows, then the optimizer.
             let mut step = || {
-                let (loss, _) = micro_loss(&model, &mb, &LossConfig::default(), counts).expect("loss");
-                let grads = loss.backward().expect("backward");
-                let g: Vec<Tensor> =
-                    vars.vars.iter().map(|(_, v)| grads.get(v.as_tensor()).expect("grad").clone()).collect();
+                let rows = std::slice::from_ref(&mb);
+                let (g, _) = step_gradients(&model, &vars, rows, &LossConfig::default(), counts, 1).expect("gradients");
                 opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
             };
             step();

@@ -22,4 +22,4 @@ pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, ste
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
 pub use sft::{SftExample, SftReport, SftTrainer, pack, tokenize};
-pub use train::{RlTrainer, StepReport, append_jsonl, device};
+pub use train::{RlTrainer, StepReport, append_jsonl, device, step_gradients};

@@ -14,7 +14,7 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::train::{accumulate, append_jsonl, device};
+use crate::train::{append_jsonl, device, step_gradients};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,7 +201,8 @@ impl SftTrainer {
                 (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
-            let (grads, stats) = accumulate(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
+            let (grads, stats) =
+                step_gradients(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
             let (loss, tokens) = (stats.ce_loss, rows.iter().map(|r| r.input_ids.len()).sum::<usize>());
             let grad_norm = global_norm(&grads)?;
             let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));

@@ -131,7 +131,7 @@ impl RlTrainer {
         let start = Instant::now();
         let counts = step_counts(&batch.micro_batches)?;
         let (grads, stats) =
-            accumulate(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
+            step_gradients(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
         let tokens = batch.micro_batches.iter().map(|mb| mb.input_ids.len()).sum();
         let grad_norm = global_norm(&grads)?;
         if !grad_norm.is_finite() {
@@ -194,8 +194,20 @@ impl RlTrainer {
 }
 
 /// Runs every row's forward and backward pass and sums the gradients (each row's loss is already
-/// divided by the step's counts, so the sum is the gradient of the step's loss).
-pub(crate) fn accumulate(
+/// divided by the step's counts, so the sum is the gradient of the step's loss). Runs on a rayon
+/// pool thread: the kernels' parallel loops then start without a thread hand-off per op.
+pub fn step_gradients(
+    model: &Qwen3,
+    vars: &Trainable,
+    rows: &[rl_proto::train::v1::MicroBatch],
+    loss: &rl_configs::LossConfig,
+    counts: crate::loss::StepCounts,
+    step: u64,
+) -> Result<(Vec<Tensor>, LossStats)> {
+    rayon::scope(|_| gradients_here(model, vars, rows, loss, counts, step))
+}
+
+fn gradients_here(
     model: &Qwen3,
     vars: &Trainable,
     rows: &[rl_proto::train::v1::MicroBatch],
