@@ -8,6 +8,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::simd::{dot, max_of, sum_of, vectorized};
 use crate::float::Real;
 use crate::gemm::{MatMut, MatRef, matmul};
 use crate::layout::RowLayout;
@@ -140,9 +141,14 @@ pub fn attend<T: Real>(
     let keys: usize = runs.iter().map(|r| r.len).sum();
     s.resize(rows * keys, T::ZERO);
     scores(s, q, runs, ld, causal, scale);
-    for i in 0..rows {
-        lse[i * lse_stride] = softmax_row(&mut s[i * keys..(i + 1) * keys]);
-    }
+    vectorized(
+        #[inline(always)]
+        || {
+            for i in 0..rows {
+                lse[i * lse_stride] = softmax_row(&mut s[i * keys..(i + 1) * keys]);
+            }
+        },
+    );
     let mut col = 0;
     for (n, r) in runs.iter().enumerate() {
         let p = MatRef::new(&s[col..], rows, r.len, keys, 1);
@@ -191,13 +197,13 @@ pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, q: &[T], k: &[T], 
 }
 
 /// Softmax of one row in place; returns its log-sum-exp.
+#[inline(always)]
 fn softmax_row<T: Real>(row: &mut [T]) -> T {
-    let max = row.iter().fold(T::NEG_INFINITY, |m, &x| m.max(x));
-    let mut sum = T::ZERO;
+    let max = max_of(row);
     for x in row.iter_mut() {
         *x = (*x - max).exp();
-        sum += *x;
     }
+    let sum = sum_of(row);
     let inv = T::ONE / sum;
     for x in row.iter_mut() {
         *x *= inv;
@@ -251,17 +257,23 @@ pub fn backward<T: Real>(
                         matmul(MatMut::new(&mut ds[col..], b.rows, r.len, keys, 1), dob, vt, T::ONE, false);
                         col += r.len;
                     }
-                    for i in 0..b.rows {
-                        let tok = b.row + i;
-                        let l = lse[tok * hq + h];
-                        let (orow, drow) = (&o[tok * ldq + h * d..][..d], &d_o[tok * ldq + h * d..][..d]);
-                        let di = orow.iter().zip(drow).fold(T::ZERO, |acc, (&a, &b)| acc + a * b);
-                        let (prow, dsrow) = (&mut p[i * keys..(i + 1) * keys], &mut ds[i * keys..(i + 1) * keys]);
-                        for (pv, dv) in prow.iter_mut().zip(dsrow.iter_mut()) {
-                            *pv = (*pv - l).exp();
-                            *dv = *pv * (*dv - di);
-                        }
-                    }
+                    vectorized(
+                        #[inline(always)]
+                        || {
+                            for i in 0..b.rows {
+                                let tok = b.row + i;
+                                let l = lse[tok * hq + h];
+                                let (orow, drow) = (&o[tok * ldq + h * d..][..d], &d_o[tok * ldq + h * d..][..d]);
+                                let di = dot(orow, drow);
+                                let (prow, dsrow) =
+                                    (&mut p[i * keys..(i + 1) * keys], &mut ds[i * keys..(i + 1) * keys]);
+                                for (pv, dv) in prow.iter_mut().zip(dsrow.iter_mut()) {
+                                    *pv = (*pv - l).exp();
+                                    *dv = *pv * (*dv - di);
+                                }
+                            }
+                        },
+                    );
                     let mut col = 0;
                     for (n, r) in runs.iter().enumerate() {
                         let kr = MatRef::new(&k[r.start * ldk + g * d..], r.len, d, ldk, 1);

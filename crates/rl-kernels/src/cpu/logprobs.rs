@@ -6,6 +6,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::simd::{max_of, sum_of, vectorized};
 use crate::float::Real;
 
 /// What each target reads: its row, token and temperature.
@@ -32,11 +33,25 @@ impl Targets {
 }
 
 /// (log-sum-exp, sum of p * z/t) of one row at temperature t.
+#[inline(always)]
 fn row_stats<T: Real>(z: &[T], t: T) -> (T, T) {
+    const LANES: usize = 8;
     let inv = T::ONE / t;
-    let max = z.iter().fold(T::NEG_INFINITY, |m, &x| m.max(x * inv));
-    let (mut sum, mut wsum) = (T::ZERO, T::ZERO);
-    for &x in z {
+    // max(z / t) = max(z) / t for t > 0.
+    let max = max_of(z) * inv;
+    let (mut sum, mut wsum) = ([T::ZERO; LANES], [T::ZERO; LANES]);
+    let chunks = z.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..LANES {
+            let s = c[k] * inv;
+            let e = (s - max).exp();
+            sum[k] += e;
+            wsum[k] += e * s;
+        }
+    }
+    let (mut sum, mut wsum) = (sum_of(&sum), sum_of(&wsum));
+    for &x in rest {
         let s = x * inv;
         let e = (s - max).exp();
         sum += e;
@@ -52,7 +67,10 @@ pub fn logprobs_forward<T: Real>(z: &[T], vocab: usize, targets: &Targets) -> Ve
         let r = targets.rows[n] as usize;
         let row = &z[r * vocab..(r + 1) * vocab];
         let t = T::of(f64::from(targets.temps[n]));
-        let (lse, mean_s) = row_stats(row, t);
+        let (lse, mean_s) = vectorized(
+            #[inline(always)]
+            || row_stats(row, t),
+        );
         o[0] = row[targets.ids[n] as usize] / t - lse;
         o[1] = lse - mean_s;
     });
@@ -76,11 +94,16 @@ pub fn logprobs_backward<T: Real>(z: &[T], vocab: usize, targets: &Targets, d_lp
                 continue;
             }
             let t = T::of(f64::from(targets.temps[n]));
-            let (lse, _) = row_stats(zr, t);
             let scale = g / t;
-            for (d, &x) in dzr.iter_mut().zip(zr) {
-                *d -= scale * (x / t - lse).exp();
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    let (lse, _) = row_stats(zr, t);
+                    for (d, &x) in dzr.iter_mut().zip(zr) {
+                        *d -= scale * (x / t - lse).exp();
+                    }
+                },
+            );
             dzr[targets.ids[n] as usize] += scale;
         }
     });

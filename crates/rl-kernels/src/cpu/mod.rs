@@ -6,4 +6,5 @@ pub mod attention;
 pub mod linear;
 pub mod logprobs;
 pub mod norm;
+pub mod simd;
 pub mod swiglu;
