@@ -2,7 +2,8 @@
 """TRL reference for `cargo xtask bench rl-step`: GRPO steps of TRL's GRPOTrainer on the fixed
 workload our benchmark runs through `rl rl` — the tiny model written by `rl model init` (same
 weights, tokenizer and chat template), 8 reverse-text prompts x 8 samples per step, up to 32
-completion tokens at temperature 1, reward = difflib ratio against the reversed text, beta = 0,
+completion tokens at temperature 1, reward = difflib ratio of the tagged answer against the
+reversed text (0 without tags, as rl-envs scores it), beta = 0,
 on-policy (one optimizer step per generation), AdamW at lr 3e-4, CPU f32, 2 threads.
 Prints one JSON line: mean seconds per step (steps after the first two), peak RSS, mean prompt
 tokens. Needs torch, transformers, trl (PyPI); not part of CI.
@@ -47,8 +48,9 @@ def reward(completions, answer, **_):
     out = []
     for c, a in zip(completions, answer):
         body = c[0]["content"] if isinstance(c, list) else c
-        m = re.search(r"<reversed_text>(.*?)(</reversed_text>|$)", body, re.S)
-        out.append(difflib.SequenceMatcher(None, (m.group(1) if m else body).strip(), a).ratio())
+        # As rl-envs' reverse-text: the first complete tag pair, stripped; 0 without one.
+        m = re.search(r"<reversed_text>(.*?)</reversed_text>", body, re.S)
+        out.append(difflib.SequenceMatcher(None, m.group(1).strip(), a).ratio() if m else 0.0)
     return out
 
 

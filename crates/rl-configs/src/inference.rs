@@ -20,6 +20,11 @@ pub struct InferenceConfig {
     pub port: u16,
     /// Most sequences decoded together in one batch.
     pub max_batch_size: u32,
+    /// Memory for prompt caching, in MiB (0 = off): the keys and values of recent prompts are
+    /// kept, and a request whose prompt starts with a kept one (the rest of a GRPO group, the next
+    /// turn of an episode) prefills only the remainder. Dropped least recently used first, and
+    /// whenever the weights change.
+    pub prefix_cache_mib: u32,
     /// Longest prompt + completion, in tokens (unset: the model's `max_position_embeddings`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<u32>,
@@ -50,6 +55,7 @@ impl Default for InferenceConfig {
             host: String::from("127.0.0.1"),
             port: 8000,
             max_batch_size: 32,
+            prefix_cache_mib: 256,
             max_model_len: None,
             max_pending_requests: 1024,
             max_request_bytes: 8 * 1024 * 1024,

@@ -1,8 +1,9 @@
 //! The generation engine: an actor on its own OS thread that owns the model and every KV cache.
 //! Each step is one forward call of the CPU runtime that prefills the newly admitted prompts and
 //! decodes one token for every running sequence together, so a request never waits for an
-//! unrelated long one to finish. A request's `n` choices share its prompt's cache (prefilled once).
-//! Weight swaps happen between steps.
+//! unrelated long one to finish. A request's `n` choices share its prompt's cache (prefilled once),
+//! and the prompt cache lets requests starting with a recent prompt prefill only the rest.
+//! Weight swaps happen between steps (and empty the prompt cache).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use rl_model::{CpuRuntime, Qwen3, Rows, Sampler, SeqCache, Tok, load_weights_for
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
+use crate::prefix_cache::PrefixCache;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -81,6 +83,8 @@ pub struct GenOutput {
     pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
     /// Weight version that produced it (0 = the initial weights).
     pub weights_version: u64,
+    /// Prompt tokens whose keys and values came from the prompt cache.
+    pub cached_tokens: usize,
 }
 
 /// Commands the engine accepts.
@@ -103,6 +107,7 @@ struct Running {
     req: GenRequest,
     done: Vec<Option<Completion>>,
     prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
+    cached: usize,
 }
 
 struct Seq {
@@ -116,13 +121,14 @@ struct Seq {
 }
 
 impl Engine {
-    /// Starts the engine thread serving `model`.
-    pub fn start(model: &Qwen3, tok: Tok, max_batch: usize) -> Result<Self> {
+    /// Starts the engine thread serving `model`, decoding up to `max_batch` sequences together and
+    /// keeping up to `prefix_cache_bytes` of prompt keys and values.
+    pub fn start(model: &Qwen3, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Result<Self> {
         let rt = CpuRuntime::new(model)?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name(String::from("rl-inference-engine"))
-            .spawn(move || EngineLoop::new(rt, tok, max_batch).run(&rx))
+            .spawn(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine { tx })
     }
@@ -163,10 +169,19 @@ struct EngineLoop {
     waiting: VecDeque<(GenRequest, oneshot::Sender<Result<GenOutput>>)>,
     running: Vec<Option<Running>>,
     seqs: Vec<Seq>,
+    prompts: PrefixCache,
+}
+
+/// An admitted request with the cache its prompt continues and the prompt tokens still to feed.
+struct Admitted {
+    req: GenRequest,
+    tx: oneshot::Sender<Result<GenOutput>>,
+    cache: SeqCache,
+    cached: usize,
 }
 
 impl EngineLoop {
-    fn new(rt: CpuRuntime, tok: Tok, max_batch: usize) -> Self {
+    fn new(rt: CpuRuntime, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Self {
         EngineLoop {
             rt,
             tok,
@@ -176,6 +191,7 @@ impl EngineLoop {
             waiting: VecDeque::new(),
             running: Vec::new(),
             seqs: Vec::new(),
+            prompts: PrefixCache::new(prefix_cache_bytes),
         }
     }
 
@@ -212,6 +228,7 @@ impl EngineLoop {
                     .and_then(|m| CpuRuntime::new(&m))
                     .map(|rt| {
                         self.rt = rt;
+                        self.prompts.clear();
                         self.version += 1;
                         self.version
                     });
@@ -242,13 +259,19 @@ impl EngineLoop {
     }
 
     /// Takes waiting requests while the batch has room; a request whose prompt cannot run is
-    /// answered with its error here.
-    fn admit(&mut self) -> Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)> {
-        let mut admitted: Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)> = Vec::new();
+    /// answered with its error here. A request that would prefill the same prompt as one admitted
+    /// in this step waits one step, to find it in the prompt cache.
+    fn admit(&mut self) -> Vec<Admitted> {
+        let mut admitted: Vec<Admitted> = Vec::new();
         let mut room = self.max_batch.saturating_sub(self.seqs.len());
         while let Some((req, _)) = self.waiting.front() {
             let busy = !self.seqs.is_empty() || !admitted.is_empty();
             if busy && req.n as usize > room {
+                break;
+            }
+            let hit = if req.prompt_logprobs.is_none() { self.prompts.lookup(&req.prompt) } else { None };
+            let key = prompt_key(&req.prompt);
+            if hit.is_none() && admitted.iter().any(|a| a.cached == 0 && prompt_key(&a.req.prompt) == key) {
                 break;
             }
             let (req, tx) = self.waiting.pop_front().expect("front exists");
@@ -257,42 +280,46 @@ impl EngineLoop {
                 continue;
             }
             room = room.saturating_sub(req.n as usize);
-            admitted.push((req, tx));
+            // A single choice prefills into its own cache with room for its completion; several
+            // choices prefill the prompt once and continue it from a shared prefix.
+            let max_len = self.rt.config().max_position_embeddings;
+            let cached = hit.as_ref().map_or(0, rl_model::SharedPrefix::len);
+            let fed = req.prompt.len() - cached;
+            let own = if req.n == 1 { (fed + req.max_tokens as usize).min(max_len - cached) } else { fed };
+            let cache = self.rt.new_cache(hit.as_ref(), own);
+            admitted.push(Admitted { req, tx, cache, cached });
         }
         admitted
     }
 
     /// One forward call: prefills the admitted prompts and decodes a token for every running
     /// sequence; then samples.
-    fn step(&mut self, admitted: Vec<(GenRequest, oneshot::Sender<Result<GenOutput>>)>) -> Result<()> {
-        let max_len = self.rt.config().max_position_embeddings;
-        // A single choice prefills into its own cache with room for its completion; several
-        // choices prefill the prompt once and continue it from a shared prefix.
-        let mut prompts: Vec<SeqCache> = admitted
-            .iter()
-            .map(|(r, _)| {
-                let own = if r.n == 1 { (r.prompt.len() + r.max_tokens as usize).min(max_len) } else { r.prompt.len() };
-                self.rt.new_cache(None, own)
-            })
-            .collect();
+    fn step(&mut self, admitted: Vec<Admitted>) -> Result<()> {
+        let (admitted, mut prompt_caches): (Vec<_>, Vec<_>) =
+            admitted.into_iter().map(|a| ((a.req, a.tx, a.cached), a.cache)).unzip();
         let next: Vec<u32> = self.seqs.iter().map(|s| s.next).collect();
-        let mut tokens: Vec<&[u32]> = admitted.iter().map(|(r, _)| r.prompt.as_slice()).collect();
+        let mut tokens: Vec<&[u32]> = admitted.iter().map(|(r, _, cached)| &r.prompt[*cached..]).collect();
         tokens.extend(next.iter().map(std::slice::from_ref));
         let mut rows: Vec<Rows> =
-            admitted.iter().map(|(r, _)| if r.prompt_logprobs.is_some() { Rows::All } else { Rows::Last }).collect();
+            admitted.iter().map(|(r, _, _)| if r.prompt_logprobs.is_some() { Rows::All } else { Rows::Last }).collect();
         rows.extend(std::iter::repeat_n(Rows::Last, next.len()));
         let vocab = self.rt.config().vocab_size;
         let logits = {
             let mut caches: Vec<&mut SeqCache> =
-                prompts.iter_mut().chain(self.seqs.iter_mut().map(|s| &mut s.cache)).collect();
+                prompt_caches.iter_mut().chain(self.seqs.iter_mut().map(|s| &mut s.cache)).collect();
             self.rt.forward_rows(&mut caches, &tokens, &rows)?
         };
         let mut rows_iter = logits.chunks(vocab);
         let mut prefilled = Vec::with_capacity(admitted.len());
-        for ((req, tx), cache) in admitted.into_iter().zip(prompts) {
+        for ((req, tx, cached), cache) in admitted.into_iter().zip(prompt_caches) {
             let take = if req.prompt_logprobs.is_some() { req.prompt.len() } else { 1 };
             let req_rows: Vec<&[f32]> = rows_iter.by_ref().take(take).collect();
-            prefilled.push((req, tx, cache, req_rows));
+            // Keep what this prefill computed (all but the last prompt token) for later requests.
+            let len = req.prompt.len();
+            if len - cached > 1 && self.prompts.enabled() {
+                self.prompts.insert(prompt_key(&req.prompt).to_vec(), cache.share_first(len - 1));
+            }
+            prefilled.push((req, tx, cache, cached, req_rows));
         }
         for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
@@ -306,8 +333,8 @@ impl EngineLoop {
             seq.tokens.push(id);
             seq.logprobs.push(TokenLogprob { id, logprob, top });
         }
-        for (req, tx, cache, req_rows) in prefilled {
-            self.start_choices(req, tx, cache, &req_rows);
+        for (req, tx, cache, cached, req_rows) in prefilled {
+            self.start_choices(req, tx, cache, cached, &req_rows);
         }
         self.finish_done();
         Ok(())
@@ -319,6 +346,7 @@ impl EngineLoop {
         req: GenRequest,
         tx: oneshot::Sender<Result<GenOutput>>,
         cache: SeqCache,
+        cached: usize,
         rows: &[&[f32]],
     ) {
         let prompt_logprobs = req.prompt_logprobs.map(|k| {
@@ -334,8 +362,12 @@ impl EngineLoop {
             // Scoring only: no completion tokens.
             let empty =
                 Completion { token_ids: Vec::new(), logprobs: Vec::new(), text: String::new(), finish: Finish::Length };
-            let _ =
-                tx.send(Ok(GenOutput { completions: vec![empty; n], prompt_logprobs, weights_version: self.version }));
+            let _ = tx.send(Ok(GenOutput {
+                completions: vec![empty; n],
+                prompt_logprobs,
+                weights_version: self.version,
+                cached_tokens: cached,
+            }));
             return;
         }
         let last = rows.last().copied().unwrap_or_default();
@@ -362,7 +394,7 @@ impl EngineLoop {
                 logprobs: vec![TokenLogprob { id, logprob, top }],
             });
         }
-        self.running[slot] = Some(Running { tx, req, done: vec![None; n], prompt_logprobs });
+        self.running[slot] = Some(Running { tx, req, done: vec![None; n], prompt_logprobs, cached });
     }
 
     fn free_slot(&mut self) -> usize {
@@ -409,6 +441,7 @@ impl EngineLoop {
                     completions,
                     prompt_logprobs: run.prompt_logprobs,
                     weights_version: self.version,
+                    cached_tokens: run.cached,
                 }));
             }
         }
@@ -421,6 +454,11 @@ impl EngineLoop {
             let _ = run.tx.send(Err(e.clone()));
         }
     }
+}
+
+/// The part of a prompt the prompt cache keeps: all but its last token.
+fn prompt_key(prompt: &[u32]) -> &[u32] {
+    &prompt[..prompt.len().saturating_sub(1)]
 }
 
 fn top_k(logp: &[f32], k: usize) -> Vec<(u32, f32)> {

@@ -184,7 +184,8 @@ fn now() -> u64 {
 
 fn usage(prompt: usize, out: &GenOutput) -> Value {
     let completion: usize = out.completions.iter().map(|c| c.token_ids.len()).sum();
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": out.cached_tokens}})
 }
 
 fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {

@@ -9,6 +9,7 @@ mod api;
 mod engine;
 mod error;
 mod http;
+mod prefix_cache;
 mod tool_calls;
 
 use std::future::Future;
@@ -51,7 +52,8 @@ impl Server {
         let tok = Tok::load(&dir)?;
         let template = ChatTemplate::load(&dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
-        let engine = Engine::start(&model, tok.clone(), config.max_batch_size as usize)?;
+        let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
+        let engine = Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?;
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
         let state = http::AppState {
             engine: engine.clone(),

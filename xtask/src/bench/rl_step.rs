@@ -67,14 +67,18 @@ fn ours(model: &Path, out: &Path) -> anyhow::Result<(f64, f64, usize)> {
     }
     let metrics = out.join("bench-rl-step/metrics.jsonl");
     let text = std::fs::read_to_string(&metrics).with_context(|| format!("cannot read {}", metrics.display()))?;
-    let steps: Vec<f64> = text
+    let rows: Vec<Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["step"].as_u64().is_some_and(|s| s > 2))
-        .filter_map(|v| v["time/step_s"].as_f64())
         .collect();
+    let steps: Vec<f64> = rows.iter().filter_map(|v| v["time/step_s"].as_f64()).collect();
     if steps.is_empty() {
         bail!("{} has no step times", metrics.display());
+    }
+    // A step that trains nothing is not the workload TRL runs (it always trains all 64 samples).
+    if let Some(v) = rows.iter().find(|v| v["samples"].as_f64() != Some(64.0)) {
+        bail!("step {} trained {} samples, not 64: the comparison would be unfair", v["step"], v["samples"]);
     }
     Ok((steps.iter().sum::<f64>() / steps.len() as f64, peak, steps.len()))
 }

@@ -127,3 +127,46 @@ async fn bad_requests_get_clean_client_errors() {
     let (s, v) = srv.post("/v1/completions", json!({"prompt": [100000]})).await;
     assert_eq!(s, 400, "unknown token ids: {v}");
 }
+
+/// Six concurrent requests with one prompt (a GRPO group), then a next turn that extends it.
+async fn group_then_next_turn(srv: &crate::Srv) -> Vec<serde_json::Value> {
+    let first = json!([{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": "a quick fox"}]);
+    let next = json!([{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": "a quick fox"},
+                      {"role": "assistant", "content": "xof kciuq a"}, {"role": "user", "content": "and again"}]);
+    let req = |messages: &serde_json::Value, seed: u64| {
+        json!({"messages": messages, "temperature": 1.0, "seed": seed, "max_completion_tokens": 12,
+               "logprobs": true, "return_token_ids": true})
+    };
+    let group = futures::future::join_all((0..6).map(|s| srv.post("/v1/chat/completions", req(&first, s)))).await;
+    let mut out: Vec<serde_json::Value> =
+        group.into_iter().map(|(s, v)| if s == 200 { v } else { panic!("{s}: {v}") }).collect();
+    out.push(srv.post("/v1/chat/completions", req(&next, 9)).await.1);
+    out
+}
+
+/// The prompt cache must not change a token or move a logprob (against a server without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_cache_changes_no_token_and_no_logprob() {
+    let (cached, plain) = (start(|_| {}).await, start(|c| c.prefix_cache_mib = 0).await);
+    let (a, b) = (group_then_next_turn(&cached).await, group_then_next_turn(&plain).await);
+    let lp = |v: &serde_json::Value| -> Vec<f64> {
+        v["choices"][0]["logprobs"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["logprob"].as_f64().unwrap())
+            .collect()
+    };
+    let cached = |v: &serde_json::Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let prompt_len = a[0]["usage"]["prompt_tokens"].as_u64().unwrap();
+    let hits = a[..6].iter().filter(|v| cached(v) == prompt_len - 1).count();
+    assert!(hits >= 5, "all but the first of the group should reuse its prompt: {hits} did");
+    assert!(cached(&a[6]) >= prompt_len - 1, "the next turn should reuse the first turn's prompt");
+    assert!(b.iter().all(|v| cached(v) == 0), "nothing is cached with prefix_cache_mib = 0");
+    for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(x["choices"][0]["token_ids"], y["choices"][0]["token_ids"], "request {k}");
+        for (p, q) in lp(x).iter().zip(lp(y)) {
+            assert!((p - q).abs() < 1e-5, "request {k}: {p} vs {q}");
+        }
+    }
+}

@@ -83,6 +83,26 @@ impl SeqCache {
     }
 }
 
+impl SeqCache {
+    /// A copy of the first `len` cached tokens as a prefix other sequences can continue (for a
+    /// prompt cache: the prompt without its last token, whose logits each request recomputes).
+    pub fn share_first(&self, len: usize) -> SharedPrefix {
+        let len = len.min(self.len());
+        let width = self.own.width;
+        let layers = self.own.k.len();
+        let mut block = KvBlock::new(layers, width, len);
+        let from_prefix = self.prefix.as_ref().map_or(0, |p| p.len().min(len));
+        let rest = (len - from_prefix) * width;
+        for l in 0..layers {
+            if let Some(p) = &self.prefix {
+                block.append(l, &p.k[l][..from_prefix * width], &p.v[l][..from_prefix * width]);
+            }
+            block.append(l, &self.own.k[l][..rest], &self.own.v[l][..rest]);
+        }
+        SharedPrefix(Arc::new(block))
+    }
+}
+
 /// A prefilled prompt that several sequences share.
 #[derive(Debug, Clone)]
 pub struct SharedPrefix(pub(crate) Arc<KvBlock>);
@@ -96,5 +116,10 @@ impl SharedPrefix {
     /// An empty prefix.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Bytes its keys and values take.
+    pub fn bytes(&self) -> usize {
+        2 * self.0.k.len() * self.0.len() * self.0.width * std::mem::size_of::<f32>()
     }
 }
