@@ -67,36 +67,11 @@ pub(crate) fn reference_python() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("RL_BENCH_PYTHON") {
         return Ok(PathBuf::from(p));
     }
-    let venv = crate::project_root().join("target/bench-venv");
-    let python = venv.join("bin/python");
-    let marker = venv.join(".installed");
-    if marker.exists() {
-        return Ok(python);
-    }
-    crate::eprintln_flush(&format!(
-        "xtask bench: creating {} with {} (PyPI; a few minutes)",
-        venv.display(),
-        REFERENCE_PACKAGES.join(" ")
-    ));
-    let status =
-        Command::new("python3").arg("-m").arg("venv").arg(&venv).status().context("cannot run python3 -m venv")?;
-    if !status.success() {
-        bail!("python3 -m venv {} failed ({status})", venv.display());
-    }
-    let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet"])
-        .args(REFERENCE_PACKAGES)
-        .status()
-        .context("cannot run pip")?;
-    if !status.success() {
-        bail!(
-            "pip install {} failed ({status}): is PyPI reachable? (--no-reference skips the references)",
-            REFERENCE_PACKAGES.join(" ")
-        );
-    }
-    std::fs::write(&marker, REFERENCE_PACKAGES.join("\n"))
-        .with_context(|| format!("cannot write {}", marker.display()))?;
-    Ok(python)
+    crate::venv::ensure(
+        &crate::project_root().join("target/bench-venv"),
+        REFERENCE_PACKAGES,
+        "the benchmark references",
+    )
 }
 
 /// JSON lines of a command's stdout.

@@ -1,9 +1,12 @@
 //! Project automation, the one entry point for CI: `cargo xtask ci` runs fmt, tidy, dependency
-//! rules, clippy and every test; `cargo xtask bench` runs the benchmarks.
+//! rules, clippy (CPU and `cuda` feature) and every test; `cargo xtask bench` runs the benchmarks;
+//! `cargo xtask build-cuda` links a GPU binary from PyPI's CUDA wheels.
 
 mod bench;
+mod cuda;
 mod deps;
 mod tidy;
+mod venv;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,14 +32,15 @@ fn run() -> anyhow::Result<()> {
         Some("tidy") => tidy::check(&root),
         Some("deps") => deps::check(),
         Some("bench") => bench::run(&args[1..]),
-        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench>"),
+        Some("build-cuda") => cuda::build(),
+        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda>"),
     }
 }
 
 /// Every check, cheapest first; stops at the first failure.
 fn ci(args: &[String]) -> anyhow::Result<()> {
     let gpu = args.iter().any(|a| a == "--gpu");
-    let features: &[&str] = if gpu { &["--features", "cuda"] } else { &[] };
+    let features: &[&str] = if gpu { &["--features", cuda::FEATURES] } else { &[] };
     step("fmt", || cargo(&["fmt", "--all", "--", "--check"]))?;
     step("tidy", || tidy::check(&project_root()))?;
     step("dependency rules", deps::check)?;
@@ -46,6 +50,8 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         a.extend_from_slice(&["--", "-D", "warnings"]);
         cargo(&a)
     })?;
+    // The GPU code compiles on every machine: the CUDA compiler comes from PyPI wheels.
+    step("clippy (cuda feature)", cuda::clippy)?;
     step("tests", || {
         if has_nextest() {
             let mut a = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];

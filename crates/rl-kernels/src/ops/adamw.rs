@@ -75,6 +75,9 @@ pub fn adamw_step(weight: &Tensor, state: &Tensor, grad: &Tensor, h: &AdamW) -> 
     if weight.dtype() != grad.dtype() || weight.dtype() != state.dtype() {
         return Err(op_error(MOMENTS, "the weight, gradient and moments must share one dtype"));
     }
+    if !super::runs_fused(weight) {
+        return super::composed::adamw_step(weight, state, grad, h);
+    }
     let grad = grad.contiguous()?;
     state.inplace_op2(&grad, &Moments(*h))?;
     weight.inplace_op2(state, &Apply(*h))

@@ -102,6 +102,9 @@ pub fn attention(
     shape: AttnShape,
     scale: f64,
 ) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(q) {
+        return super::composed::attention(q, k, v, &layout, shape, scale);
+    }
     let op = Attention { layout, shape, scale, lse: Mutex::new(None) };
     q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
 }

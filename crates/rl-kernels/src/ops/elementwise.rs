@@ -54,5 +54,8 @@ impl CustomOp2 for SwiGlu {
 
 /// `silu(gate) * up`; differentiable in both.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(gate) {
+        return super::composed::swiglu(gate, up);
+    }
     gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)
 }

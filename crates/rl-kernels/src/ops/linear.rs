@@ -101,9 +101,5 @@ impl CustomOp2 for Linear {
 /// `x W^T` for `x [.., in]` and an HF weight `W [out, in]`; differentiable in both. On CPU one
 /// fused op; elsewhere candle's matmul.
 pub fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    if x.device().is_cpu() && matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::F64) {
-        x.contiguous()?.apply_op2(&w.contiguous()?, Linear)
-    } else {
-        x.broadcast_matmul(&w.t()?)
-    }
+    if super::runs_fused(x) { x.contiguous()?.apply_op2(&w.contiguous()?, Linear) } else { x.broadcast_matmul(&w.t()?) }
 }

@@ -69,5 +69,9 @@ impl CustomOp1 for TokenLogprobs {
 /// `[N, 2]`: column 0 the log-probability of each target under `softmax(logits[row] / temp)`
 /// (differentiable), column 1 that distribution's entropy (a statistic: it passes no gradient).
 pub fn token_logprobs(logits: &Tensor, targets: Arc<Targets>) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(logits) {
+        TokenLogprobs { targets: targets.clone() }.check(logits.shape())?;
+        return super::composed::token_logprobs(logits, &targets);
+    }
     logits.contiguous()?.apply_op1(TokenLogprobs { targets })
 }

@@ -1,10 +1,12 @@
 //! The fused ops as candle ops: each runs its kernel from `crate::cpu` on CPU tensors and has a
 //! real backward pass (candle-nn's fused ops have none, so gradients through them stop silently).
-//! CUDA implementations slot in through the same ops' `cuda_fwd`.
+//! Other devices and dtypes run `composed`, the same math in candle's differentiable ops (on CUDA:
+//! candle's kernels and cuBLAS); a CUDA kernel of an op would slot in through its `cuda_fwd`.
 
 pub(crate) mod access;
 mod adamw;
 mod attention;
+pub mod composed;
 mod elementwise;
 mod linear;
 mod logprobs;
@@ -16,3 +18,9 @@ pub use elementwise::swiglu;
 pub use linear::linear;
 pub use logprobs::token_logprobs;
 pub use norm::{Rope, head_norm_rope, rms_norm};
+
+/// Whether `t` runs on the fused CPU kernels (f32/f64 on CPU); anything else (CUDA, half
+/// precision) runs the same math composed of candle's differentiable ops.
+pub fn runs_fused(t: &candle_core::Tensor) -> bool {
+    t.device().is_cpu() && matches!(t.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+}

@@ -64,6 +64,9 @@ impl CustomOp2 for RmsNorm {
 
 /// RMSNorm over the last dimension of `x` with weight `w`; differentiable in both.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(x) {
+        return super::composed::rms_norm(x, w, eps);
+    }
     x.contiguous()?.apply_op2(&w.contiguous()?, RmsNorm { eps })
 }
 
@@ -196,5 +199,11 @@ pub fn head_norm_rope(
     positions: Arc<[u32]>,
     rope: &Rope,
 ) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(x) {
+        let d = w.elem_count();
+        let op = HeadNormRope { eps, positions: positions.clone(), rope: rope.clone() };
+        op.check(x.elem_count(), d, rope.max_positions() * (d / 2))?;
+        return super::composed::head_norm_rope(x, w, eps, &positions, rope);
+    }
     x.contiguous()?.apply_op2(&w.contiguous()?, HeadNormRope { eps, positions, rope: rope.clone() })
 }

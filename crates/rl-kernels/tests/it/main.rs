@@ -3,6 +3,7 @@
 
 mod adamw;
 mod attention;
+mod composed;
 mod pointwise;
 
 use candle_core::{DType, Device, Tensor, Var};

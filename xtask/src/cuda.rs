@@ -1,0 +1,223 @@
+//! The CUDA toolchain from PyPI wheels, so no system CUDA is needed: `cargo xtask ci` uses the
+//! compiler wheels to run clippy on every crate's `cuda` feature (candle's kernels compile to PTX
+//! with nvcc; nothing links), and `cargo xtask build-cuda` adds the runtime-library wheels and a
+//! link-time stub of the driver to link an `rl` binary with CUDA. On the GPU machine that binary
+//! loads the real driver (`libcuda.so.1`); where there is none, its launcher puts the stub on the
+//! library path so CPU work still runs and `device = "cuda"` fails with a clear error.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The compiler, pinned to one CUDA minor version: cudarc 0.19 rejects nvcc 13.5, and a 13.5 nvvm
+/// with a 13.4 ptxas fails ("Unsupported .version 9.5").
+const COMPILER: &[&str] =
+    &["nvidia-cuda-nvcc==13.4.92", "nvidia-nvvm==13.4.92", "nvidia-cuda-runtime==13.4.92", "nvidia-cuda-crt==13.4.92"];
+
+/// The libraries candle links (cudarc's `dynamic-linking`), besides the driver.
+const RUNTIME: &[&str] = &["nvidia-cublas==13.4.3.11", "nvidia-curand==10.4.4.72", "nvidia-cuda-nvrtc==13.4.92"];
+
+/// Every crate's `cuda` feature: the workspace's whole GPU surface.
+pub(crate) const FEATURES: &str = "rl-kernels/cuda,rl-model/cuda,rl-trainer/cuda,rl-inference/cuda,rl-cli/cuda";
+
+/// Its own target directory, so switching features never rebuilds the CPU build.
+const TARGET_DIR: &str = "target/cuda";
+
+/// Compute capability the PTX is built for unless `CUDA_COMPUTE_CAP` says otherwise (H100/H200).
+const DEFAULT_COMPUTE_CAP: &str = "90";
+
+/// An installed toolkit: the wheels' `nvidia/cu13` directory.
+struct Toolkit {
+    root: PathBuf,
+}
+
+impl Toolkit {
+    /// Installs `packages` (once) and finds the toolkit they form.
+    fn install(packages: &[&str]) -> anyhow::Result<Self> {
+        let venv = crate::project_root().join(TARGET_DIR).join("toolkit");
+        crate::venv::ensure(&venv, packages, "the CUDA toolchain")?;
+        let lib = venv.join("lib");
+        let root = std::fs::read_dir(&lib)
+            .with_context(|| format!("cannot read {}", lib.display()))?
+            .flatten()
+            .map(|e| e.path().join("site-packages/nvidia/cu13"))
+            .find(|p| p.join("bin/nvcc").exists())
+            .with_context(|| format!("no nvidia/cu13/bin/nvcc under {} after installing the wheels", lib.display()))?;
+        Ok(Toolkit { root })
+    }
+
+    /// `cargo` with the toolkit's nvcc on PATH and CUDA_ROOT/CUDA_PATH at it.
+    fn cargo(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.root.join("bin")];
+        dirs.extend(std::env::split_paths(&path));
+        cmd.args(args)
+            .env("PATH", std::env::join_paths(dirs).unwrap_or(path))
+            .env("CUDA_ROOT", &self.root)
+            .env("CUDA_PATH", &self.root)
+            .env("CUDA_COMPUTE_CAP", std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| DEFAULT_COMPUTE_CAP.into()));
+        cmd
+    }
+}
+
+fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `cargo clippy -D warnings` over the `cuda` feature of every crate (compiles, does not link).
+pub(crate) fn clippy() -> anyhow::Result<()> {
+    let tk = Toolkit::install(COMPILER)?;
+    let args = [
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--features",
+        FEATURES,
+        "--target-dir",
+        TARGET_DIR,
+        "--",
+        "-D",
+        "warnings",
+    ];
+    run(tk.cargo(&args), "cargo clippy on the cuda feature")
+}
+
+/// The libraries the binary needs at run time, as (link name, file in the toolkit's lib dir).
+const LIBS: &[(&str, &str)] = &[
+    ("cublas", "libcublas.so.13"),
+    ("cublasLt", "libcublasLt.so.13"),
+    ("curand", "libcurand.so.10"),
+    ("nvrtc", "libnvrtc.so.13"),
+    ("cudart", "libcudart.so.13"),
+];
+
+/// Builds `target/cuda/dist`: `bin/rl` linked with CUDA, `lib/` the runtime libraries it finds
+/// through its rpath, `stub/libcuda.so.1`, and `rl`, the launcher to run.
+pub(crate) fn build() -> anyhow::Result<()> {
+    let packages: Vec<&str> = COMPILER.iter().chain(RUNTIME).copied().collect();
+    let tk = Toolkit::install(&packages)?;
+    let target = crate::project_root().join(TARGET_DIR);
+    let link = target.join("link");
+    std::fs::create_dir_all(&link).with_context(|| format!("cannot create {}", link.display()))?;
+    driver_stub(&tk, &link)?;
+    let lib_dir = tk.root.join("lib");
+    for (name, file) in LIBS {
+        let src = lib_dir.join(file);
+        if !src.exists() {
+            bail!("{} is missing: the {name} wheel did not install it", src.display());
+        }
+        let dst = link.join(format!("lib{name}.so"));
+        let _ = std::fs::remove_file(&dst);
+        std::os::unix::fs::symlink(&src, &dst).with_context(|| format!("cannot link {}", dst.display()))?;
+    }
+    let mut cmd = tk.cargo(&[
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "rl-cli",
+        "--features",
+        "rl-cli/cuda",
+        "--target-dir",
+        TARGET_DIR,
+    ]);
+    let rustflags = format!("-L native={} -C link-arg=-Wl,-rpath,$ORIGIN/../lib", link.display());
+    cmd.env("RUSTFLAGS", rustflags);
+    run(cmd, "cargo build of rl with the cuda feature")?;
+    let dist = target.join("dist");
+    for sub in ["bin", "lib", "stub"] {
+        std::fs::create_dir_all(dist.join(sub))
+            .with_context(|| format!("cannot create {}", dist.join(sub).display()))?;
+    }
+    copy(&target.join("release/rl"), &dist.join("bin/rl"))?;
+    for (_, file) in LIBS {
+        copy(&lib_dir.join(file), &dist.join("lib").join(file))?;
+    }
+    // nvrtc loads its builtins library by name at run time.
+    for e in std::fs::read_dir(&lib_dir).with_context(|| format!("cannot read {}", lib_dir.display()))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("libnvrtc-builtins.so") {
+            copy(&e.path(), &dist.join("lib").join(&name))?;
+        }
+    }
+    copy(&link.join("libcuda.so"), &dist.join("stub/libcuda.so.1"))?;
+    let launcher = dist.join("rl");
+    std::fs::write(&launcher, LAUNCHER).with_context(|| format!("cannot write {}", launcher.display()))?;
+    let mut perms = std::fs::metadata(&launcher)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&launcher, perms)?;
+    crate::eprintln_flush(&format!(
+        "xtask build-cuda: {} (run it; copy the whole {} directory to a GPU machine)",
+        launcher.display(),
+        dist.display()
+    ));
+    Ok(())
+}
+
+/// Runs the binary with the machine's NVIDIA driver, or with the stub where there is none (CPU
+/// work runs; `device = "cuda"` then reports that no driver is present).
+const LAUNCHER: &str = r#"#!/bin/sh
+# rl with CUDA, made by `cargo xtask build-cuda`.
+here=$(dirname "$(readlink -f "$0")")
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  export LD_LIBRARY_PATH="$here/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+exec "$here/bin/rl" "$@"
+"#;
+
+fn copy(src: &Path, dst: &Path) -> anyhow::Result<()> {
+    std::fs::copy(src, dst).with_context(|| format!("cannot copy {} to {}", src.display(), dst.display()))?;
+    Ok(())
+}
+
+/// `libcuda.so` whose every driver entry point (from the toolkit's `cuda.h`) returns
+/// CUDA_ERROR_STUB_LIBRARY, with the driver's soname so the binary asks for the real one.
+fn driver_stub(tk: &Toolkit, out: &Path) -> anyhow::Result<()> {
+    let header = tk.root.join("include/cuda.h");
+    let pre = Command::new("gcc")
+        .args(["-E", "-P", "-x", "c"])
+        .arg(&header)
+        .output()
+        .with_context(|| format!("cannot run gcc -E on {}", header.display()))?;
+    if !pre.status.success() {
+        bail!("gcc -E {} failed: {}", header.display(), String::from_utf8_lossy(&pre.stderr));
+    }
+    let text = String::from_utf8_lossy(&pre.stdout);
+    // Declarations read `CUresult cuName(...)` once preprocessed (whatever attributes precede them).
+    let mut names: Vec<&str> = Vec::new();
+    for (at, _) in text.match_indices("CUresult") {
+        let rest = text[at + "CUresult".len()..].trim_start();
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        let (name, after) = rest.split_at(end);
+        if name.starts_with("cu") && after.trim_start().starts_with('(') {
+            names.push(name);
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    if names.len() < 100 {
+        bail!("found only {} driver functions in {}", names.len(), header.display());
+    }
+    // 34 = CUDA_ERROR_STUB_LIBRARY.
+    let source: String = names.iter().map(|n| format!("int {n}(void) {{ return 34; }}\n")).collect();
+    let c = out.join("libcuda_stub.c");
+    std::fs::write(&c, source).with_context(|| format!("cannot write {}", c.display()))?;
+    let so = out.join("libcuda.so");
+    let status = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(&so)
+        .arg(&c)
+        .status()
+        .context("cannot run gcc")?;
+    if !status.success() {
+        bail!("gcc could not build the driver stub ({status})");
+    }
+    Ok(())
+}
