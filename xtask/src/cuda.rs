@@ -11,9 +11,15 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 /// The compiler, pinned to one CUDA minor version: cudarc 0.19 rejects nvcc 13.5, and a 13.5 nvvm
-/// with a 13.4 ptxas fails ("Unsupported .version 9.5").
-const COMPILER: &[&str] =
-    &["nvidia-cuda-nvcc==13.4.92", "nvidia-nvvm==13.4.92", "nvidia-cuda-runtime==13.4.92", "nvidia-cuda-crt==13.4.92"];
+/// with a 13.4 ptxas fails ("Unsupported .version 9.5"). CCCL supplies `<nv/target>`, which
+/// `cuda_fp16.h` includes (header-only; PyPI's newest is 13.3.x).
+const COMPILER: &[&str] = &[
+    "nvidia-cuda-nvcc==13.4.92",
+    "nvidia-nvvm==13.4.92",
+    "nvidia-cuda-runtime==13.4.92",
+    "nvidia-cuda-crt==13.4.92",
+    "nvidia-cuda-cccl==13.3.5.0.6",
+];
 
 /// The libraries candle links (cudarc's `dynamic-linking`), besides the driver.
 const RUNTIME: &[&str] = &["nvidia-cublas==13.4.3.11", "nvidia-curand==10.4.4.72", "nvidia-cuda-nvrtc==13.4.92"];

@@ -36,7 +36,8 @@ pub struct InferenceConfig {
     pub request_timeout_s: f64,
     /// Where to run.
     pub device: Device,
-    /// Precision (f32 on CPU).
+    /// Precision the model computes in: f32 on the CPU runs the fused CPU kernels; bf16/f16 (or
+    /// any dtype on CUDA) run candle's ops, with caches in that dtype.
     pub dtype: Dtype,
     /// Seed for requests that do not set one.
     pub seed: u64,

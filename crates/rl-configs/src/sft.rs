@@ -41,7 +41,8 @@ pub struct SftConfig {
     pub max_steps: u64,
     /// Where to train.
     pub device: Device,
-    /// Precision.
+    /// Precision of the forward and backward passes (bf16 on a GPU); the weights and the optimizer
+    /// state stay f32 (master weights), cast at each use.
     pub dtype: Dtype,
     /// Seed of data order and anything random.
     pub seed: u64,

@@ -17,7 +17,8 @@ pub struct TrainerConfig {
     pub model: TrainerModelConfig,
     /// Where to train.
     pub device: Device,
-    /// Precision of weights and optimizer state (f32 on CPU).
+    /// Precision of the forward and backward passes (bf16 on a GPU); the weights and the optimizer
+    /// state stay f32 (master weights), cast at each use.
     pub dtype: Dtype,
     /// RL loss settings.
     pub loss: LossConfig,

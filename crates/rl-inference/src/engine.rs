@@ -9,8 +9,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
-use candle_core::Device;
-use rl_model::{CpuRuntime, Qwen3, Rows, Sampler, SeqCache, Tok, load_weights_for, log_softmax};
+use rl_model::{CpuRuntime, Qwen3, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -110,10 +109,10 @@ struct Running {
     cached: usize,
 }
 
-struct Seq {
+struct Seq<C> {
     slot: usize,
     choice: usize,
-    cache: SeqCache,
+    cache: C,
     sampler: Sampler,
     next: u32,
     tokens: Vec<u32>,
@@ -124,11 +123,19 @@ impl Engine {
     /// Starts the engine thread serving `model`, decoding up to `max_batch` sequences together and
     /// keeping up to `prefix_cache_bytes` of prompt keys and values.
     pub fn start(model: &Qwen3, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Result<Self> {
-        let rt = CpuRuntime::new(model)?;
         let (tx, rx) = mpsc::channel();
+        // f32 on the CPU runs the slice kernels; any other device or dtype candle's ops.
+        let cpu = model.device().is_cpu() && model.compute_dtype() == candle_core::DType::F32;
+        let run: Box<dyn FnOnce() + Send> = if cpu {
+            let rt = CpuRuntime::new(model)?;
+            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
+        } else {
+            let rt = TensorRuntime::new(model)?;
+            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
+        };
         std::thread::Builder::new()
             .name(String::from("rl-inference-engine"))
-            .spawn(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
+            .spawn(run)
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine { tx })
     }
@@ -160,28 +167,28 @@ impl Engine {
     }
 }
 
-struct EngineLoop {
-    rt: CpuRuntime,
+struct EngineLoop<R: Runtime> {
+    rt: R,
     tok: Tok,
     max_batch: usize,
     version: u64,
     paused: bool,
     waiting: VecDeque<(GenRequest, oneshot::Sender<Result<GenOutput>>)>,
     running: Vec<Option<Running>>,
-    seqs: Vec<Seq>,
-    prompts: PrefixCache,
+    seqs: Vec<Seq<R::Cache>>,
+    prompts: PrefixCache<R>,
 }
 
 /// An admitted request with the cache its prompt continues and the prompt tokens still to feed.
-struct Admitted {
+struct Admitted<C> {
     req: GenRequest,
     tx: oneshot::Sender<Result<GenOutput>>,
-    cache: SeqCache,
+    cache: C,
     cached: usize,
 }
 
-impl EngineLoop {
-    fn new(rt: CpuRuntime, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Self {
+impl<R: Runtime> EngineLoop<R> {
+    fn new(rt: R, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Self {
         EngineLoop {
             rt,
             tok,
@@ -224,14 +231,12 @@ impl EngineLoop {
         match cmd {
             Command::Generate(req, tx) => self.waiting.push_back((req, tx)),
             Command::UpdateWeights(dir, tx) => {
-                let result = load_weights_for(self.rt.config(), &dir, &Device::Cpu)
-                    .and_then(|m| CpuRuntime::new(&m))
-                    .map(|rt| {
-                        self.rt = rt;
-                        self.prompts.clear();
-                        self.version += 1;
-                        self.version
-                    });
+                let result = self.rt.reload(&dir).map(|rt| {
+                    self.rt = rt;
+                    self.prompts.clear();
+                    self.version += 1;
+                    self.version
+                });
                 let _ = tx.send(
                     result.map_err(|e| Error::BadRequest(format!("cannot load weights from {}: {e}", dir.display()))),
                 );
@@ -261,8 +266,8 @@ impl EngineLoop {
     /// Takes waiting requests while the batch has room; a request whose prompt cannot run is
     /// answered with its error here. A request that would prefill the same prompt as one admitted
     /// in this step waits one step, to find it in the prompt cache.
-    fn admit(&mut self) -> Vec<Admitted> {
-        let mut admitted: Vec<Admitted> = Vec::new();
+    fn admit(&mut self) -> Vec<Admitted<R::Cache>> {
+        let mut admitted: Vec<Admitted<R::Cache>> = Vec::new();
         let mut room = self.max_batch.saturating_sub(self.seqs.len());
         while let Some((req, _)) = self.waiting.front() {
             let busy = !self.seqs.is_empty() || !admitted.is_empty();
@@ -283,7 +288,7 @@ impl EngineLoop {
             // A single choice prefills into its own cache with room for its completion; several
             // choices prefill the prompt once and continue it from a shared prefix.
             let max_len = self.rt.config().max_position_embeddings;
-            let cached = hit.as_ref().map_or(0, rl_model::SharedPrefix::len);
+            let cached = hit.as_ref().map_or(0, R::prefix_len);
             let fed = req.prompt.len() - cached;
             let own = if req.n == 1 { (fed + req.max_tokens as usize).min(max_len - cached) } else { fed };
             let cache = self.rt.new_cache(hit.as_ref(), own);
@@ -294,7 +299,7 @@ impl EngineLoop {
 
     /// One forward call: prefills the admitted prompts and decodes a token for every running
     /// sequence; then samples.
-    fn step(&mut self, admitted: Vec<Admitted>) -> Result<()> {
+    fn step(&mut self, admitted: Vec<Admitted<R::Cache>>) -> Result<()> {
         let (admitted, mut prompt_caches): (Vec<_>, Vec<_>) =
             admitted.into_iter().map(|a| ((a.req, a.tx, a.cached), a.cache)).unzip();
         let next: Vec<u32> = self.seqs.iter().map(|s| s.next).collect();
@@ -305,7 +310,7 @@ impl EngineLoop {
         rows.extend(std::iter::repeat_n(Rows::Last, next.len()));
         let vocab = self.rt.config().vocab_size;
         let logits = {
-            let mut caches: Vec<&mut SeqCache> =
+            let mut caches: Vec<&mut R::Cache> =
                 prompt_caches.iter_mut().chain(self.seqs.iter_mut().map(|s| &mut s.cache)).collect();
             self.rt.forward_rows(&mut caches, &tokens, &rows)?
         };
@@ -317,7 +322,7 @@ impl EngineLoop {
             // Keep what this prefill computed (all but the last prompt token) for later requests.
             let len = req.prompt.len();
             if len - cached > 1 && self.prompts.enabled() {
-                self.prompts.insert(prompt_key(&req.prompt).to_vec(), cache.share_first(len - 1));
+                self.prompts.insert(prompt_key(&req.prompt).to_vec(), self.rt.share_first(&cache, len - 1)?);
             }
             prefilled.push((req, tx, cache, cached, req_rows));
         }
@@ -345,7 +350,7 @@ impl EngineLoop {
         &mut self,
         req: GenRequest,
         tx: oneshot::Sender<Result<GenOutput>>,
-        cache: SeqCache,
+        cache: R::Cache,
         cached: usize,
         rows: &[&[f32]],
     ) {
@@ -377,8 +382,13 @@ impl EngineLoop {
         let mut caches = if n == 1 {
             vec![cache]
         } else {
-            let prefix = cache.into_shared();
-            (0..n).map(|_| self.rt.new_cache(Some(&prefix), own)).collect()
+            match self.rt.into_shared(cache) {
+                Ok(prefix) => (0..n).map(|_| self.rt.new_cache(Some(&prefix), own)).collect(),
+                Err(e) => {
+                    let _ = tx.send(Err(Error::Engine(format!("cannot share the prompt's cache: {e}"))));
+                    return;
+                }
+            }
         };
         for choice in (0..n).rev() {
             let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64));

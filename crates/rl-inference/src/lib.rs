@@ -18,7 +18,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use axum::Router;
-use candle_core::Device;
 use rl_configs::InferenceConfig;
 use rl_model::{ChatTemplate, Tok, load_model};
 use tokio::net::TcpListener;
@@ -43,12 +42,8 @@ impl Server {
             .path
             .clone()
             .ok_or_else(|| Error::BadRequest(String::from("inference.model.path must name a model directory")))?;
-        if config.device != rl_configs::Device::Cpu {
-            return Err(Error::BadRequest(String::from(
-                "only device = \"cpu\" is implemented in this build of the inference server",
-            )));
-        }
-        let model = load_model(&dir, &Device::Cpu)?;
+        let device = rl_model::open_device(config.device)?;
+        let model = load_model(&dir, &device)?.with_compute_dtype(rl_model::compute_dtype(config.dtype));
         let tok = Tok::load(&dir)?;
         let template = ChatTemplate::load(&dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);

@@ -5,23 +5,23 @@
 //! a multi-turn episode's next turn reuses its history. Bounded in bytes, least recently used out
 //! first; the engine clears it whenever the weights change.
 
-use rl_model::SharedPrefix;
+use rl_model::Runtime;
 
-struct Entry {
+struct Entry<P> {
     tokens: Vec<u32>,
-    prefix: SharedPrefix,
+    prefix: P,
     used_at: u64,
 }
 
-/// Cached prompt prefixes within a byte budget.
-pub(crate) struct PrefixCache {
-    entries: Vec<Entry>,
+/// Cached prompt prefixes of runtime `R` within a byte budget.
+pub(crate) struct PrefixCache<R: Runtime> {
+    entries: Vec<Entry<R::Prefix>>,
     budget: usize,
     used: usize,
     clock: u64,
 }
 
-impl PrefixCache {
+impl<R: Runtime> PrefixCache<R> {
     /// An empty cache holding at most `budget` bytes (0 = never keeps anything).
     pub(crate) fn new(budget: usize) -> Self {
         PrefixCache { entries: Vec::new(), budget, used: 0, clock: 0 }
@@ -33,7 +33,7 @@ impl PrefixCache {
     }
 
     /// The longest kept prefix that leaves at least one token of `prompt` to feed.
-    pub(crate) fn lookup(&mut self, prompt: &[u32]) -> Option<SharedPrefix> {
+    pub(crate) fn lookup(&mut self, prompt: &[u32]) -> Option<R::Prefix> {
         self.clock += 1;
         let best = self
             .entries
@@ -46,8 +46,8 @@ impl PrefixCache {
 
     /// Keeps `prefix` as the keys and values of `tokens`, evicting the least recently used entries
     /// to stay within the budget. An entry larger than the whole budget is not kept.
-    pub(crate) fn insert(&mut self, tokens: Vec<u32>, prefix: SharedPrefix) {
-        let bytes = prefix.bytes();
+    pub(crate) fn insert(&mut self, tokens: Vec<u32>, prefix: R::Prefix) {
+        let bytes = R::prefix_bytes(&prefix);
         if tokens.is_empty() || bytes > self.budget || self.entries.iter().any(|e| e.tokens == tokens) {
             return;
         }
@@ -55,7 +55,7 @@ impl PrefixCache {
             let Some(oldest) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used_at).map(|(i, _)| i) else {
                 break;
             };
-            self.used -= self.entries.swap_remove(oldest).prefix.bytes();
+            self.used -= R::prefix_bytes(&self.entries.swap_remove(oldest).prefix);
         }
         self.clock += 1;
         self.used += bytes;
@@ -101,7 +101,7 @@ mod tests {
         };
         let (a, ab) = (vec![1, 2, 3], vec![1, 2, 3, 4, 5]);
         let one = prefix_of(&a).bytes();
-        let mut cache = PrefixCache::new(one * 3);
+        let mut cache = PrefixCache::<CpuRuntime>::new(one * 3);
         cache.insert(a.clone(), prefix_of(&a));
         cache.insert(ab.clone(), prefix_of(&ab));
         assert_eq!(cache.lookup(&[1, 2, 3, 4, 5, 6]).unwrap().len(), 5, "the longest kept prefix");
@@ -116,7 +116,7 @@ mod tests {
         cache.clear();
         assert!(cache.lookup(&[7, 8, 9, 1]).is_none());
         assert_eq!(cache.used(), 0);
-        let mut none = PrefixCache::new(0);
+        let mut none = PrefixCache::<CpuRuntime>::new(0);
         none.insert(a.clone(), prefix_of(&a));
         assert!(none.lookup(&ab).is_none(), "a zero budget keeps nothing");
     }

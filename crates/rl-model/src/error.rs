@@ -36,6 +36,9 @@ pub enum Error {
     /// An input is out of range (too long, unknown token id, ...).
     #[error("invalid input: {0}")]
     Input(String),
+    /// The configured device cannot be used.
+    #[error("{0}")]
+    Device(String),
 }
 
 impl Error {

@@ -1,13 +1,14 @@
 //! The Qwen3-architecture model: a differentiable candle graph for training (fused ops with real
 //! backward passes from `rl-kernels`; candle-nn's fused norm/rope/softmax/sdpa have none) and a CPU
 //! runtime computing the same function for generation (KV caches that grow in place, shared
-//! prompt prefixes, batched decode steps); HF-format model directories (config.json, model.safetensors under HF names,
+//! prompt prefixes, batched decode steps) and a device runtime for CUDA; HF-format model directories (config.json, model.safetensors under HF names,
 //! tokenizer.json, tokenizer_config.json with a Jinja chat template); sampling; `rl model init`.
 //!
 //! Depends on rl-configs and candle only: it must never depend on tokio, tonic, axum or reqwest.
 
 mod chat;
 mod config;
+mod device;
 mod error;
 mod init;
 mod model;
@@ -21,12 +22,13 @@ pub use chat::{
     ChatTemplate, QWEN_TEMPLATE, TemplateFunction, TemplateMessage, TemplateToolCall, write_tokenizer_config,
 };
 pub use config::{Preset, Qwen3Config};
+pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{init_model, micro_config, random_weights, scaled_random_weights};
 pub use model::Qwen3;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
-pub use runtime::{CpuRuntime, Rows, SeqCache, SharedPrefix};
+pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{

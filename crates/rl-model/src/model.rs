@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use rl_kernels::ops::{Rope, attention, head_norm_rope, rms_norm, swiglu};
 use rl_kernels::{AttnShape, RowLayout};
@@ -40,6 +40,9 @@ pub struct Qwen3 {
     pub(crate) lm_head: Tensor,
     pub(crate) rope: Rope,
     device: Device,
+    /// The dtype the forward pass computes in; weights are cast to it at use, so gradients reach
+    /// the stored (master) weights in their own dtype.
+    compute: DType,
 }
 
 /// `x W^T` for `x [T, in]` and an HF weight `W [out, in]`.
@@ -78,7 +81,24 @@ impl Qwen3 {
         let lm_head =
             if cfg.tie_word_embeddings { embed.clone() } else { vb.get((cfg.vocab_size, h), "lm_head.weight")? };
         let rope = Rope::new(hd, cfg.rope_theta, cfg.max_position_embeddings, embed.dtype(), vb.device())?;
-        Ok(Qwen3 { cfg: cfg.clone(), embed, layers, norm, lm_head, rope, device: vb.device().clone() })
+        let compute = embed.dtype();
+        Ok(Qwen3 { cfg: cfg.clone(), embed, layers, norm, lm_head, rope, device: vb.device().clone(), compute })
+    }
+
+    /// This model computing in `dtype` (e.g. bf16 over f32 master weights on a GPU).
+    pub fn with_compute_dtype(mut self, dtype: DType) -> Self {
+        self.compute = dtype;
+        self
+    }
+
+    /// The dtype the forward pass computes in.
+    pub fn compute_dtype(&self) -> DType {
+        self.compute
+    }
+
+    /// `w` in the compute dtype (differentiable: a no-op when it already is).
+    fn at(&self, w: &Tensor) -> Result<Tensor> {
+        Ok(w.to_dtype(self.compute)?)
     }
 
     /// The config.
@@ -122,23 +142,26 @@ impl Qwen3 {
         }
         let (eps, hd) = (self.cfg.rms_norm_eps, self.cfg.head_dim);
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut x = self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?;
+        let mut x = self.at(&self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?)?;
         for l in &self.layers {
-            let h = rms_norm(&x, &l.ln1, eps)?;
-            let q = head_norm_rope(&linear(&h, &l.q)?, &l.q_norm, eps, positions.clone(), &self.rope)?;
-            let k = head_norm_rope(&linear(&h, &l.k)?, &l.k_norm, eps, positions.clone(), &self.rope)?;
-            let v = linear(&h, &l.v)?;
+            let h = rms_norm(&x, &self.at(&l.ln1)?, eps)?;
+            let q = linear(&h, &self.at(&l.q)?)?;
+            let q = head_norm_rope(&q, &self.at(&l.q_norm)?, eps, positions.clone(), &self.rope)?;
+            let k = linear(&h, &self.at(&l.k)?)?;
+            let k = head_norm_rope(&k, &self.at(&l.k_norm)?, eps, positions.clone(), &self.rope)?;
+            let v = linear(&h, &self.at(&l.v)?)?;
             let a = attention(&q, &k, &v, layout.clone(), self.shape(), scale)?;
-            x = (x + linear(&a, &l.o)?)?;
-            let h = rms_norm(&x, &l.ln2, eps)?;
-            x = (&x + linear(&swiglu(&linear(&h, &l.gate)?, &linear(&h, &l.up)?)?, &l.down)?)?;
+            x = (x + linear(&a, &self.at(&l.o)?)?)?;
+            let h = rms_norm(&x, &self.at(&l.ln2)?, eps)?;
+            let mlp = swiglu(&linear(&h, &self.at(&l.gate)?)?, &linear(&h, &self.at(&l.up)?)?)?;
+            x = (&x + linear(&mlp, &self.at(&l.down)?)?)?;
         }
-        Ok(rms_norm(&x, &self.norm, eps)?)
+        Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)
     }
 
     /// Logits `[R, vocab]` of final-normed hidden rows `[R, hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        linear(hidden, &self.lm_head)
+        linear(hidden, &self.at(&self.lm_head)?)
     }
 
     /// Logits `[B, T, vocab]` for packed rows: `input_ids` and `positions` are `B` rows of `T`;

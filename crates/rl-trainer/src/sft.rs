@@ -7,14 +7,14 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::{LossConfig, LossMaskConfig, SftConfig};
-use rl_model::{ChatTemplate, Qwen3, Qwen3Config, TemplateMessage, Tok, Trainable, read_config, read_weights};
+use rl_model::{ChatTemplate, Qwen3, Qwen3Config, TemplateMessage, Tok, Trainable, read_config};
 
 use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::train::{append_jsonl, device, step_gradients};
+use crate::train::{append_jsonl, device, master_weights, step_gradients};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,8 +163,7 @@ impl SftTrainer {
             }
             None => (src.clone(), 1, Optimizer::new(&cfg.optim)),
         };
-        let vars = Trainable::from_tensors(&model_cfg, &read_weights(&weights_dir, &dev)?)?;
-        let model = vars.model(&model_cfg, &dev)?;
+        let (vars, model) = master_weights(&model_cfg, &weights_dir, &dev, cfg.dtype)?;
         Ok(SftTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, src })
     }
 

@@ -18,15 +18,24 @@ use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
 
 /// The device a config asks for (CUDA only in builds with the `cuda` feature).
 pub fn device(cfg: rl_configs::Device) -> Result<Device> {
-    match cfg {
-        rl_configs::Device::Cpu => Ok(Device::Cpu),
-        #[cfg(feature = "cuda")]
-        rl_configs::Device::Cuda => Ok(Device::new_cuda(0)?),
-        #[cfg(not(feature = "cuda"))]
-        rl_configs::Device::Cuda => Err(Error::Unsupported(String::from(
-            "device = \"cuda\" needs a build with the `cuda` feature (cargo build --features cuda)",
-        ))),
-    }
+    Ok(rl_model::open_device(cfg)?)
+}
+
+/// The weights of `dir` as f32 master variables on `device`, and the model over them computing in
+/// `compute` (bf16 on a GPU: weights are cast at each use, gradients and AdamW stay f32).
+pub(crate) fn master_weights(
+    cfg: &Qwen3Config,
+    dir: &Path,
+    device: &Device,
+    compute: rl_configs::Dtype,
+) -> Result<(Trainable, Qwen3)> {
+    let tensors = read_weights(dir, device)?
+        .into_iter()
+        .map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?)))
+        .collect::<Result<std::collections::HashMap<_, _>>>()?;
+    let vars = Trainable::from_tensors(cfg, &tensors)?;
+    let model = vars.model(cfg, device)?.with_compute_dtype(rl_model::compute_dtype(compute));
+    Ok((vars, model))
 }
 
 /// What one step did.
@@ -93,9 +102,6 @@ impl RlTrainer {
             Error::Unsupported(String::from("trainer.model.path must name the starting model directory"))
         })?;
         let device = device(cfg.device)?;
-        if cfg.dtype != rl_configs::Dtype::F32 {
-            return Err(Error::Unsupported(String::from("only dtype = \"f32\" is implemented in the trainer")));
-        }
         let model_cfg = read_config(&dir)?;
         let (weights_dir, step, opt) = match &cfg.resume {
             Some(r) => {
@@ -105,9 +111,7 @@ impl RlTrainer {
             }
             None => (dir, 1, Optimizer::new(&cfg.optim)),
         };
-        let tensors = read_weights(&weights_dir, &device)?;
-        let vars = Trainable::from_tensors(&model_cfg, &tensors)?;
-        let model = vars.model(&model_cfg, &device)?;
+        let (vars, model) = master_weights(&model_cfg, &weights_dir, &device, cfg.dtype)?;
         Ok(RlTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, device })
     }
 

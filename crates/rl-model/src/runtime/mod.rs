@@ -1,10 +1,12 @@
-//! The CPU inference runtime: the same function as [`Qwen3::hidden`] + [`Qwen3::logits`], run on
-//! plain f32 buffers with the kernels of `rl-kernels` (no graph, no per-op tensors), over KV
-//! caches that grow in place. One call advances any number of sequences by any number of tokens
-//! (a prefill, a batched decode step, or both): projections and MLPs run over all new tokens at
-//! once, attention runs for every sequence in one parallel pass.
+//! Inference runtimes: the same function as [`Qwen3::hidden`] + [`Qwen3::logits`] over KV caches,
+//! behind one trait ([`Runtime`]) that the generation engine drives. [`CpuRuntime`] runs on plain
+//! f32 buffers with the kernels of `rl-kernels` (no graph, no per-op tensors), over KV caches that
+//! grow in place; [`TensorRuntime`] runs candle ops on any device (CUDA) with caches as device
+//! tensors. One call advances any number of sequences by any number of tokens (a prefill, a
+//! batched decode step, or both): projections and MLPs run over all new tokens at once.
 
 mod kv;
+mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
 use rl_kernels::cpu::linear::linear;
@@ -15,6 +17,7 @@ use rl_kernels::gemm::{MatMut, MatRef};
 use rayon::prelude::*;
 
 pub use kv::{KvBlock, SeqCache, SharedPrefix};
+pub use tensor::{TensorCache, TensorPrefix, TensorRuntime};
 
 use crate::config::Qwen3Config;
 use crate::error::{Error, Result};
@@ -27,6 +30,87 @@ pub enum Rows {
     Last,
     /// Every new token's (prompt log-probabilities).
     All,
+}
+
+/// What the generation engine needs of a runtime: caches that sequences own, prefixes they share
+/// (a prompt prefilled once), and one forward call over many sequences.
+pub trait Runtime: Send + Sized + 'static {
+    /// One sequence's keys and values.
+    type Cache: Send;
+    /// A frozen prefix several caches continue.
+    type Prefix: Clone + Send;
+
+    /// The architecture.
+    fn config(&self) -> &Qwen3Config;
+    /// The same runtime over the weights of `dir` (a weight update).
+    fn reload(&self, dir: &std::path::Path) -> Result<Self>;
+    /// An empty cache continuing `prefix`, with room for `capacity` own tokens.
+    fn new_cache(&self, prefix: Option<&Self::Prefix>, capacity: usize) -> Self::Cache;
+    /// Tokens in a cache (prefix included).
+    fn cache_len(cache: &Self::Cache) -> usize;
+    /// The first `len` tokens of a cache as a shareable prefix (a copy).
+    fn share_first(&self, cache: &Self::Cache, len: usize) -> Result<Self::Prefix>;
+    /// A whole cache frozen as a prefix.
+    fn into_shared(&self, cache: Self::Cache) -> Result<Self::Prefix>;
+    /// Tokens in a prefix.
+    fn prefix_len(prefix: &Self::Prefix) -> usize;
+    /// Bytes a prefix holds.
+    fn prefix_bytes(prefix: &Self::Prefix) -> usize;
+    /// Appends `tokens[i]` to `caches[i]`; logits `[rows, vocab]` as `rows` asks, in order.
+    fn forward_rows(&self, caches: &mut [&mut Self::Cache], tokens: &[&[u32]], rows: &[Rows]) -> Result<Vec<f32>>;
+
+    /// Whether `tokens` can be appended to a sequence of `cached` tokens (ids in the vocabulary,
+    /// the total within `max_position_embeddings`).
+    fn check(&self, cached: usize, tokens: &[u32]) -> Result<()> {
+        let cfg = self.config();
+        if tokens.is_empty() {
+            return Err(Error::Input(String::from("nothing to append")));
+        }
+        if let Some(bad) = tokens.iter().find(|&&i| i as usize >= cfg.vocab_size) {
+            return Err(Error::Input(format!("token id {bad} is outside the vocabulary of {}", cfg.vocab_size)));
+        }
+        let max = cfg.max_position_embeddings;
+        if cached + tokens.len() > max {
+            return Err(Error::Input(format!(
+                "sequence of {} tokens exceeds max_position_embeddings ({max})",
+                cached + tokens.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Runtime for CpuRuntime {
+    type Cache = SeqCache;
+    type Prefix = SharedPrefix;
+
+    fn config(&self) -> &Qwen3Config {
+        &self.cfg
+    }
+    fn reload(&self, dir: &std::path::Path) -> Result<Self> {
+        CpuRuntime::new(&crate::load_weights_for(&self.cfg, dir, &candle_core::Device::Cpu)?)
+    }
+    fn new_cache(&self, prefix: Option<&SharedPrefix>, capacity: usize) -> SeqCache {
+        CpuRuntime::new_cache(self, prefix, capacity)
+    }
+    fn cache_len(cache: &SeqCache) -> usize {
+        cache.len()
+    }
+    fn share_first(&self, cache: &SeqCache, len: usize) -> Result<SharedPrefix> {
+        Ok(cache.share_first(len))
+    }
+    fn into_shared(&self, cache: SeqCache) -> Result<SharedPrefix> {
+        Ok(cache.into_shared())
+    }
+    fn prefix_len(prefix: &SharedPrefix) -> usize {
+        prefix.len()
+    }
+    fn prefix_bytes(prefix: &SharedPrefix) -> usize {
+        prefix.bytes()
+    }
+    fn forward_rows(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], rows: &[Rows]) -> Result<Vec<f32>> {
+        CpuRuntime::forward_rows(self, caches, tokens, rows)
+    }
 }
 
 /// One layer's weights as f32 buffers (HF layout).
@@ -107,23 +191,9 @@ impl CpuRuntime {
         SeqCache { prefix: prefix.map(|p| p.0.clone()), own: KvBlock::new(self.cfg.num_hidden_layers, width, capacity) }
     }
 
-    /// Whether `tokens` can be appended to a sequence of `cached` tokens (ids in the vocabulary,
-    /// the total within `max_position_embeddings`).
+    /// Whether `tokens` can be appended to a sequence of `cached` tokens (see [`Runtime::check`]).
     pub fn check(&self, cached: usize, tokens: &[u32]) -> Result<()> {
-        if tokens.is_empty() {
-            return Err(Error::Input(String::from("nothing to append")));
-        }
-        if let Some(bad) = tokens.iter().find(|&&i| i as usize >= self.cfg.vocab_size) {
-            return Err(Error::Input(format!("token id {bad} is outside the vocabulary of {}", self.cfg.vocab_size)));
-        }
-        let max = self.cfg.max_position_embeddings;
-        if cached + tokens.len() > max {
-            return Err(Error::Input(format!(
-                "sequence of {} tokens exceeds max_position_embeddings ({max})",
-                cached + tokens.len()
-            )));
-        }
-        Ok(())
+        Runtime::check(self, cached, tokens)
     }
 
     /// Appends `tokens[i]` to `caches[i]` for every i and returns logits, row-major `[rows, vocab]`:

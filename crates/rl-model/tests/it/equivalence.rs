@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use candle_core::{D, Tensor};
-use rl_model::{CpuRuntime, RowLayout, SeqCache};
+use rl_model::{CpuRuntime, RowLayout, Rows, Runtime, SeqCache, TensorRuntime};
 
 use crate::{max_abs_diff, micro_config, model};
 
@@ -136,4 +136,42 @@ fn out_of_range_inputs_are_errors_not_panics() {
     assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&long], false).is_err());
     assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&[999]], false).is_err());
     assert!(rt.forward(&mut [&mut rt.new_cache(None, 1)], &[&[]], false).is_err());
+}
+
+/// A prefill of two prompts (one continuing a shared prefix), then decode steps that outgrow the
+/// caches' first capacity, through the `Runtime` trait: logits of every call.
+fn scripted_run<R: Runtime>(rt: &R) -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    let mut p = rt.new_cache(None, 2);
+    out.push(rt.forward_rows(&mut [&mut p], &[&[4, 4, 9]], &[Rows::All]).unwrap());
+    let prefix = rt.into_shared(p).unwrap();
+    assert_eq!(R::prefix_len(&prefix), 3);
+    let (mut a, mut b) = (rt.new_cache(Some(&prefix), 1), rt.new_cache(None, 1));
+    out.push(rt.forward_rows(&mut [&mut a, &mut b], &[&[1, 2], &[7, 3, 5, 8]], &[Rows::Last, Rows::All]).unwrap());
+    for step in 0..6u32 {
+        let toks = [10 + step, 20 + step];
+        out.push(rt.forward_rows(&mut [&mut a, &mut b], &[&toks[..1], &toks[1..]], &[Rows::Last, Rows::Last]).unwrap());
+    }
+    assert_eq!((R::cache_len(&a), R::cache_len(&b)), (11, 10));
+    // The first 7 tokens of `a` as a prefix continue exactly as `a` did.
+    let first = rt.share_first(&a, 7).unwrap();
+    let mut c = rt.new_cache(Some(&first), 4);
+    out.push(rt.forward_rows(&mut [&mut c], &[&[12, 13]], &[Rows::All]).unwrap());
+    out
+}
+
+#[test]
+fn the_device_runtime_equals_the_cpu_runtime() {
+    let cfg = micro_config();
+    let m = model(&cfg, 6);
+    let (cpu, dev) = (scripted_run(&CpuRuntime::new(&m).unwrap()), scripted_run(&TensorRuntime::new(&m).unwrap()));
+    for (i, (a, b)) in cpu.iter().zip(&dev).enumerate() {
+        assert_eq!(a.len(), b.len(), "call {i}");
+        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(diff < 1e-4, "call {i}: {diff}");
+    }
+    // In bf16 (the GPU's dtype) it still tracks the f32 logits.
+    let half = scripted_run(&TensorRuntime::new(&m.clone().with_compute_dtype(candle_core::DType::BF16)).unwrap());
+    let diff = cpu.iter().flatten().zip(half.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff < 0.1, "bf16 logits drift by {diff}");
 }
