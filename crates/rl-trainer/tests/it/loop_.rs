@@ -152,3 +152,43 @@ fn malformed_batches_are_rejected_naming_the_field() {
     write_batch(run, &b).unwrap();
     assert!(rl_trainer::read_batch(run, 2).unwrap_err().to_string().contains("position_ids"));
 }
+
+/// `dtype = "bf16"` (the GPU recipe, here on CPU through the composed ops): the forward and
+/// backward passes run in bf16, the weights and optimizer state stay f32 and follow an f32 run.
+#[test]
+fn bf16_training_keeps_f32_master_weights_that_follow_f32_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 6);
+    let mut finals = Vec::new();
+    for dtype in [rl_configs::Dtype::F32, rl_configs::Dtype::Bf16] {
+        let run = tmp.path().join(format!("{dtype:?}"));
+        for step in 1..=2 {
+            write_batch(&run, &synthetic_batch(step)).unwrap();
+        }
+        let mut cfg = config(&run, &model, 2);
+        cfg.dtype = dtype;
+        let mut t = RlTrainer::new(&cfg).unwrap();
+        let mut reports = Vec::new();
+        t.run(|r| reports.push(r.clone())).unwrap();
+        assert!(reports.iter().all(|r| r.grad_norm.is_finite() && r.grad_norm > 0.0), "{dtype:?}");
+        assert!(t.weights().iter().all(|(_, w)| w.dtype() == candle_core::DType::F32), "master weights stay f32");
+        finals.push((t.weights(), reports));
+    }
+    let ((wf, rf), (wb, rb)) = (&finals[0], &finals[1]);
+    let rel = (rf[0].grad_norm - rb[0].grad_norm).abs() / rf[0].grad_norm;
+    assert!(rel < 0.05, "bf16 gradient norm {} vs f32 {}", rb[0].grad_norm, rf[0].grad_norm);
+    let start = RlTrainer::new(&config(&tmp.path().join("fresh"), &model, 2)).unwrap().weights();
+    // Adam moves each element by about lr whatever the gradient's size, so compare the update as a
+    // whole: the bf16 run's must point the same way as the f32 run's.
+    let delta = |w: &[(String, Tensor)]| -> Vec<f32> {
+        w.iter()
+            .zip(&start)
+            .flat_map(|((_, a), (_, s))| (a - s).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap())
+            .collect()
+    };
+    let (da, db) = (delta(wf), delta(wb));
+    let dot: f64 = da.iter().zip(&db).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let cosine = dot / (norm(&da) * norm(&db));
+    assert!(cosine > 0.9, "the bf16 update points away from the f32 one: cosine {cosine}");
+}
