@@ -72,7 +72,7 @@ fn config_command<T: ConfigFile>(
     run(command, &loaded.config)
 }
 
-const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small] [--seed N] [--force]";
+const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force]";
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
@@ -94,8 +94,9 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
             "--out" => out = Some(std::path::PathBuf::from(value("--out")?)),
             "--preset" => {
                 let v = value("--preset")?;
-                preset = rl_model::Preset::parse(&v)
-                    .with_context(|| format!("unknown preset `{v}`; expected tiny or small"))?;
+                preset = rl_model::Preset::parse(&v).with_context(|| {
+                    format!("unknown preset `{v}`; expected one of {}", rl_model::Preset::NAMES.join(", "))
+                })?;
             }
             "--seed" => {
                 let v = value("--seed")?;

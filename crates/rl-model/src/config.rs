@@ -54,15 +54,31 @@ pub enum Preset {
     Tiny,
     /// hidden 256, 6 layers, 8/4 heads of 32, MLP 768, tied embeddings (~4.8M params).
     Small,
+    /// Qwen3-0.6B's shapes (hidden 1024, 28 layers, 16/8 heads of 128, MLP 3072, vocabulary
+    /// 151936, tied embeddings, RoPE theta 1e6, 40960 positions; ~0.6B params) with random
+    /// weights: the GPU benchmark's model.
+    Qwen3_0_6B,
 }
 
 impl Preset {
-    /// Parses `tiny` or `small`.
+    /// Every preset's name, as [`Preset::parse`] takes them.
+    pub const NAMES: &[&str] = &["tiny", "small", "qwen3-0.6b"];
+
+    /// Parses `tiny`, `small` or `qwen3-0.6b`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "tiny" => Some(Preset::Tiny),
             "small" => Some(Preset::Small),
+            "qwen3-0.6b" => Some(Preset::Qwen3_0_6B),
             _ => None,
+        }
+    }
+
+    /// The vocabulary this preset fixes (Qwen3-0.6B's), whatever its tokenizer covers.
+    pub fn vocab_size(self) -> Option<usize> {
+        match self {
+            Preset::Qwen3_0_6B => Some(151_936),
+            Preset::Tiny | Preset::Small => None,
         }
     }
 }
@@ -73,6 +89,11 @@ impl Qwen3Config {
         let (hidden, layers, heads, kv, inter) = match preset {
             Preset::Tiny => (128, 4, 4, 2, 384),
             Preset::Small => (256, 6, 8, 4, 768),
+            Preset::Qwen3_0_6B => (1024, 28, 16, 8, 3072),
+        };
+        let (head_dim, max_positions, rope_theta) = match preset {
+            Preset::Qwen3_0_6B => (128, 40_960, 1_000_000.0),
+            Preset::Tiny | Preset::Small => (32, 2048, 10_000.0),
         };
         let mut extra = BTreeMap::new();
         for (k, v) in [
@@ -97,10 +118,10 @@ impl Qwen3Config {
             num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: kv,
-            head_dim: 32,
-            max_position_embeddings: 2048,
+            head_dim,
+            max_position_embeddings: max_positions,
             rms_norm_eps: 1e-6,
-            rope_theta: 10000.0,
+            rope_theta,
             tie_word_embeddings: true,
             attention_bias: false,
             bos_token_id: None,
@@ -146,5 +167,27 @@ impl Qwen3Config {
         let layer = h * q + 2 * h * kv + q * h + 2 * self.head_dim + 3 * h * self.intermediate_size + 2 * h;
         let head = if self.tie_word_embeddings { 0 } else { self.vocab_size * h };
         self.vocab_size * h + self.num_hidden_layers * layer + h + head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Preset, Qwen3Config};
+
+    #[test]
+    fn the_qwen3_0_6b_preset_has_its_shapes_and_parameter_count() {
+        for name in Preset::NAMES {
+            assert!(Preset::parse(name).is_some(), "{name}");
+        }
+        let p = Preset::parse("qwen3-0.6b").unwrap();
+        let c = Qwen3Config::preset(p, p.vocab_size().unwrap());
+        c.check().unwrap();
+        let (h, q, kv) = (c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim);
+        let layer = 2 * h * q + 2 * h * kv + 3 * h * c.intermediate_size + 2 * h + 2 * c.head_dim;
+        let params = c.vocab_size * h + c.num_hidden_layers * layer + h;
+        // Qwen3-0.6B: 0.60B parameters, 0.44B of them outside the embedding.
+        assert!((590_000_000..600_000_000).contains(&params), "{params}");
+        assert!((430_000_000..450_000_000).contains(&(params - c.vocab_size * h)), "{params}");
+        assert_eq!((c.head_dim, c.max_position_embeddings, c.rope_theta), (128, 40_960, 1e6));
     }
 }

@@ -28,7 +28,7 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
         let generation = serde_json::json!({"eos_token_id": [2, 0], "pad_token_id": 0});
         std::fs::write(scratch.join("generation_config.json"), generation.to_string())
             .map_err(|e| Error::io(&scratch, e))?;
-        let mut cfg = Qwen3Config::preset(preset, vocab.div_ceil(64) * 64);
+        let mut cfg = Qwen3Config::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
         cfg.eos_token_id = Some(serde_json::json!(2));
         let tensors = random_weights(&cfg, seed)?;
         write_model_dir(out, &cfg, &tensors, &scratch)?;
