@@ -382,7 +382,7 @@ impl<R: Runtime> EngineLoop<R> {
         let mut caches = if n == 1 {
             vec![cache]
         } else {
-            match self.rt.into_shared(cache) {
+            match self.rt.freeze(cache) {
                 Ok(prefix) => (0..n).map(|_| self.rt.new_cache(Some(&prefix), own)).collect(),
                 Err(e) => {
                     let _ = tx.send(Err(Error::Engine(format!("cannot share the prompt's cache: {e}"))));

@@ -50,8 +50,8 @@ pub trait Runtime: Send + Sized + 'static {
     fn cache_len(cache: &Self::Cache) -> usize;
     /// The first `len` tokens of a cache as a shareable prefix (a copy).
     fn share_first(&self, cache: &Self::Cache, len: usize) -> Result<Self::Prefix>;
-    /// A whole cache frozen as a prefix.
-    fn into_shared(&self, cache: Self::Cache) -> Result<Self::Prefix>;
+    /// A whole cache frozen as a prefix (consumed).
+    fn freeze(&self, cache: Self::Cache) -> Result<Self::Prefix>;
     /// Tokens in a prefix.
     fn prefix_len(prefix: &Self::Prefix) -> usize;
     /// Bytes a prefix holds.
@@ -99,7 +99,7 @@ impl Runtime for CpuRuntime {
     fn share_first(&self, cache: &SeqCache, len: usize) -> Result<SharedPrefix> {
         Ok(cache.share_first(len))
     }
-    fn into_shared(&self, cache: SeqCache) -> Result<SharedPrefix> {
+    fn freeze(&self, cache: SeqCache) -> Result<SharedPrefix> {
         Ok(cache.into_shared())
     }
     fn prefix_len(prefix: &SharedPrefix) -> usize {

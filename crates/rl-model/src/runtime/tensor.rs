@@ -173,7 +173,7 @@ impl TensorRuntime {
         Ok(out.permute((2, 0, 1, 3))?.reshape((m, hq * d))?)
     }
 
-    fn freeze(&self, cache: &TensorCache, len: usize) -> Result<TensorPrefix> {
+    fn copy_prefix(&self, cache: &TensorCache, len: usize) -> Result<TensorPrefix> {
         let layers = self.cfg.num_hidden_layers;
         let mut kv = DeviceKv::empty(layers);
         let from_prefix = cache.prefix.as_ref().map_or(0, |p| p.len.min(len));
@@ -273,12 +273,12 @@ impl Runtime for TensorRuntime {
     }
 
     fn share_first(&self, cache: &TensorCache, len: usize) -> Result<TensorPrefix> {
-        self.freeze(cache, len.min(cache.len()))
+        self.copy_prefix(cache, len.min(cache.len()))
     }
 
-    fn into_shared(&self, cache: TensorCache) -> Result<TensorPrefix> {
+    fn freeze(&self, cache: TensorCache) -> Result<TensorPrefix> {
         let len = cache.len();
-        self.freeze(&cache, len)
+        self.copy_prefix(&cache, len)
     }
 
     fn prefix_len(prefix: &TensorPrefix) -> usize {

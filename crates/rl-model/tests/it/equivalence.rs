@@ -144,7 +144,7 @@ fn scripted_run<R: Runtime>(rt: &R) -> Vec<Vec<f32>> {
     let mut out = Vec::new();
     let mut p = rt.new_cache(None, 2);
     out.push(rt.forward_rows(&mut [&mut p], &[&[4, 4, 9]], &[Rows::All]).unwrap());
-    let prefix = rt.into_shared(p).unwrap();
+    let prefix = rt.freeze(p).unwrap();
     assert_eq!(R::prefix_len(&prefix), 3);
     let (mut a, mut b) = (rt.new_cache(Some(&prefix), 1), rt.new_cache(None, 1));
     out.push(rt.forward_rows(&mut [&mut a, &mut b], &[&[1, 2], &[7, 3, 5, 8]], &[Rows::Last, Rows::All]).unwrap());
@@ -171,7 +171,7 @@ fn the_device_runtime_equals_the_cpu_runtime() {
         assert!(diff < 1e-4, "call {i}: {diff}");
     }
     // In bf16 (the GPU's dtype) it still tracks the f32 logits.
-    let half = scripted_run(&TensorRuntime::new(&m.clone().with_compute_dtype(candle_core::DType::BF16)).unwrap());
+    let half = scripted_run(&TensorRuntime::new(&m.with_compute_dtype(candle_core::DType::BF16)).unwrap());
     let diff = cpu.iter().flatten().zip(half.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(diff < 0.1, "bf16 logits drift by {diff}");
 }
