@@ -16,6 +16,11 @@ pub fn open_device(device: rl_configs::Device) -> Result<Device> {
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Device> {
     Device::new_cuda(0).map_err(|e| {
+        // The cause only: candle attaches a backtrace when RUST_BACKTRACE is set.
+        let e = match e {
+            candle_core::Error::WithBacktrace { inner, .. } => *inner,
+            e => e,
+        };
         Error::Device(format!(
             "device = \"cuda\": cannot open CUDA device 0 ({e}); this machine needs an NVIDIA GPU and its \
              driver (CUDA_ERROR_STUB_LIBRARY means no driver was found)"
