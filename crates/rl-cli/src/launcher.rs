@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rl_configs::{ConfigFile, ResumeConfig, RlConfig, write_json_atomic};
+use rl_configs::run_dir::{MetricsRow, TrainerRow, read_jsonl};
+use rl_configs::{ConfigFile, ResumeConfig, RlConfig, RunDir, write_json_atomic};
 
-use crate::plot::{read_jsonl, rl_curves};
+use crate::plot::rl_curves;
 
 /// Set by the first Ctrl-C (or SIGTERM) the launcher receives.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -64,14 +65,13 @@ fn tail(path: &Path, n: usize) -> String {
 /// Spawns `rl <args>` logging to `<run>/logs/<name>.log`; with `wait_line`, returns the first stdout
 /// line (the server's `listening` event) and forwards the rest of stdout to the log.
 fn spawn(
-    run_dir: &Path,
+    run: &RunDir,
     name: &str,
     args: &[&str],
     wait_line: bool,
 ) -> anyhow::Result<(Proc, Option<serde_json::Value>)> {
-    let logs = run_dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
-    let log = logs.join(format!("{}.log", name.replace('/', "-")));
+    std::fs::create_dir_all(run.logs())?;
+    let log = run.log(name);
     // Appending keeps the log of an interrupted run when it is resumed.
     let err_file = std::fs::OpenOptions::new()
         .create(true)
@@ -110,22 +110,21 @@ fn spawn(
 
 /// The checkpoint step to resume from: `wanted`, or the latest step for which both the trainer
 /// and the orchestrator finished a checkpoint.
-fn resume_step(run_dir: &Path, wanted: Option<u64>) -> anyhow::Result<u64> {
-    let root = run_dir.join("checkpoints");
-    let complete = |s: u64| {
-        let d = root.join(format!("step_{s}"));
-        d.join("trainer/progress.json").exists() && d.join("orchestrator/state.json").exists()
-    };
+fn resume_step(run: &RunDir, wanted: Option<u64>) -> anyhow::Result<u64> {
+    let complete = run.complete_checkpoints();
     if let Some(s) = wanted {
-        if complete(s) {
+        if complete.contains(&s) {
             return Ok(s);
         }
-        bail!("cannot resume from step {s}: {} lacks a complete trainer or orchestrator checkpoint", root.display());
+        bail!(
+            "cannot resume from step {s}: {} lacks a complete trainer or orchestrator checkpoint",
+            run.checkpoint(s).display()
+        );
     }
-    rl_orchestrator::checkpoint_steps(run_dir).into_iter().filter(|&s| complete(s)).max().with_context(|| {
+    complete.last().copied().with_context(|| {
         format!(
             "cannot resume: no complete checkpoint (trainer and orchestrator) in {} (set [ckpt] interval)",
-            root.display()
+            run.checkpoints().display()
         )
     })
 }
@@ -133,8 +132,9 @@ fn resume_step(run_dir: &Path, wanted: Option<u64>) -> anyhow::Result<u64> {
 /// Runs the RL launcher for a loaded config.
 pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let run_dir = config.run_dir();
+    let run = RunDir::new(&run_dir);
     let resume = match &config.resume {
-        Some(r) => Some(resume_step(&run_dir, r.step)?),
+        Some(r) => Some(resume_step(&run, r.step)?),
         None => None,
     };
     let non_empty = std::fs::read_dir(&run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
@@ -164,7 +164,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     watch_signals()?;
     if config.inference.is_some() {
-        let (p, event) = spawn(&run_dir, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
+        let (p, event) = spawn(&run, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
         orchestrator.model.base_url = event
             .and_then(|e| e["base_url"].as_str().map(str::to_owned))
             .context("inference did not report base_url")?;
@@ -177,7 +177,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
             "train" => format!("env-{}", part.name),
             split => format!("env-{split}-{}", part.name),
         };
-        let (p, event) = spawn(&run_dir, &name, &["env-server", "@", &cfg_path(&rel)], true)?;
+        let (p, event) = spawn(&run, &name, &["env-server", "@", &cfg_path(&rel)], true)?;
         addresses.insert(
             (part.split, part.name.clone()),
             event
@@ -186,7 +186,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         );
         procs.push(p);
         if INTERRUPTED.load(Ordering::SeqCst) {
-            return stop_all(procs, &run_dir);
+            return stop_all(procs, &run);
         }
     }
     for env in &mut orchestrator.train.env {
@@ -203,18 +203,18 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     write_json_atomic(&configs_dir.join("orchestrator.json"), &rl_configs::to_json(&orchestrator))?;
     write_json_atomic(&configs_dir.join("trainer.json"), &rl_configs::to_json(&trainer))?;
-    procs.push(spawn(&run_dir, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
-    procs.push(spawn(&run_dir, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
-    let outcome = monitor(&run_dir, &mut procs, config.max_steps, resume.unwrap_or(0));
-    if let Err(e) = rl_curves(&run_dir) {
+    procs.push(spawn(&run, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
+    procs.push(spawn(&run, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
+    let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0));
+    if let Err(e) = rl_curves(&run) {
         tracing::warn!("could not draw the run's curves: {e:#}");
     }
     match outcome {
         Ok(Finished::Done) => {
             stop_in_order(procs);
-            export_final_model(&run_dir, config)
+            export_final_model(&run, config)
         }
-        Ok(Finished::Interrupted) => stop_all(procs, &run_dir),
+        Ok(Finished::Interrupted) => stop_all(procs, &run),
         Err(e) => {
             stop_in_order(procs);
             Err(e)
@@ -230,39 +230,28 @@ fn stop_in_order(mut procs: Vec<Proc>) {
 }
 
 /// The Ctrl-C path: stop everything, say how to continue, exit non-zero.
-fn stop_all(procs: Vec<Proc>, run_dir: &Path) -> anyhow::Result<()> {
-    let _ = writeln!(std::io::stderr().lock(), "interrupted: stopping every process of {}", run_dir.display());
+fn stop_all(procs: Vec<Proc>, run: &RunDir) -> anyhow::Result<()> {
+    let _ = writeln!(std::io::stderr().lock(), "interrupted: stopping every process of {}", run.root().display());
     stop_in_order(procs);
     bail!(
         "interrupted; logs are in {}; continue from the latest checkpoint with --resume (needs [ckpt])",
-        run_dir.join("logs").display()
+        run.logs().display()
     )
 }
 
 /// Writes the last broadcast weights as an HF-format model directory at `<run>/model` (config and
 /// tokenizer files from the starting model).
-fn export_final_model(run_dir: &Path, config: &RlConfig) -> anyhow::Result<()> {
+fn export_final_model(run: &RunDir, config: &RlConfig) -> anyhow::Result<()> {
     let src = config.trainer.model.path.clone().context("trainer.model.path is required")?;
-    let broadcasts = run_dir.join("broadcasts");
-    let last = std::fs::read_dir(&broadcasts)
-        .with_context(|| format!("no broadcasts in {}", broadcasts.display()))?
-        .flatten()
-        .filter(|e| e.path().join("STABLE").exists())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("step_"))
-                .and_then(|n| n.parse::<u64>().ok())
-                .map(|n| (n, e.path()))
-        })
-        .max_by_key(|(n, _)| *n)
-        .context("no complete weight broadcast to export")?;
+    let (step, dir) = run
+        .latest_broadcast()
+        .with_context(|| format!("no complete weight broadcast to export in {}", run.broadcasts().display()))?;
     let cfg = rl_model::read_config(&src)?;
-    let mut tensors: Vec<_> = rl_model::read_weights(&last.1, &candle_core::Device::Cpu)?.into_iter().collect();
+    let mut tensors: Vec<_> = rl_model::read_weights(&dir, &candle_core::Device::Cpu)?.into_iter().collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    let out = run_dir.join("model");
+    let out = run.model();
     rl_model::write_model_dir(&out, &cfg, &tensors, &src)?;
-    writeln!(std::io::stdout().lock(), "final model (after step {}) written to {}", last.0, out.display())?;
+    writeln!(std::io::stdout().lock(), "final model (after step {step}) written to {}", out.display())?;
     Ok(())
 }
 
@@ -274,7 +263,7 @@ enum Finished {
 
 /// Shows one line per orchestrator step after `shown` (steps up to it were shown by an earlier
 /// launch when resuming) until the trainer and the orchestrator both finish.
-fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>, mut shown: u64) -> anyhow::Result<Finished> {
+fn monitor(run: &RunDir, procs: &mut [Proc], max_steps: Option<u64>, mut shown: u64) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let mut kl = std::collections::BTreeMap::new();
     let mut out = std::io::stdout().lock();
@@ -290,34 +279,30 @@ fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>, mut shown
                 }
             }
         }
-        for row in read_jsonl(&run_dir.join("trainer/metrics.jsonl")) {
-            kl.insert(
-                row["step"].as_u64().unwrap_or(0),
-                (row["mismatch_kl"].as_f64().unwrap_or(f64::NAN), row["tokens_per_s"].as_f64().unwrap_or(0.0)),
-            );
+        // Rows are read as they are written; a row being written is skipped until complete.
+        for row in read_jsonl::<TrainerRow>(&run.trainer_metrics()).unwrap_or_default() {
+            kl.insert(row.step, (row.mismatch_kl, row.tokens_per_s));
         }
-        let orch_rows = read_jsonl(&run_dir.join("metrics.jsonl"));
+        let orch_rows: Vec<MetricsRow> = read_jsonl(&run.metrics()).unwrap_or_default();
         let mut new_rows = false;
         for row in &orch_rows {
-            let step = row["step"].as_u64().unwrap_or(0);
-            if step <= shown {
-                continue;
-            }
+            let Some(rollouts) = row.rollouts.as_ref().filter(|_| row.step > shown) else { continue };
+            let step = row.step;
             shown = step;
             new_rows = true;
             // The latest trained step's numbers (training of this step may still be running).
-            let (mkl, tps) = kl.values().next_back().copied().unwrap_or((f64::NAN, 0.0));
+            let trained = kl.values().next_back().map_or(String::from("trainer starting"), |(mkl, tps)| {
+                format!("mismatch_kl {mkl:.1e} | trainer {tps:.0} tok/s")
+            });
             writeln!(
                 out,
-                "step {step}{} | reward {:.4} | mismatch_kl {:.1e} | trainer {:.0} tok/s | elapsed {:.0}s",
+                "step {step}{} | reward {:.4} | {trained} | elapsed {:.0}s",
                 max_steps.map(|m| format!("/{m}")).unwrap_or_default(),
-                row["reward/mean"].as_f64().unwrap_or(f64::NAN),
-                mkl,
-                tps,
+                rollouts.reward_mean,
                 started.elapsed().as_secs_f64()
             )?;
         }
-        if new_rows && let Err(e) = rl_curves(run_dir) {
+        if new_rows && let Err(e) = rl_curves(run) {
             tracing::warn!("could not draw the run's curves: {e:#}");
         }
         let mut finished = |name: &str| {
@@ -327,7 +312,7 @@ fn monitor(run_dir: &Path, procs: &mut [Proc], max_steps: Option<u64>, mut shown
                 .is_some_and(|p| matches!(p.child.try_wait(), Ok(Some(s)) if s.success()))
         };
         if finished("trainer") && finished("orchestrator") {
-            writeln!(out, "done: run directory {} (curves: curves.svg)", run_dir.display())?;
+            writeln!(out, "done: run directory {} (curves: {})", run.root().display(), run.curves().display())?;
             return Ok(Finished::Done);
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -15,18 +15,17 @@ pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyho
         let mut orch = rl_orchestrator::Orchestrator::connect(config).await.context("cannot start the orchestrator")?;
         let started = std::time::Instant::now();
         orch.run(|s| {
-            let m = &s.metrics;
-            let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
+            let Some(m) = &s.metrics.rollouts else { return };
             let mut out = std::io::stdout().lock();
             let _ = writeln!(
                 out,
                 "Step {} | Reward {:.4} | policy v{} | {} rollouts | stale {} | generate {:.1}s | elapsed {:.0}s",
                 s.step,
-                f("reward/mean"),
-                m["policy_version"],
-                m["rollouts"],
-                m["stale_dropped"],
-                f("time/generate_s"),
+                m.reward_mean,
+                m.policy_version,
+                m.rollouts,
+                m.stale_dropped,
+                m.generate_s,
                 started.elapsed().as_secs_f64()
             );
         })
@@ -40,7 +39,7 @@ pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Resul
     crate::logging::init(&config.log);
     let runtime = crate::runtime()?;
     let metrics = runtime.block_on(async {
-        let orch =
+        let mut orch =
             rl_orchestrator::Orchestrator::connect_for_eval(config).await.context("cannot start the evaluation")?;
         orch.evaluate_now().await.context("evaluation failed")
     })?;
@@ -52,7 +51,7 @@ pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Resul
             metrics.iter().filter_map(|(k, v)| Some(format!("{} {v}", k.strip_prefix(&prefix)?))).collect();
         writeln!(out, "{name} | {}", fields.join(" | "))?;
     }
-    let path = config.output_dir.join("eval.json");
+    let path = rl_configs::RunDir::new(&config.output_dir).eval_result();
     rl_configs::write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
     writeln!(out, "wrote {}", path.display())?;
     Ok(())

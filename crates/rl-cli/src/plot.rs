@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use plotters::prelude::*;
+use rl_configs::RunDir;
+use rl_configs::run_dir::{MetricsRow, SftRow, TrainerRow, read_jsonl, write_atomic};
 
 /// One named line.
 #[derive(Debug, Clone)]
@@ -24,12 +25,9 @@ pub(crate) struct Panel {
 const COLORS: [RGBColor; 4] =
     [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
 
-/// `key` of each row that has it (finite values only), against the row's `step`.
-pub(crate) fn column(rows: &[serde_json::Value], key: &str, map: fn(f64) -> f64) -> Vec<(f64, f64)> {
-    rows.iter()
-        .filter_map(|r| Some((r["step"].as_f64()?, map(r.get(key)?.as_f64()?))))
-        .filter(|(x, y)| x.is_finite() && y.is_finite())
-        .collect()
+/// `(step, value)` points, finite values only.
+pub(crate) fn points(rows: impl IntoIterator<Item = (u64, f64)>, map: fn(f64) -> f64) -> Vec<(f64, f64)> {
+    rows.into_iter().map(|(s, v)| (s as f64, map(v))).filter(|(_, y)| y.is_finite()).collect()
 }
 
 fn bounds(panel: &Panel) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
@@ -94,39 +92,32 @@ pub(crate) fn render(title: &str, panels: &[Panel]) -> anyhow::Result<String> {
     Ok(svg)
 }
 
-/// Renders and writes `path` atomically (temp file, then rename).
+/// Renders and writes `path` atomically.
 pub(crate) fn write(path: &Path, title: &str, panels: &[Panel]) -> anyhow::Result<PathBuf> {
     let svg = render(title, panels)?;
-    let tmp = path.with_extension(format!("svg.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, svg).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    write_atomic(path, svg.as_bytes())?;
     Ok(path.to_owned())
 }
 
-/// Reads a JSON-lines file (missing or unparsable lines are skipped).
-pub(crate) fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
-}
-
 /// `<run>/curves.svg` of an RL run: reward (train mean, eval means) and log10 mismatch KL.
-pub(crate) fn rl_curves(run_dir: &Path) -> anyhow::Result<PathBuf> {
-    let orch = read_jsonl(&run_dir.join("metrics.jsonl"));
-    let trainer = read_jsonl(&run_dir.join("trainer").join("metrics.jsonl"));
-    let mut reward =
-        vec![Series { name: String::from("train reward (mean)"), points: column(&orch, "reward/mean", |v| v) }];
-    let mut eval_keys: Vec<String> = orch
+pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
+    let orch: Vec<MetricsRow> = read_jsonl(&run.metrics())?;
+    let trainer: Vec<TrainerRow> = read_jsonl(&run.trainer_metrics())?;
+    let train = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_mean)));
+    let mut reward = vec![Series { name: String::from("train reward (mean)"), points: points(train, |v| v) }];
+    let mut eval_keys: Vec<&String> = orch
         .iter()
-        .filter_map(|r| r.as_object())
-        .flat_map(|o| o.keys().filter(|k| k.starts_with("eval/") && k.ends_with("/reward/mean")).cloned())
+        .flat_map(|r| r.keyed.keys().filter(|k| k.starts_with("eval/") && k.ends_with("/reward/mean")))
         .collect();
     eval_keys.sort();
     eval_keys.dedup();
     for k in eval_keys {
-        reward.push(Series { name: k.trim_end_matches("/reward/mean").to_owned(), points: column(&orch, &k, |v| v) });
+        let eval = orch.iter().filter_map(|r| Some((r.step, r.keyed.get(k)?.as_f64()?)));
+        reward.push(Series { name: k.trim_end_matches("/reward/mean").to_owned(), points: points(eval, |v| v) });
     }
     let kl = Series {
         name: String::from("log10 mismatch KL"),
-        points: column(&trainer, "mismatch_kl", |v| v.max(1e-16).log10()),
+        points: points(trainer.iter().map(|r| (r.step, r.mismatch_kl)), |v| v.max(1e-16).log10()),
     };
     let panels = [
         Panel { title: String::from("reward"), y_label: String::from("reward"), series: reward },
@@ -136,23 +127,28 @@ pub(crate) fn rl_curves(run_dir: &Path) -> anyhow::Result<PathBuf> {
             series: vec![kl],
         },
     ];
-    let name = run_dir.file_name().and_then(|n| n.to_str()).unwrap_or("run");
-    write(&run_dir.join("curves.svg"), &format!("{name}: RL"), &panels)
+    write(&run.curves(), &format!("{}: RL", run_name(run)), &panels)
 }
 
 /// `<run>/curves.svg` of an SFT run: train and validation loss.
-pub(crate) fn sft_curves(run_dir: &Path) -> anyhow::Result<PathBuf> {
-    let rows = read_jsonl(&run_dir.join("metrics.jsonl"));
+pub(crate) fn sft_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
+    let rows: Vec<SftRow> = read_jsonl(&run.metrics())?;
     let panels = [Panel {
         title: String::from("loss"),
         y_label: String::from("cross-entropy (nats/token)"),
         series: vec![
-            Series { name: String::from("train loss"), points: column(&rows, "loss", |v| v) },
-            Series { name: String::from("validation loss"), points: column(&rows, "val_loss", |v| v) },
+            Series { name: String::from("train loss"), points: points(rows.iter().map(|r| (r.step, r.loss)), |v| v) },
+            Series {
+                name: String::from("validation loss"),
+                points: points(rows.iter().filter_map(|r| Some((r.step, r.val_loss?))), |v| v),
+            },
         ],
     }];
-    let name = run_dir.file_name().and_then(|n| n.to_str()).unwrap_or("run");
-    write(&run_dir.join("curves.svg"), &format!("{name}: SFT"), &panels)
+    write(&run.curves(), &format!("{}: SFT", run_name(run)), &panels)
+}
+
+fn run_name(run: &RunDir) -> &str {
+    run.root().file_name().and_then(|n| n.to_str()).unwrap_or("run")
 }
 
 #[cfg(test)]
@@ -161,13 +157,10 @@ mod tests {
 
     #[test]
     fn renders_every_series_as_a_path_with_its_legend() {
-        let rows: Vec<serde_json::Value> = (1..=5)
-            .map(|s| serde_json::json!({"step": s, "reward/mean": 0.1 * s as f64, "mismatch_kl": 1e-12}))
-            .chain([serde_json::json!({"step": 6, "reward/mean": null})])
-            .collect();
-        let reward = column(&rows, "reward/mean", |v| v);
-        assert_eq!(reward.len(), 5, "rows without the key are skipped");
-        let kl = column(&rows, "mismatch_kl", |v| v.max(1e-16).log10());
+        let rows: Vec<(u64, f64)> = (1..=5).map(|s| (s, 0.1 * s as f64)).chain([(6, f64::NAN)]).collect();
+        let reward = points(rows.iter().copied(), |v| v);
+        assert_eq!(reward.len(), 5, "non-finite values are skipped");
+        let kl = points([(1, 1e-12)], |v| v.max(1e-16).log10());
         assert!((kl[0].1 + 12.0).abs() < 1e-9);
         let panels = [
             Panel {

@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use rl_configs::{SftConfig, SftDataConfig, SftTask};
+use rl_configs::{RunDir, SftConfig, SftDataConfig, SftTask};
 use rl_model::TemplateMessage;
 use rl_trainer::{SftExample, SftTrainer, tokenize};
 
@@ -16,6 +16,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
     let run_dir = config.run_dir();
     prepare_run_dir(&run_dir, config)?;
+    let run = RunDir::new(&run_dir);
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;
@@ -47,13 +48,13 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
         );
         // Redraw at validation steps (cheap) so the picture follows a long run.
         if r.val_loss.is_some()
-            && let Err(e) = crate::plot::sft_curves(&run_dir)
+            && let Err(e) = crate::plot::sft_curves(&run)
         {
             tracing::warn!("could not draw the run's curves: {e:#}");
         }
     })?;
-    crate::plot::sft_curves(&run_dir)?;
-    let model_dir = run_dir.join("model");
+    crate::plot::sft_curves(&run)?;
+    let model_dir = run.model();
     trainer.save_model(&model_dir)?;
     writeln!(std::io::stdout().lock(), "sft: wrote the fine-tuned model to {}", model_dir.display())?;
     Ok(())

@@ -14,18 +14,18 @@ pub(crate) fn trainer(_command: &str, config: &TrainerConfig) -> anyhow::Result<
     tracing::info!(step = trainer.step, run = %output_dir.display(), "trainer started");
     trainer
         .run(|r| {
-            let m = r.json(0.0);
-            let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
+            let m = r.row(0.0);
             let mut out = std::io::stdout().lock();
             let _ = writeln!(
                 out,
-                "step {} | loss {:.4} | mismatch_kl {:.2e} | grad_norm {:.3} | lr {:.2e} | {:.0} tok/s",
-                r.step,
-                f("loss"),
-                f("mismatch_kl"),
-                r.grad_norm,
-                r.lr,
-                f("tokens_per_s")
+                "step {} | loss {:.4} | mismatch_kl {:.2e} | grad_norm {:.3} | lr {:.2e} | {:.0} tok/s{}",
+                m.step,
+                m.loss,
+                m.mismatch_kl,
+                m.grad_norm,
+                m.lr,
+                m.tokens_per_s,
+                if m.optimizer_skipped { " | no token trained: optimizer step skipped" } else { "" }
             );
         })
         .context("training failed")?;

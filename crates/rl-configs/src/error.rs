@@ -88,14 +88,6 @@ pub enum ConfigError {
         /// The rule and the values that broke it.
         message: String,
     },
-    /// A resolved config could not be written.
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
-    },
 }
 
 impl ConfigError {

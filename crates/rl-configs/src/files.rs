@@ -1,5 +1,6 @@
 //! `ConfigFile` for every command's config type: how each resolves and what a dry run writes.
 
+use crate::run_dir::RunDir;
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -39,7 +40,7 @@ impl ConfigFile for RlConfig {
             files
                 .push((PathBuf::from("envs").join(env.split).join(format!("{}.json", env.name)), to_json(&env.config)));
         }
-        Ok((self.run_dir().join("configs"), files))
+        Ok((RunDir::new(self.run_dir()).configs(), files))
     }
 }
 
@@ -52,7 +53,7 @@ impl ConfigFile for OrchestratorConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((self.output_dir.join("configs"), vec![(PathBuf::from("orchestrator.json"), to_json(self))]))
+        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("orchestrator.json"), to_json(self))]))
     }
 }
 
@@ -62,7 +63,7 @@ impl ConfigFile for TrainerConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((self.output_dir.join("configs"), vec![(PathBuf::from("trainer.json"), to_json(self))]))
+        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("trainer.json"), to_json(self))]))
     }
 }
 
@@ -72,7 +73,7 @@ impl ConfigFile for InferenceConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((self.output_dir.join("configs"), vec![(PathBuf::from("inference.json"), to_json(self))]))
+        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("inference.json"), to_json(self))]))
     }
 }
 
@@ -83,7 +84,10 @@ impl ConfigFile for EnvServerConfig {
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
         let name = self.env.name.clone().unwrap_or_else(|| self.env.id.clone());
-        Ok((self.output_dir.join("configs"), vec![(PathBuf::from(format!("env-server-{name}.json")), to_json(self))]))
+        Ok((
+            RunDir::new(&self.output_dir).configs(),
+            vec![(PathBuf::from(format!("env-server-{name}.json")), to_json(self))],
+        ))
     }
 }
 
@@ -96,6 +100,6 @@ impl ConfigFile for SftConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((self.run_dir().join("configs"), vec![(PathBuf::from("sft.json"), to_json(self))]))
+        Ok((RunDir::new(self.run_dir()).configs(), vec![(PathBuf::from("sft.json"), to_json(self))]))
     }
 }

@@ -16,6 +16,8 @@ mod inference;
 mod load;
 mod orchestrator;
 mod rl;
+mod rng;
+pub mod run_dir;
 mod schema_nav;
 mod sft;
 mod shared;
@@ -29,12 +31,14 @@ pub use deprecated::Deprecation;
 pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};
 pub use inference::{InferenceConfig, TOOL_CALL_PARSERS};
-pub use load::{ConfigFile, Loaded, load, to_json, write_json_atomic};
+pub use load::{ConfigFile, Loaded, load, to_json};
 pub use orchestrator::{
     EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig, TrainConfig,
     TrainEnvConfig,
 };
 pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};
+pub use rng::SplitMix64;
+pub use run_dir::{RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
     CkptConfig, Device, Dtype, LogConfig, LogLevel, ModelConfig, ResumeConfig, SamplingConfig, SamplingOverride,

@@ -191,22 +191,6 @@ fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     Some((field.to_owned(), expected))
 }
 
-/// Writes `value` as pretty JSON to `path` atomically (temp file in the same directory, then rename).
-pub fn write_json_atomic(path: &Path, value: &Value) -> Result<()> {
-    let write_err = |source| ConfigError::Write { path: path.to_owned(), source };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(write_err)?;
-    }
-    let mut text = serde_json::to_string_pretty(value).expect("JSON values always serialize");
-    text.push('\n');
-    let tmp = path.with_extension(format!("json.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(write_err)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        write_err(e)
-    })
-}
-
 /// Serializes a config to a JSON value.
 pub fn to_json<T: Serialize>(config: &T) -> Value {
     serde_json::to_value(config).expect("configs always serialize to JSON")

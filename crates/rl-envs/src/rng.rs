@@ -1,9 +1,11 @@
-//! A small deterministic PRNG (SplitMix64) so synthetic datasets never change across versions of
-//! external crates.
+//! Dataset generation's view of the workspace's SplitMix64: named streams, ranges, choices and
+//! shuffles, so synthetic datasets never change across versions of external crates.
 
-/// SplitMix64.
+use rl_configs::SplitMix64;
+
+/// A SplitMix64 stream.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(SplitMix64);
 
 impl Rng {
     /// A generator for `seed` and a stream name (different datasets of one seed differ).
@@ -12,15 +14,11 @@ impl Rng {
         for b in stream.bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
-        Rng(seed ^ h)
+        Rng(SplitMix64::new(seed ^ h))
     }
 
     pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `lo..=hi`.

@@ -19,6 +19,9 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A file could not be written durably.
+    #[error(transparent)]
+    File(#[from] rl_configs::run_dir::FileError),
     /// A model directory is incomplete or inconsistent.
     #[error("model directory {}: {message}", dir.display())]
     BadModelDir {

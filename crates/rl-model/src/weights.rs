@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarBuilder;
+use rl_configs::run_dir::{persist, temp_path};
 
 use crate::config::Qwen3Config;
 use crate::error::{Error, Result};
@@ -139,15 +140,15 @@ pub fn load_trainable(dir: &Path, device: &Device) -> Result<(Qwen3Config, Train
     Ok((cfg.clone(), Trainable::from_tensors(&cfg, &tensors)?))
 }
 
-/// Writes `tensors` to `path` as safetensors, atomically (temp file, then rename).
+/// Writes `tensors` to `path` as safetensors, atomically and durably (temp file, fsync, rename).
 pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
     let map: HashMap<String, Tensor> = tensors.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
-    let tmp = path.with_extension(format!("safetensors.tmp.{}", std::process::id()));
-    candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
+    let tmp = temp_path(path);
+    if let Err(e) = candle_core::safetensors::save(&map, &tmp) {
         let _ = std::fs::remove_file(&tmp);
-        Error::io(path, e)
-    })
+        return Err(e.into());
+    }
+    Ok(persist(&tmp, path)?)
 }
 
 /// Writes a complete model directory at `out`: `config.json`, `model.safetensors`, and the
@@ -159,10 +160,7 @@ pub fn write_model_dir(
     tensors: &[(String, Tensor)],
     tokenizer_dir: &Path,
 ) -> Result<()> {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-    let name = out.file_name().map_or_else(|| String::from("model"), |n| n.to_string_lossy().into_owned());
-    let tmp = parent.join(format!(".{name}.tmp.{}", std::process::id()));
+    let tmp = temp_path(out);
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     let result = (|| {
@@ -178,7 +176,7 @@ pub fn write_model_dir(
         if out.exists() {
             std::fs::remove_dir_all(out).map_err(|e| Error::io(out, e))?;
         }
-        std::fs::rename(&tmp, out).map_err(|e| Error::io(out, e))
+        Ok(persist(&tmp, out)?)
     })();
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);

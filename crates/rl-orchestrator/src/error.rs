@@ -34,11 +34,6 @@ pub enum Error {
         /// Branch index in the trace.
         branch: usize,
     },
-    /// A configured algorithm the orchestrator cannot run (yet).
-    #[error(
-        "algorithm `{0}` is not implemented in the orchestrator yet (built: grpo, max_rl, rl, sft, echo, opd, opsd, env-owned)"
-    )]
-    NotImplemented(String),
     /// A scoring model call failed or answered something unusable.
     #[error("scoring model `{model}` ({url}): {message}")]
     Scoring {
@@ -84,7 +79,16 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A run file could not be written or read.
+    #[error(transparent)]
+    File(#[from] rl_configs::run_dir::FileError),
     /// A configuration the orchestrator cannot run.
     #[error("{0}")]
     Config(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: &std::path::Path, e: &std::io::Error) -> Self {
+        Error::Io { path: path.display().to_string(), message: e.to_string() }
+    }
 }

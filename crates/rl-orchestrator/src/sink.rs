@@ -3,9 +3,9 @@
 //! token), and samples are packed first-fit-decreasing into rows of at most `seq_len` tokens.
 
 use rl_proto::train::v1::MicroBatch;
-use rl_serve::{branches, pb};
 
 use crate::algorithms::BranchTargets;
+use crate::rollout::Rollout;
 
 /// One branch, ready to train.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,29 +33,30 @@ impl TrainingSample {
     }
 }
 
-/// The samples of one trace (branches with nothing to train are dropped). With `filter_zero`
+/// The samples of one rollout (branches with nothing to train are dropped). With `filter_zero`
 /// (`orchestrator.filter_zero_advantages`), zero-advantage rl tokens are dropped from the loss mask:
 /// they carry no gradient but would dilute the token normaliser. Without it they stay in the mask
 /// and count towards it (a group whose advantages are all zero still trains, with no gradient).
 pub fn samples(
-    trace: &pb::Trace,
+    rollout: &Rollout,
     targets: &[BranchTargets],
     temperature: f32,
     env_index: u32,
     filter_zero: bool,
 ) -> Vec<TrainingSample> {
-    branches(trace)
-        .into_iter()
+    rollout
+        .branches
+        .iter()
         .zip(targets)
         .filter_map(|(b, t)| {
             let n = b.token_ids.len();
             let loss_mask: Vec<bool> =
                 (0..n).map(|i| t.rl_mask[i] && (!filter_zero || t.advantages[i] != 0.0)).collect();
             let s = TrainingSample {
-                ids: b.token_ids,
+                ids: b.token_ids.clone(),
                 loss_mask,
                 advantages: t.advantages.clone(),
-                inference_logprobs: b.logprobs,
+                inference_logprobs: b.logprobs.clone(),
                 temperatures: vec![temperature; n],
                 ce_weights: t.ce_weights.clone(),
                 env_index,
@@ -199,44 +200,24 @@ fn row(samples: &[TrainingSample], units: &[Unit]) -> MicroBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::Algorithm;
-
-    fn trace(reward: f64, completion: usize) -> pb::Trace {
-        pb::Trace {
-            reward,
-            nodes: vec![
-                pb::MessageNode { parent: -1, token_ids: vec![1, 2, 3], mask: vec![false; 3], ..Default::default() },
-                pb::MessageNode {
-                    parent: 0,
-                    sampled: true,
-                    token_ids: vec![9; completion],
-                    mask: vec![true; completion],
-                    logprobs: vec![-0.25; completion],
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        }
-    }
+    use crate::algorithms::tests::{local, rollout};
+    use crate::algorithms::{Grpo, aggregate};
 
     #[test]
     fn samples_fan_out_the_temperature_and_drop_zero_advantage_groups() {
-        let group = [trace(1.0, 2), trace(0.0, 2)];
-        let targets =
-            crate::algorithms::aggregate(&["grpo"], &group, &[Algorithm::Grpo.local_channels(&group).unwrap()])
-                .unwrap();
+        let group = [rollout(1.0, 2, false), rollout(0.0, 2, false)];
+        let targets = aggregate(&["grpo"], &group, &[local(&mut Grpo, &group)]).unwrap();
         let s = samples(&group[0], &targets[0], 0.7, 3, true);
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].temperatures, vec![0.7; 5], "every token carries the env's temperature");
-        assert_eq!(s[0].loss_mask, vec![false, false, false, true, true]);
-        assert_eq!(s[0].inference_logprobs, vec![0.0, 0.0, 0.0, -0.25, -0.25]);
+        assert_eq!(s[0].temperatures, vec![0.7; 4], "every token carries the env's temperature");
+        assert_eq!(s[0].loss_mask, vec![false, false, true, true]);
+        assert_eq!(s[0].inference_logprobs, vec![0.0, 0.0, -0.5, -0.5]);
         assert_eq!(s[0].env_index, 3);
-        let same = [trace(0.5, 2), trace(0.5, 2)];
-        let targets =
-            crate::algorithms::aggregate(&["grpo"], &same, &[Algorithm::Grpo.local_channels(&same).unwrap()]).unwrap();
+        let same = [rollout(0.5, 2, false), rollout(0.5, 2, false)];
+        let targets = aggregate(&["grpo"], &same, &[local(&mut Grpo, &same)]).unwrap();
         assert!(samples(&same[0], &targets[0], 1.0, 0, true).is_empty(), "all-zero advantages train nothing");
         let kept = samples(&same[0], &targets[0], 1.0, 0, false);
         assert_eq!(kept.len(), 1, "without the filter a zero-advantage group is still shipped");
-        assert_eq!(kept[0].loss_mask, vec![false, false, false, true, true], "and counts in the normaliser");
+        assert_eq!(kept[0].loss_mask, vec![false, false, true, true], "and counts in the normaliser");
     }
 }

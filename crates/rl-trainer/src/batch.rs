@@ -1,36 +1,17 @@
-//! Training batches on disk: `<run>/rollouts/step_N/rank_0.bin`, one protobuf `TrainBatch`,
-//! written to a temp file and renamed; read by polling with a timeout; validated before use.
+//! Reading training batches (`RunDir::batch`, one protobuf `TrainBatch` the orchestrator writes
+//! atomically): polled with a timeout, validated before use.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use rl_configs::RunDir;
 use rl_proto::train::v1::{MicroBatch, TrainBatch};
 
 use crate::error::{Error, Result};
 
-/// `<run>/rollouts/step_N/rank_0.bin`.
-pub fn batch_path(run_dir: &Path, step: u64) -> PathBuf {
-    run_dir.join("rollouts").join(format!("step_{step}")).join("rank_0.bin")
-}
-
-/// Writes a batch atomically.
-pub fn write_batch(run_dir: &Path, batch: &TrainBatch) -> Result<PathBuf> {
-    let path = batch_path(run_dir, batch.step);
-    let dir = path.parent().expect("batch paths have a parent");
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let tmp = path.with_extension(format!("bin.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, batch.encode_to_vec()).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::io(&path, e)
-    })?;
-    Ok(path)
-}
-
 /// Reads and validates the batch of `step`.
-pub fn read_batch(run_dir: &Path, step: u64) -> Result<TrainBatch> {
-    let path = batch_path(run_dir, step);
+pub fn read_batch(run: &RunDir, step: u64) -> Result<TrainBatch> {
+    let path = run.batch(step);
     let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
     let batch = TrainBatch::decode(bytes.as_slice())
         .map_err(|e| Error::BadBatch { path: path.clone(), message: format!("not a TrainBatch: {e}") })?;
@@ -39,8 +20,8 @@ pub fn read_batch(run_dir: &Path, step: u64) -> Result<TrainBatch> {
 }
 
 /// Waits for the batch of `step` (polling), then reads it.
-pub fn wait_for_batch(run_dir: &Path, step: u64, timeout: Duration) -> Result<TrainBatch> {
-    let path = batch_path(run_dir, step);
+pub fn wait_for_batch(run: &RunDir, step: u64, timeout: Duration) -> Result<TrainBatch> {
+    let path = run.batch(step);
     let start = Instant::now();
     while !path.exists() {
         if start.elapsed() >= timeout {
@@ -48,7 +29,7 @@ pub fn wait_for_batch(run_dir: &Path, step: u64, timeout: Duration) -> Result<Tr
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    read_batch(run_dir, step)
+    read_batch(run, step)
 }
 
 fn validate(batch: &TrainBatch, step: u64) -> std::result::Result<(), String> {

@@ -22,6 +22,9 @@ pub enum Error {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A run file could not be written or read.
+    #[error(transparent)]
+    File(#[from] rl_configs::run_dir::FileError),
     /// A batch is malformed (which micro-batch, which field).
     #[error("bad batch {}: {message}", path.display())]
     BadBatch {

@@ -13,13 +13,11 @@ mod optim;
 mod sft;
 mod train;
 
-pub use batch::{batch_path, read_batch, wait_for_batch, write_batch};
-pub use checkpoint::{
-    broadcast_dir, checkpoint_dir, clean_broadcasts, find_checkpoint, numbered_dirs, write_broadcast, write_checkpoint,
-};
+pub use batch::{read_batch, wait_for_batch};
+pub use checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_checkpoint};
 pub use error::{Error, Result};
 pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, step_counts, token_logprobs};
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
 pub use sft::{SftExample, SftReport, SftTrainer, pack, tokenize};
-pub use train::{RlTrainer, StepReport, append_jsonl, device, step_gradients};
+pub use train::{RlTrainer, StepReport, device, step_gradients};

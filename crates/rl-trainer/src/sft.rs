@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use rl_configs::{LossConfig, LossMaskConfig, SftConfig};
+use rl_configs::run_dir::{SftRow, append_jsonl, retain_jsonl};
+use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig};
 use rl_model::{ChatTemplate, Qwen3, Qwen3Config, TemplateMessage, Tok, Trainable, read_config};
 
 use crate::MicroBatch;
@@ -14,7 +15,7 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::train::{append_jsonl, device, master_weights, step_gradients};
+use crate::train::{device, master_weights, step_gradients};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,10 +156,12 @@ impl SftTrainer {
             })?;
         let dev: Device = device(cfg.device)?;
         let model_cfg = read_config(&src)?;
-        let run_dir = cfg.run_dir();
+        let run = RunDir::new(cfg.run_dir());
         let (weights_dir, step, opt) = match &cfg.resume {
             Some(r) => {
-                let (s, ckpt) = find_checkpoint(&run_dir, r.step)?;
+                let (s, ckpt) = find_checkpoint(&run, r.step)?;
+                // Rows of steps after the checkpoint are trained again: drop them, not duplicate them.
+                retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
                 (ckpt.clone(), s + 1, Optimizer::load(&cfg.optim, &ckpt, &dev)?)
             }
             None => (src.clone(), 1, Optimizer::new(&cfg.optim)),
@@ -189,7 +192,7 @@ impl SftTrainer {
         if train.is_empty() {
             return Err(Error::Unsupported(String::from("no SFT training examples")));
         }
-        let run_dir = self.cfg.run_dir();
+        let run = RunDir::new(self.cfg.run_dir());
         let seq_len = self.cfg.seq_len as usize;
         let val_rows = pack(val, seq_len);
         let bs = self.cfg.batch_size as usize;
@@ -223,15 +226,20 @@ impl SftTrainer {
                 lr,
                 tokens_per_s: tokens as f64 / start.elapsed().as_secs_f64(),
             };
-            let mut line = serde_json::json!({"step": report.step, "loss": loss, "grad_norm": grad_norm, "lr": lr, "tokens": tokens, "tokens_per_s": report.tokens_per_s});
-            if let Some(v) = val_loss {
-                line["val_loss"] = serde_json::json!(v);
-            }
-            append_jsonl(&run_dir.join("metrics.jsonl"), &line)?;
+            let row = SftRow {
+                step: report.step,
+                loss,
+                grad_norm,
+                lr,
+                tokens: tokens as u64,
+                tokens_per_s: report.tokens_per_s,
+                val_loss,
+            };
+            append_jsonl(&run.metrics(), &row)?;
             if let Some(c) = &self.cfg.ckpt
-                && self.step.is_multiple_of(c.interval)
+                && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps)
             {
-                write_checkpoint(&run_dir, self.step, &self.vars.tensors(), &self.opt, c.keep_last)?;
+                write_checkpoint(&run, self.step, &self.vars.tensors(), &self.opt, c.keep_last)?;
             }
             on_step(&report);
             self.step += 1;

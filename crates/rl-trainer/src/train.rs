@@ -1,12 +1,12 @@
 //! The RL training loop: for each step, wait for its batch, accumulate gradients over its packed
 //! rows, clip, update, broadcast the new weights, log metrics, checkpoint.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use rl_configs::TrainerConfig;
+use rl_configs::run_dir::{TrainerRow, append_jsonl, retain_jsonl};
+use rl_configs::{RunDir, TrainerConfig};
 use rl_model::{Qwen3, Qwen3Config, Trainable, read_config, read_weights};
 use rl_proto::train::v1::TrainBatch;
 
@@ -55,30 +55,34 @@ pub struct StepReport {
     pub lr: f64,
     /// Seconds of forward, backward and update.
     pub train_s: f64,
+    /// No token of the batch was in any loss: no gradient, no optimizer step (AdamW's momentum
+    /// and weight decay would otherwise still move the weights).
+    pub optimizer_skipped: bool,
 }
 
 impl StepReport {
-    /// The metrics line of this step.
-    pub fn json(&self, wait_s: f64) -> serde_json::Value {
+    /// The metrics row of this step.
+    pub fn row(&self, wait_s: f64) -> TrainerRow {
         let s = &self.stats;
         let per = |x: f64, n: usize| if n == 0 { 0.0 } else { x / n as f64 };
-        serde_json::json!({
-            "step": self.step,
-            "loss": s.rl_loss + s.ce_loss,
-            "loss/rl": s.rl_loss,
-            "loss/ce": s.ce_loss,
-            "mismatch_kl": per(s.mismatch_kl, s.rl_tokens),
-            "entropy": per(s.entropy, s.entropy_tokens),
-            "masked_low": per(s.masked_low as f64, s.rl_tokens),
-            "masked_high": per(s.masked_high as f64, s.rl_tokens),
-            "rl_tokens": self.rl_tokens,
-            "tokens": self.tokens,
-            "grad_norm": self.grad_norm,
-            "lr": self.lr,
-            "tokens_per_s": self.tokens as f64 / self.train_s.max(1e-9),
-            "step_time_s": self.train_s,
-            "wait_s": wait_s,
-        })
+        TrainerRow {
+            step: self.step,
+            loss: s.rl_loss + s.ce_loss,
+            loss_rl: s.rl_loss,
+            loss_ce: s.ce_loss,
+            mismatch_kl: per(s.mismatch_kl, s.rl_tokens),
+            entropy: per(s.entropy, s.entropy_tokens),
+            masked_low: per(s.masked_low as f64, s.rl_tokens),
+            masked_high: per(s.masked_high as f64, s.rl_tokens),
+            rl_tokens: self.rl_tokens as u64,
+            tokens: self.tokens as u64,
+            grad_norm: self.grad_norm,
+            lr: self.lr,
+            tokens_per_s: self.tokens as f64 / self.train_s.max(1e-9),
+            step_time_s: self.train_s,
+            wait_s,
+            optimizer_skipped: self.optimizer_skipped,
+        }
     }
 }
 
@@ -105,7 +109,10 @@ impl RlTrainer {
         let model_cfg = read_config(&dir)?;
         let (weights_dir, step, opt) = match &cfg.resume {
             Some(r) => {
-                let (s, ckpt) = find_checkpoint(&cfg.output_dir, r.step)?;
+                let run = RunDir::new(&cfg.output_dir);
+                let (s, ckpt) = find_checkpoint(&run, r.step)?;
+                // Steps after the checkpoint are trained again: their rows go, not duplicate.
+                retain_jsonl(&run.trainer_metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
                 let opt = Optimizer::load(&cfg.optim, &ckpt, &device)?;
                 (ckpt, s + 1, opt)
             }
@@ -130,18 +137,32 @@ impl RlTrainer {
         self.vars.tensors()
     }
 
-    /// Trains on one batch.
+    /// Trains on one batch. A batch that trains no token leaves the weights and the optimizer
+    /// untouched and says so in the report.
     pub fn train_step(&mut self, batch: &TrainBatch) -> Result<StepReport> {
         let start = Instant::now();
         let counts = step_counts(&batch.micro_batches)?;
+        let tokens = batch.micro_batches.iter().map(|mb| mb.input_ids.len()).sum();
+        let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, self.cfg.max_steps);
+        if counts.rl + counts.ce == 0 {
+            tracing::warn!(step = batch.step, "the batch trains no token; the optimizer step is skipped");
+            return Ok(StepReport {
+                step: batch.step,
+                stats: LossStats::default(),
+                rl_tokens: 0,
+                tokens,
+                grad_norm: 0.0,
+                lr,
+                train_s: start.elapsed().as_secs_f64(),
+                optimizer_skipped: true,
+            });
+        }
         let (grads, stats) =
             step_gradients(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
-        let tokens = batch.micro_batches.iter().map(|mb| mb.input_ids.len()).sum();
         let grad_norm = global_norm(&grads)?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
         }
-        let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, self.cfg.max_steps);
         self.opt.step(&self.vars.vars, &grads, lr, clip_factor(grad_norm, self.cfg.optim.max_norm()))?;
         Ok(StepReport {
             step: batch.step,
@@ -151,29 +172,30 @@ impl RlTrainer {
             grad_norm,
             lr,
             train_s: start.elapsed().as_secs_f64(),
+            optimizer_skipped: false,
         })
     }
 
     /// Runs until `max_steps` (or until a batch times out): writes the starting weights as
     /// `broadcasts/step_{start-1}`, then trains each step as its batch arrives.
     pub fn run(&mut self, mut on_step: impl FnMut(&StepReport)) -> Result<()> {
-        let run_dir = self.cfg.output_dir.clone();
-        write_broadcast(&run_dir, self.step - 1, &self.weights())?;
-        let metrics_path = run_dir.join("trainer").join("metrics.jsonl");
+        let run = RunDir::new(&self.cfg.output_dir);
+        write_broadcast(&run, self.step - 1, &self.weights())?;
         let timeout = Duration::from_secs_f64(self.cfg.batch_timeout_s);
         while self.cfg.max_steps.is_none_or(|max| self.step <= max) {
             let waited = Instant::now();
-            let batch = wait_for_batch(&run_dir, self.step, timeout)?;
+            let batch = wait_for_batch(&run, self.step, timeout)?;
             let wait_s = waited.elapsed().as_secs_f64();
             let report = self.train_step(&batch)?;
-            write_broadcast(&run_dir, self.step, &self.weights())?;
+            write_broadcast(&run, self.step, &self.weights())?;
             let interval = self.cfg.ckpt.as_ref().map(|c| c.interval);
-            clean_broadcasts(&run_dir, self.step, interval)?;
-            append_jsonl(&metrics_path, &report.json(wait_s))?;
+            clean_broadcasts(&run, self.step, interval)?;
+            append_jsonl(&run.trainer_metrics(), &report.row(wait_s))?;
+            let last = self.cfg.max_steps == Some(self.step);
             if let Some(ckpt) = &self.cfg.ckpt
-                && self.step.is_multiple_of(ckpt.interval)
+                && (self.step.is_multiple_of(ckpt.interval) || last)
             {
-                write_checkpoint(&run_dir, self.step, &self.weights(), &self.opt, ckpt.keep_last)?;
+                write_checkpoint(&run, self.step, &self.weights(), &self.opt, ckpt.keep_last)?;
             }
             on_step(&report);
             self.step += 1;
@@ -243,15 +265,4 @@ fn gradients_here(
         .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
         .collect::<candle_core::Result<Vec<Tensor>>>()?;
     Ok((grads, stats))
-}
-
-/// Appends one JSON line (creating the file and its directory).
-pub fn append_jsonl(path: &Path, value: &serde_json::Value) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
-    let mut line = value.to_string();
-    line.push('\n');
-    f.write_all(line.as_bytes()).map_err(|e| Error::io(path, e))
 }

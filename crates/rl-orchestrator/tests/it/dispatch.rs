@@ -40,6 +40,11 @@ async fn reverse_text_model() -> FakeModel {
 }
 
 /// The fake trainer: after batch n appears (n in `steps`), waits `delay`, then broadcasts step n.
+/// A step's metrics row as users read it in `metrics.jsonl`.
+fn row(s: &StepSummary) -> serde_json::Value {
+    serde_json::to_value(&s.metrics).unwrap()
+}
+
 fn fake_trainer(
     run: &Path,
     steps: std::ops::RangeInclusive<u64>,
@@ -125,19 +130,19 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
         }
     }
     // Step-aware penalty: scale = 0.5 * step / 2. Half the rollouts score 1, half 0, all penalised.
-    let reward = |i: usize| summaries[i].metrics["reward/mean"].as_f64().unwrap();
+    let reward = |i: usize| row(&summaries[i])["reward/mean"].as_f64().unwrap();
     assert!((reward(0) - 0.25).abs() < 1e-9, "step 1 scored with training_context.step = 1: {}", reward(0));
     assert!(reward(1).abs() < 1e-9, "step 2 scored with training_context.step = 2: {}", reward(1));
     // Step 2 waited for the policy trained on step 1 (async level 0) and sampled with it.
     let updates = model.weight_updates();
     assert!(!updates.is_empty());
     assert!(updates[0]["weight_dir"].as_str().unwrap().ends_with("broadcasts/step_1"), "{updates:?}");
-    assert_eq!(summaries[1].metrics["policy_version"], 1);
+    assert_eq!(row(&summaries[1])["policy_version"], 1);
     let salts = salts(&model);
     assert_eq!(salts.iter().filter(|s| *s == "0").count(), 8, "step 1 rollouts carry cache_salt 0");
     assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "step 2 rollouts carry cache_salt 1");
     assert!(run_dir.join("metrics.jsonl").exists());
-    assert_eq!(summaries[0].metrics["stale_dropped"], 0);
+    assert_eq!(row(&summaries[0])["stale_dropped"], 0);
     // What the policy wrote is readable per step.
     let traces: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("rollouts/step_1/traces.jsonl"))
         .unwrap()
@@ -164,10 +169,10 @@ async fn groups_older_than_max_off_policy_steps_are_dropped_counted_and_refilled
     cfg.max_off_policy_steps = 0;
     let summaries = run(&cfg).await;
     trainer.await.unwrap();
-    assert_eq!(summaries[0].metrics["stale_dropped"], 0);
-    assert_eq!(summaries[1].metrics["stale_dropped"], 2, "both step-2 groups were sampled by v0");
-    assert_eq!(summaries[1].metrics["policy_version"], 1);
-    assert_eq!(summaries[1].metrics["off_policy_steps"], 0);
+    assert_eq!(row(&summaries[0])["stale_dropped"], 0);
+    assert_eq!(row(&summaries[1])["stale_dropped"], 2, "both step-2 groups were sampled by v0");
+    assert_eq!(row(&summaries[1])["policy_version"], 1);
+    assert_eq!(row(&summaries[1])["off_policy_steps"], 0);
     let salts = salts(&model);
     assert_eq!(salts.iter().filter(|s| *s == "0").count(), 16, "step 1 plus the dropped step-2 groups");
     assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "the refill used v1");
@@ -257,8 +262,8 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     });
     let summaries = run(&cfg).await;
     trainer.await.unwrap();
-    assert!(summaries[0].metrics.get("eval/reverse-text/avg@4").is_none(), "interval 2: no eval at step 1");
-    let m = &summaries[1].metrics;
+    assert!(row(&summaries[0]).get("eval/reverse-text/avg@4").is_none(), "interval 2: no eval at step 1");
+    let m = &row(&summaries[1]);
     // Seeds 1..: sample i of a group uses seed 1 + i, so half the samples answer in tags (reward 1).
     assert_eq!(m["eval/reverse-text/examples"], 3);
     assert_eq!(m["eval/reverse-text/avg@4"], 0.5);
@@ -391,7 +396,7 @@ async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint
         })
         .sum();
     assert_eq!(samples, 8, "one sample per debater trace, none for the judge");
-    let m = &summaries[0].metrics;
+    let m = &row(&summaries[0]);
     assert_eq!(m["reward/member/debate/debater_a"], 1.0);
     assert_eq!(m["reward/member/debate/debater_b"], -1.0);
     assert_eq!(m["reward/member/debate/judge"], 0.0);

@@ -3,10 +3,21 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use rl_configs::{CkptConfig, ResumeConfig, TrainerConfig, TrainerModelConfig};
-use rl_trainer::{Error, MicroBatch, RlTrainer, TrainBatch, broadcast_dir, write_batch};
+use prost::Message;
+use rl_configs::run_dir::{TrainerRow, read_jsonl, write_atomic};
+use rl_configs::{CkptConfig, ResumeConfig, RunDir, TrainerConfig, TrainerModelConfig};
+use rl_trainer::{Error, MicroBatch, RlTrainer, TrainBatch};
 
 use crate::model_dir;
+
+/// Writes a batch where the orchestrator would.
+fn write_batch(run: &Path, batch: &TrainBatch) {
+    write_atomic(&RunDir::new(run).batch(batch.step), &batch.encode_to_vec()).unwrap();
+}
+
+fn broadcast_dir(run: &Path, step: u64) -> std::path::PathBuf {
+    RunDir::new(run).broadcast(step)
+}
 
 fn synthetic_batch(step: u64) -> TrainBatch {
     let mb = |salt: u32| {
@@ -65,7 +76,7 @@ fn resuming_after_a_checkpoint_gives_bit_identical_weights() {
     let (run_a, run_b) = (tmp.path().join("a"), tmp.path().join("b"));
     for run in [&run_a, &run_b] {
         for step in 1..=4 {
-            write_batch(run, &synthetic_batch(step)).unwrap();
+            write_batch(run, &synthetic_batch(step));
         }
     }
     let mut a = RlTrainer::new(&config(&run_a, &model, 4)).unwrap();
@@ -93,7 +104,7 @@ fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
     let model = model_dir(tmp.path(), 5);
     let run = tmp.path().join("run");
     for step in 1..=5 {
-        write_batch(&run, &synthetic_batch(step)).unwrap();
+        write_batch(&run, &synthetic_batch(step));
     }
     RlTrainer::new(&config(&run, &model, 5)).unwrap().run(|_| {}).unwrap();
     for step in [2u64, 3, 4, 5] {
@@ -103,12 +114,9 @@ fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
     assert!(!broadcast_dir(&run, 0).exists() && !broadcast_dir(&run, 1).exists(), "older broadcasts are removed");
     assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
     assert!(run.join("checkpoints/step_4/trainer/optimizer.safetensors").exists());
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(run.join("trainer/metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines: Vec<serde_json::Value> = read_jsonl(&RunDir::new(&run).trainer_metrics()).unwrap();
     assert_eq!(lines.len(), 5);
+    assert!(run.join("checkpoints/step_5/trainer/progress.json").exists(), "the last step is checkpointed too");
     for key in [
         "loss",
         "loss/rl",
@@ -124,6 +132,52 @@ fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
     ] {
         assert!(lines[0].get(key).is_some(), "metric {key}");
     }
+}
+
+#[test]
+fn a_resume_drops_the_metrics_rows_of_steps_it_trains_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 4);
+    let run = tmp.path().join("run");
+    for step in 1..=4 {
+        write_batch(&run, &synthetic_batch(step));
+    }
+    RlTrainer::new(&config(&run, &model, 2)).unwrap().run(|_| {}).unwrap();
+    // A crash after step 3 was trained and logged but before it was checkpointed.
+    rl_configs::run_dir::append_jsonl(
+        &RunDir::new(&run).trainer_metrics(),
+        &TrainerRow { step: 3, ..TrainerRow::default() },
+    )
+    .unwrap();
+    let mut cfg = config(&run, &model, 4);
+    cfg.resume = Some(ResumeConfig::default());
+    RlTrainer::new(&cfg).unwrap().run(|_| {}).unwrap();
+    let rows: Vec<TrainerRow> = read_jsonl(&RunDir::new(&run).trainer_metrics()).unwrap();
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert!(rows[2].tokens > 0, "step 3's row is the retrained one");
+}
+
+#[test]
+fn a_batch_that_trains_no_token_leaves_weights_and_optimizer_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 4);
+    let run = tmp.path().join("run");
+    let mut empty = synthetic_batch(1);
+    for mb in &mut empty.micro_batches {
+        mb.loss_mask.iter_mut().for_each(|m| *m = false);
+    }
+    write_batch(&run, &empty);
+    write_batch(&run, &synthetic_batch(2));
+    let mut cfg = config(&run, &model, 1);
+    cfg.ckpt = None;
+    let mut t = RlTrainer::new(&cfg).unwrap();
+    let before = t.weights();
+    let mut reports = Vec::new();
+    t.run(|r| reports.push(r.clone())).unwrap();
+    assert!(reports[0].optimizer_skipped && reports[0].rl_tokens == 0);
+    assert!(weights_equal(&before, &t.weights()), "weight decay or momentum moved the weights");
+    let rows: Vec<TrainerRow> = read_jsonl(&RunDir::new(&run).trainer_metrics()).unwrap();
+    assert!(rows[0].optimizer_skipped);
 }
 
 #[test]
@@ -144,13 +198,13 @@ fn malformed_batches_are_rejected_naming_the_field() {
     let run = tmp.path();
     let mut b = synthetic_batch(1);
     b.micro_batches[1].temperatures.pop();
-    write_batch(run, &b).unwrap();
-    let err = rl_trainer::read_batch(run, 1).unwrap_err().to_string();
+    write_batch(run, &b);
+    let err = rl_trainer::read_batch(&RunDir::new(run), 1).unwrap_err().to_string();
     assert!(err.contains("micro_batches[1].temperatures"), "{err}");
     let mut b = synthetic_batch(2);
     b.micro_batches[0].position_ids[7] = 3;
-    write_batch(run, &b).unwrap();
-    assert!(rl_trainer::read_batch(run, 2).unwrap_err().to_string().contains("position_ids"));
+    write_batch(run, &b);
+    assert!(rl_trainer::read_batch(&RunDir::new(run), 2).unwrap_err().to_string().contains("position_ids"));
 }
 
 /// `dtype = "bf16"` (the GPU recipe, here on CPU through the composed ops): the forward and
@@ -163,7 +217,7 @@ fn bf16_training_keeps_f32_master_weights_that_follow_f32_training() {
     for dtype in [rl_configs::Dtype::F32, rl_configs::Dtype::Bf16] {
         let run = tmp.path().join(format!("{dtype:?}"));
         for step in 1..=2 {
-            write_batch(&run, &synthetic_batch(step)).unwrap();
+            write_batch(&run, &synthetic_batch(step));
         }
         let mut cfg = config(&run, &model, 2);
         cfg.dtype = dtype;

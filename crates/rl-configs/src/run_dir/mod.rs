@@ -1,0 +1,232 @@
+//! The run directory contract: every path under a run's `output_dir`, who writes it and who reads
+//! it, in one place. Producers and readers (trainer, orchestrator, launcher, plots) go through
+//! [`RunDir`]; nobody spells a run path by hand.
+//!
+//! ```text
+//! <run>/configs/<part>.json                  resolved configs (launcher, dry runs)
+//! <run>/logs/<process>.log                   one log per child process (launcher)
+//! <run>/metrics.jsonl                        orchestrator step rows, or SFT rows (MetricsRow, SftRow)
+//! <run>/trainer/metrics.jsonl                RL trainer step rows (TrainerRow)
+//! <run>/curves.svg                           curves drawn from the two files above
+//! <run>/rollouts/step_N/rank_0.bin           training batch of step N (orchestrator -> trainer)
+//! <run>/rollouts/step_N/traces.jsonl         the step's traces as text (for people)
+//! <run>/broadcasts/step_N/model.safetensors  weights after step N (trainer -> inference)
+//! <run>/broadcasts/step_N/STABLE             written last: the broadcast is complete
+//! <run>/checkpoints/step_N/trainer/          weights, optimizer, progress.json
+//! <run>/checkpoints/step_N/orchestrator/state.json
+//! <run>/model/                               the final HF-format model
+//! <run>/eval.json                            `rl eval`'s result
+//! ```
+
+mod files;
+mod metrics;
+
+use std::path::{Path, PathBuf};
+
+pub use files::{
+    FileError, append_jsonl, persist, read_jsonl, retain_jsonl, temp_path, write_atomic, write_json_atomic,
+};
+pub use metrics::{MetricsRow, RolloutMetrics, SftRow, TrainerRow};
+
+/// The run directory of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    root: PathBuf,
+}
+
+/// `step_N`.
+fn step_name(step: u64) -> String {
+    format!("step_{step}")
+}
+
+impl RunDir {
+    /// The run directory at `root` (nothing is created).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        RunDir { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolved configs of the run's parts.
+    pub fn configs(&self) -> PathBuf {
+        self.root.join("configs")
+    }
+
+    /// The resolved config of one part (`trainer.json`, ...).
+    pub fn config(&self, file: &str) -> PathBuf {
+        self.configs().join(file)
+    }
+
+    /// Logs of the child processes.
+    pub fn logs(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// The log of one process (`/` in names becomes `-`).
+    pub fn log(&self, process: &str) -> PathBuf {
+        self.logs().join(format!("{}.log", process.replace('/', "-")))
+    }
+
+    /// Orchestrator step rows ([`MetricsRow`]), or SFT step rows ([`SftRow`]) in an SFT run.
+    pub fn metrics(&self) -> PathBuf {
+        self.root.join("metrics.jsonl")
+    }
+
+    /// RL trainer step rows ([`TrainerRow`]).
+    pub fn trainer_metrics(&self) -> PathBuf {
+        self.root.join("trainer").join("metrics.jsonl")
+    }
+
+    /// The curves drawn from the metrics.
+    pub fn curves(&self) -> PathBuf {
+        self.root.join("curves.svg")
+    }
+
+    /// The final exported model.
+    pub fn model(&self) -> PathBuf {
+        self.root.join("model")
+    }
+
+    /// `rl eval`'s result.
+    pub fn eval_result(&self) -> PathBuf {
+        self.root.join("eval.json")
+    }
+
+    /// Per-step rollout directories.
+    pub fn rollouts(&self) -> PathBuf {
+        self.root.join("rollouts")
+    }
+
+    /// The rollouts of one step.
+    pub fn rollout_step(&self, step: u64) -> PathBuf {
+        self.rollouts().join(step_name(step))
+    }
+
+    /// The training batch of one step.
+    pub fn batch(&self, step: u64) -> PathBuf {
+        self.rollout_step(step).join("rank_0.bin")
+    }
+
+    /// The step's traces as text.
+    pub fn traces(&self, step: u64) -> PathBuf {
+        self.rollout_step(step).join("traces.jsonl")
+    }
+
+    /// Weight broadcasts.
+    pub fn broadcasts(&self) -> PathBuf {
+        self.root.join("broadcasts")
+    }
+
+    /// The broadcast of the weights after `step` (`step_0`: the starting weights).
+    pub fn broadcast(&self, step: u64) -> PathBuf {
+        self.broadcasts().join(step_name(step))
+    }
+
+    /// The marker written after a broadcast's weights are complete.
+    pub fn broadcast_marker(&self, step: u64) -> PathBuf {
+        self.broadcast(step).join("STABLE")
+    }
+
+    /// Whether the broadcast of `step` is complete.
+    pub fn broadcast_complete(&self, step: u64) -> bool {
+        self.broadcast_marker(step).exists()
+    }
+
+    /// The newest complete broadcast.
+    pub fn latest_broadcast(&self) -> Option<(u64, PathBuf)> {
+        steps_in(&self.broadcasts()).into_iter().rev().find(|(s, _)| self.broadcast_complete(*s))
+    }
+
+    /// Checkpoint directories.
+    pub fn checkpoints(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+
+    /// The checkpoint of one step (trainer and orchestrator parts inside).
+    pub fn checkpoint(&self, step: u64) -> PathBuf {
+        self.checkpoints().join(step_name(step))
+    }
+
+    /// The trainer's part of a checkpoint.
+    pub fn trainer_checkpoint(&self, step: u64) -> PathBuf {
+        self.checkpoint(step).join("trainer")
+    }
+
+    /// The file that marks a trainer checkpoint complete (written inside its temp dir before the
+    /// rename).
+    pub fn trainer_checkpoint_marker(&self, step: u64) -> PathBuf {
+        self.trainer_checkpoint(step).join("progress.json")
+    }
+
+    /// The orchestrator's part of a checkpoint.
+    pub fn orchestrator_state(&self, step: u64) -> PathBuf {
+        self.checkpoint(step).join("orchestrator").join("state.json")
+    }
+
+    /// Steps with a checkpoint directory, ascending.
+    pub fn checkpoint_steps(&self) -> Vec<u64> {
+        steps_in(&self.checkpoints()).into_iter().map(|(s, _)| s).collect()
+    }
+
+    /// Steps for which both the trainer and the orchestrator finished a checkpoint, ascending.
+    pub fn complete_checkpoints(&self) -> Vec<u64> {
+        self.checkpoint_steps()
+            .into_iter()
+            .filter(|&s| self.trainer_checkpoint_marker(s).exists() && self.orchestrator_state(s).exists())
+            .collect()
+    }
+}
+
+/// `step_N` subdirectories of `dir` with their N, ascending (none when `dir` does not exist).
+pub fn steps_in(dir: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<(u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.strip_prefix("step_")?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_listed_in_numeric_order_and_strays_are_ignored() {
+        let tmp = std::env::temp_dir().join(format!("rl-rundir-steps-{}", std::process::id()));
+        let run = RunDir::new(&tmp);
+        for s in [10, 2, 1] {
+            std::fs::create_dir_all(run.broadcast(s)).unwrap();
+        }
+        std::fs::create_dir_all(run.broadcasts().join("step_x")).unwrap();
+        std::fs::create_dir_all(run.broadcasts().join("other")).unwrap();
+        let steps: Vec<u64> = steps_in(&run.broadcasts()).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(steps, vec![1, 2, 10]);
+        assert_eq!(run.latest_broadcast(), None, "no broadcast is complete yet");
+        std::fs::write(run.broadcast_marker(2), b"").unwrap();
+        assert_eq!(run.latest_broadcast().map(|(s, _)| s), Some(2));
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_is_complete_only_with_both_parts() {
+        let tmp = std::env::temp_dir().join(format!("rl-rundir-ckpt-{}", std::process::id()));
+        let run = RunDir::new(&tmp);
+        for s in [2, 4] {
+            std::fs::create_dir_all(run.trainer_checkpoint(s)).unwrap();
+            std::fs::write(run.trainer_checkpoint_marker(s), b"{}").unwrap();
+        }
+        std::fs::create_dir_all(run.orchestrator_state(4).parent().unwrap()).unwrap();
+        std::fs::write(run.orchestrator_state(4), b"{}").unwrap();
+        assert_eq!(run.checkpoint_steps(), vec![2, 4]);
+        assert_eq!(run.complete_checkpoints(), vec![4]);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

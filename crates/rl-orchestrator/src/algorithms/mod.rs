@@ -1,0 +1,225 @@
+//! Algorithms as an open set: each turns a scored group into per-branch channels (`values` +
+//! `mask` for one trainer loss: rl advantages or ce weights), says which envs it accepts, and owns
+//! its state across checkpoints. Channels of the same loss are summed by [`aggregate`]. Adding an
+//! algorithm is one new file here, its config variant, and one line in [`build`].
+
+mod aggregate;
+mod distill;
+mod echo;
+mod env_owned;
+mod rae;
+mod reward;
+mod sft;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use rl_configs::{AlgorithmConfig, BuiltinAlgorithm, LossChannel};
+use rl_serve::{EnvClient, pb};
+use serde_json::Value;
+
+pub use aggregate::{BranchTargets, aggregate};
+pub use distill::{Opd, Opsd};
+pub use echo::Echo;
+pub use env_owned::EnvOwned;
+pub use rae::Rae;
+pub use reward::{Grpo, MaxRl, Rl};
+pub use sft::Sft;
+
+use crate::error::{Error, Result};
+use crate::models::Models;
+use crate::rollout::Rollout;
+
+/// One algorithm's output for one branch of a rollout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Channel {
+    /// Which branch of the rollout.
+    pub branch: usize,
+    /// Which trainer loss it feeds.
+    pub loss: LossChannel,
+    /// Per-token values (advantages for rl, weights for ce).
+    pub values: Vec<f32>,
+    /// Per-token: where the values apply.
+    pub mask: Vec<bool>,
+}
+
+/// What an env server says about itself that algorithms check against.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnvInfo {
+    /// The env's name in the run.
+    pub name: String,
+    /// Member ids of a multi-agent env (empty for single-agent envs).
+    pub members: Vec<String>,
+    /// The member that only judges, if the env has one.
+    pub judge: Option<String>,
+    /// Algorithms the env server runs itself (`RunAlgorithms`).
+    pub offered: Vec<String>,
+}
+
+impl EnvInfo {
+    /// Whether the env has several members.
+    pub fn is_multi_agent(&self) -> bool {
+        !self.members.is_empty()
+    }
+}
+
+/// What algorithms that need more than the rollouts use: the model endpoints, the env's server,
+/// the runtimes env-side code samples with, and the policy's cache salt.
+#[derive(Debug, Clone, Copy)]
+pub struct Scoring<'a> {
+    /// The model endpoints.
+    pub models: &'a Models,
+    /// The env's server.
+    pub env: &'a EnvClient,
+    /// Every model as a wire runtime, by key.
+    pub runtimes: &'a BTreeMap<String, pb::ModelRuntime>,
+    /// `cache_salt` for requests to the policy (its version).
+    pub policy_salt: &'a str,
+}
+
+impl Scoring<'_> {
+    /// Logprobs of `ids` under model `key` (the policy's requests carry its cache salt).
+    pub(crate) async fn score(&self, key: &str, ids: &[u32]) -> Result<Vec<f32>> {
+        let salt = (key == rl_configs::POLICY_KEY).then_some(self.policy_salt);
+        self.models.score(key, ids, salt).await
+    }
+}
+
+/// An algorithm of the registry.
+#[async_trait]
+pub trait Algorithm: Send + Sync + std::fmt::Debug {
+    /// Its id in configs and metrics.
+    fn id(&self) -> &str;
+
+    /// Checks that the algorithm can run on `env` (and keeps what it needs from it). Called once
+    /// per env at start: an incompatible pairing fails the run before any rollout.
+    fn attach(&mut self, env: &EnvInfo) -> Result<()>;
+
+    /// Channels for each rollout of a group (`out[t]`: rollout `t`'s channels, each naming its branch).
+    async fn channels(&mut self, group: &[Rollout], ctx: Scoring<'_>) -> Result<Vec<Vec<Channel>>>;
+
+    /// State to checkpoint, if the algorithm keeps any between groups.
+    fn state(&self) -> Option<Value> {
+        None
+    }
+
+    /// Restores checkpointed state (called for algorithms whose `state` is `Some`).
+    fn restore(&mut self, _state: Value) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The algorithm for a config entry.
+pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
+    Ok(match cfg {
+        AlgorithmConfig::Builtin(b) => match b {
+            BuiltinAlgorithm::Grpo {} => Box::new(Grpo),
+            BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
+            BuiltinAlgorithm::Rl {} => Box::new(Rl),
+            BuiltinAlgorithm::Sft {} => Box::new(Sft),
+            BuiltinAlgorithm::Echo { alpha, roles } => Box::new(Echo::new(*alpha, roles)),
+            BuiltinAlgorithm::Opd { model, max_concurrent } => Box::new(Opd::new(model, *max_concurrent)),
+            BuiltinAlgorithm::Opsd { model, demo_key, template, max_concurrent } => {
+                Box::new(Opsd::new(model, demo_key, template, *max_concurrent))
+            }
+            BuiltinAlgorithm::Rae { momentum, drop_judge } => Box::new(Rae::new(*momentum, *drop_judge)),
+        },
+        AlgorithmConfig::EnvOwned { id, fields } => Box::new(EnvOwned::new(id, fields)),
+    })
+}
+
+/// Rejects multi-agent envs for algorithms that compare the rollouts of one agent.
+pub(crate) fn single_agent(id: &str, env: &EnvInfo) -> Result<()> {
+    if env.is_multi_agent() {
+        return Err(Error::Config(format!(
+            "env `{}` is multi-agent (members {}): `{id}` compares rollouts of one agent and is rejected there; use `rae`",
+            env.name,
+            env.members.join(", "),
+        )));
+    }
+    Ok(())
+}
+
+/// `value` on every sampled token of every branch, for one loss.
+pub(crate) fn on_sampled(rollout: &Rollout, value: f32, loss: LossChannel) -> Vec<Channel> {
+    rollout
+        .branches
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Channel {
+            branch: i,
+            loss,
+            values: b.mask.iter().map(|m| if *m { value } else { 0.0 }).collect(),
+            mask: b.mask.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn node(parent: i32, role: &str, tokens: usize, sampled: bool) -> pb::MessageNode {
+        pb::MessageNode {
+            parent,
+            role: role.to_owned(),
+            sampled,
+            token_ids: vec![7; tokens],
+            mask: vec![sampled; tokens],
+            logprobs: if sampled { vec![-0.5; tokens] } else { vec![] },
+            ..Default::default()
+        }
+    }
+
+    /// A prompt of 2 tokens and a sampled reply of `tokens`.
+    pub(crate) fn rollout(reward: f64, tokens: usize, error: bool) -> Rollout {
+        Rollout::new(pb::Trace {
+            reward,
+            nodes: vec![node(-1, "user", 2, false), node(0, "assistant", tokens, true)],
+            errors: if error {
+                vec![pb::TraceError { message: String::from("boom"), ..Default::default() }]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        })
+    }
+
+    /// Channels of an algorithm that needs no model or env server.
+    pub(crate) fn local(a: &mut dyn Algorithm, group: &[Rollout]) -> Vec<Vec<Channel>> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _in_runtime = runtime.enter();
+        let models = Models::new(&rl_configs::OrchestratorConfig::default()).unwrap();
+        let env = EnvClient::new("http://127.0.0.1:9", rl_serve::ClientOptions::default()).unwrap();
+        let runtimes = BTreeMap::new();
+        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0" };
+        runtime.block_on(a.channels(group, ctx)).unwrap()
+    }
+
+    #[test]
+    fn configs_build_their_algorithms_and_unknown_ids_are_env_owned() {
+        for id in ["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd", "rae"] {
+            assert_eq!(build(&AlgorithmConfig::from_id(id)).unwrap().id(), id);
+        }
+        assert_eq!(build(&AlgorithmConfig::from_id("rloo")).unwrap().id(), "rloo");
+    }
+
+    #[test]
+    fn single_agent_algorithms_refuse_multi_agent_envs_and_rae_needs_one() {
+        let single = EnvInfo { name: String::from("rt"), ..EnvInfo::default() };
+        let multi = EnvInfo {
+            name: String::from("debate"),
+            members: vec![String::from("a"), String::from("b")],
+            ..single.clone()
+        };
+        for id in ["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd"] {
+            let mut a = build(&AlgorithmConfig::from_id(id)).unwrap();
+            assert!(a.attach(&single).is_ok(), "{id}");
+            let err = a.attach(&multi).unwrap_err().to_string();
+            assert!(err.contains("multi-agent") && err.contains(id), "{id}: {err}");
+        }
+        let mut rae = build(&AlgorithmConfig::from_id("rae")).unwrap();
+        assert!(rae.attach(&multi).is_ok());
+        assert!(rae.attach(&single).unwrap_err().to_string().contains("multi-agent env"));
+    }
+}

@@ -1,0 +1,118 @@
+//! Advantages from the group's rewards alone, put on every sampled token: `grpo` (r - mean, the
+//! Dr. GRPO form prime-rl uses), `max_rl` ((r - m) / m) and `rl` (r). Rollouts with errors get no
+//! channel and stay out of the mean.
+
+use async_trait::async_trait;
+use rl_configs::LossChannel;
+
+use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
+use crate::error::Result;
+use crate::rollout::Rollout;
+
+/// Mean reward of the clean rollouts (0 when there are none).
+pub(crate) fn clean_mean(group: &[Rollout]) -> f64 {
+    let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
+    if clean.is_empty() { 0.0 } else { clean.iter().sum::<f64>() / clean.len() as f64 }
+}
+
+/// `advantage(reward, clean mean)` on the sampled tokens of each clean rollout.
+fn reward_channels(group: &[Rollout], advantage: impl Fn(f64, f64) -> f64) -> Vec<Vec<Channel>> {
+    let mean = clean_mean(group);
+    group
+        .iter()
+        .map(|r| if r.is_clean() { on_sampled(r, advantage(r.reward(), mean) as f32, LossChannel::Rl) } else { vec![] })
+        .collect()
+}
+
+/// `A = r - mean(r)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grpo;
+
+/// `A = (r - m) / m` with `m` the clean mean; 0 when `m <= 0`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MaxRl;
+
+/// `A = r`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rl;
+
+/// The group-relative advantage of a reward (shared with `echo`).
+pub(crate) fn grpo_advantage(reward: f64, mean: f64) -> f64 {
+    reward - mean
+}
+
+#[async_trait]
+impl Algorithm for Grpo {
+    fn id(&self) -> &str {
+        "grpo"
+    }
+
+    fn attach(&mut self, env: &EnvInfo) -> Result<()> {
+        single_agent(self.id(), env)
+    }
+
+    async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+        Ok(reward_channels(group, grpo_advantage))
+    }
+}
+
+#[async_trait]
+impl Algorithm for MaxRl {
+    fn id(&self) -> &str {
+        "max_rl"
+    }
+
+    fn attach(&mut self, env: &EnvInfo) -> Result<()> {
+        single_agent(self.id(), env)
+    }
+
+    async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+        Ok(reward_channels(group, |r, m| if m > 0.0 { (r - m) / m } else { 0.0 }))
+    }
+}
+
+#[async_trait]
+impl Algorithm for Rl {
+    fn id(&self) -> &str {
+        "rl"
+    }
+
+    fn attach(&mut self, env: &EnvInfo) -> Result<()> {
+        single_agent(self.id(), env)
+    }
+
+    async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+        Ok(reward_channels(group, |r, _| r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{local, rollout};
+    use super::*;
+
+    /// The advantage each rollout got (the value on its first sampled token).
+    fn advantages(a: &mut dyn Algorithm, group: &[Rollout]) -> Vec<Option<f32>> {
+        local(a, group).iter().map(|ch| ch.first().map(|c| c.values[2])).collect()
+    }
+
+    #[test]
+    fn builtin_advantages_by_hand() {
+        let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false), rollout(9.0, 2, true)];
+        // Clean rewards 1, 0, 0.5: mean 0.5. The errored rollout gets nothing and is not in the mean.
+        assert_eq!(advantages(&mut Grpo, &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
+        assert_eq!(advantages(&mut MaxRl, &group), vec![Some(1.0), Some(-1.0), Some(0.0), None]);
+        assert_eq!(advantages(&mut Rl, &group), vec![Some(1.0), Some(0.0), Some(0.5), None]);
+        let zero = [rollout(0.0, 1, false), rollout(0.0, 1, false)];
+        assert_eq!(advantages(&mut MaxRl, &zero), vec![Some(0.0), Some(0.0)], "m <= 0 gives 0");
+    }
+
+    #[test]
+    fn channels_put_the_advantage_on_sampled_tokens_only() {
+        let group = [rollout(1.0, 3, false), rollout(0.0, 3, false)];
+        let ch = local(&mut Grpo, &group);
+        assert_eq!(ch[0][0].values, vec![0.0, 0.0, 0.5, 0.5, 0.5]);
+        assert_eq!(ch[0][0].mask, vec![false, false, true, true, true]);
+        assert_eq!(ch[1][0].values, vec![0.0, 0.0, -0.5, -0.5, -0.5]);
+    }
+}

@@ -1,0 +1,190 @@
+//! Running groups on env servers. All groups of a step (or of an evaluation) run concurrently,
+//! in rounds: a group whose rollouts failed with a retryable error, or that came back too stale
+//! for the step, is run again in the next round — one loop, at most [`GROUP_ATTEMPTS`] runs per
+//! group in all. A non-retryable rollout error fails the call.
+
+use std::collections::BTreeMap;
+
+use rl_configs::{POLICY_KEY, SamplingConfig};
+use rl_serve::{EnvClient, ModelRuntime, Sampling, pb};
+
+use crate::error::{Error, Result};
+use crate::models::Models;
+use crate::policy::PolicyVersion;
+
+/// Most runs of one group (retryable failures and staleness together).
+pub const GROUP_ATTEMPTS: u32 = 3;
+
+/// One group to run.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupJob<'a> {
+    /// The env's name (for errors).
+    pub env_name: &'a str,
+    /// The env's server.
+    pub client: &'a EnvClient,
+    /// Split and example index.
+    pub split: &'a str,
+    /// Example index in the split.
+    pub index: u64,
+    /// Rollouts in the group.
+    pub group_size: u32,
+    /// How the actor samples.
+    pub sampling: &'a SamplingConfig,
+}
+
+/// What the requests of one call share.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dispatch<'a> {
+    /// The model endpoints.
+    pub models: &'a Models,
+    /// The model key rollouts sample from.
+    pub actor: &'a str,
+    /// The step in `training_context`.
+    pub step: u64,
+    /// The latest checkpoint step in `training_context`.
+    pub ckpt_step: u64,
+    /// Groups sampled with a policy older than this are run again (`None`: never stale).
+    pub oldest_version: Option<u64>,
+}
+
+/// The traces of each job (in job order), the policy version each was sampled with, and the
+/// retryable errors met on the way, counted by kind.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    /// Traces and policy version per job.
+    pub groups: Vec<(Vec<pb::Trace>, u64)>,
+    /// Retryable error kinds seen (`timeout`, `model_error`, ...) and how often.
+    pub retried: BTreeMap<String, usize>,
+    /// Groups run again because they were too stale.
+    pub stale: usize,
+}
+
+/// The runtime env servers sample model `key` with.
+pub(crate) fn runtime(models: &Models, key: &str, s: &SamplingConfig, version: u64) -> Result<ModelRuntime> {
+    let ep = models.endpoint(key)?;
+    Ok(ModelRuntime {
+        base_url: ep.base_url.clone(),
+        model: ep.model.clone(),
+        sampling: Sampling {
+            temperature: Some(s.temperature),
+            top_p: Some(s.top_p),
+            top_k: s.top_k,
+            max_completion_tokens: s.max_completion_tokens,
+            stop: s.stop.clone(),
+            seed: s.seed.map(|x| x ^ version),
+            extra: s.extra.clone().into_iter().collect(),
+        },
+        tokens: ep.tokens,
+        cache_salt: (key == POLICY_KEY).then(|| version.to_string()),
+        timeout: ep.timeout,
+    })
+}
+
+/// Every configured model as a wire runtime, for env-side judges and env-owned algorithms.
+pub(crate) fn runtimes(
+    models: &Models,
+    s: &SamplingConfig,
+    version: u64,
+) -> Result<BTreeMap<String, pb::ModelRuntime>> {
+    models.endpoints().keys().map(|k| Ok((k.clone(), runtime(models, k, s, version)?.to_wire()))).collect()
+}
+
+/// How one run of a group ended.
+enum Attempt {
+    Done(Vec<pb::Trace>),
+    Retry(Vec<String>, String),
+}
+
+impl Dispatch<'_> {
+    fn request(&self, job: &GroupJob<'_>, version: u64) -> Result<pb::RunGroupRequest> {
+        Ok(pb::RunGroupRequest {
+            example: Some(pb::ExampleRef {
+                source: Some(pb::example_ref::Source::Dataset(pb::DatasetIndex {
+                    split: job.split.to_owned(),
+                    index: job.index,
+                })),
+            }),
+            group_size: job.group_size,
+            actor: Some(runtime(self.models, self.actor, job.sampling, version)?.to_wire()),
+            training_context: Some(pb::TrainingContext {
+                step: self.step,
+                ckpt_step: self.ckpt_step,
+                policy_version: version,
+                extra: Default::default(),
+            }),
+            models: runtimes(self.models, job.sampling, version)?.into_iter().collect(),
+        })
+    }
+
+    async fn attempt(&self, job: &GroupJob<'_>, version: u64) -> Result<Attempt> {
+        let resp = job.client.run_group(self.request(job, version)?).await?;
+        let mut traces = Vec::new();
+        let mut errors: Vec<pb::TraceError> = Vec::new();
+        for ep in resp.episodes {
+            errors.extend(ep.errors);
+            for t in ep.traces {
+                errors.extend(t.errors.iter().cloned());
+                traces.push(t);
+            }
+        }
+        match errors.first() {
+            None => Ok(Attempt::Done(traces)),
+            Some(e) if !e.retryable => Err(Error::Rollout { env: job.env_name.to_owned(), message: e.message.clone() }),
+            Some(e) => Ok(Attempt::Retry(errors.iter().map(|e| kind_name(e.kind)).collect(), e.message.clone())),
+        }
+    }
+
+    /// Runs every job to completion (see the module docs), loading newer policy weights between
+    /// rounds when a group came back too stale.
+    pub(crate) async fn run(&self, jobs: &[GroupJob<'_>], policy: &mut PolicyVersion) -> Result<Collected> {
+        let mut out = Collected { groups: vec![(Vec::new(), 0); jobs.len()], ..Collected::default() };
+        let mut pending: Vec<usize> = (0..jobs.len()).collect();
+        let mut runs = vec![0u32; jobs.len()];
+        while !pending.is_empty() {
+            let version = policy.get();
+            let stale = self.oldest_version.is_some_and(|oldest| version < oldest);
+            let attempts = futures::future::join_all(pending.iter().map(|&j| self.attempt(&jobs[j], version))).await;
+            let mut again = Vec::new();
+            for (&j, attempt) in pending.iter().zip(attempts) {
+                runs[j] += 1;
+                let why = match attempt? {
+                    Attempt::Done(_) if stale => {
+                        out.stale += 1;
+                        format!("sampled with policy v{version}, older than this step allows")
+                    }
+                    Attempt::Done(traces) => {
+                        out.groups[j] = (traces, version);
+                        continue;
+                    }
+                    Attempt::Retry(kinds, message) => {
+                        for k in kinds {
+                            *out.retried.entry(k).or_default() += 1;
+                        }
+                        message
+                    }
+                };
+                if runs[j] >= GROUP_ATTEMPTS {
+                    let env = jobs[j].env_name.to_owned();
+                    return Err(Error::Rollout {
+                        env,
+                        message: format!("still failing after {GROUP_ATTEMPTS} runs: {why}"),
+                    });
+                }
+                tracing::warn!(env = %jobs[j].env_name, run = runs[j], reason = %why, "running the group again");
+                again.push(j);
+            }
+            if stale && let Some(oldest) = self.oldest_version {
+                policy.wait_for(self.models, oldest, None).await?;
+            }
+            pending = again;
+        }
+        Ok(out)
+    }
+}
+
+/// The error kind's name as metrics spell it (`ERROR_KIND_TIMEOUT` -> `timeout`).
+fn kind_name(kind: i32) -> String {
+    pb::ErrorKind::try_from(kind)
+        .map(|k| k.as_str_name().trim_start_matches("ERROR_KIND_").to_lowercase())
+        .unwrap_or_else(|_| String::from("unknown"))
+}

@@ -1,0 +1,121 @@
+//! The env servers of a run: training envs (with their group size, sampling, ratio and attached
+//! algorithms) and eval envs, connected and checked once at start.
+
+use std::time::Duration;
+
+use rl_configs::{EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, TrainEnvConfig};
+use rl_serve::{ClientOptions, EnvClient, pb};
+
+use crate::algorithms::{Algorithm, EnvInfo, build};
+use crate::error::{Error, Result};
+
+/// A training env.
+#[derive(Debug)]
+pub(crate) struct TrainEnv {
+    /// Index in the run's train envs (and in the batch's `env_names`).
+    pub index: u32,
+    /// What the env server says about itself.
+    pub info: EnvInfo,
+    /// Its server.
+    pub client: EnvClient,
+    /// Size of its `train` split.
+    pub train_size: u64,
+    /// Rollouts per group.
+    pub group_size: u32,
+    /// Sampling of its rollouts.
+    pub sampling: SamplingConfig,
+    /// Share of the batch's groups.
+    pub ratio: f64,
+    /// Its algorithms, attached.
+    pub algorithms: Vec<Box<dyn Algorithm>>,
+}
+
+impl TrainEnv {
+    /// The env's name in the run.
+    pub(crate) fn name(&self) -> &str {
+        &self.info.name
+    }
+}
+
+/// An eval env.
+#[derive(Debug)]
+pub(crate) struct EvalEnv {
+    /// The env's name in the run.
+    pub name: String,
+    /// Its server.
+    pub client: EnvClient,
+    /// The split evaluated.
+    pub split: String,
+    /// Examples evaluated (the first ones of the split).
+    pub examples: u64,
+    /// Samples per example.
+    pub k: u32,
+    /// Sampling of eval rollouts.
+    pub sampling: SamplingConfig,
+}
+
+fn client(address: Option<&String>, name: &str, cfg: &OrchestratorConfig) -> Result<EnvClient> {
+    let address = address.ok_or_else(|| {
+        Error::Config(format!(
+            "env `{name}` has no address: start its server (rl env-server) and set `address`, or run under `rl rl`"
+        ))
+    })?;
+    let options = ClientOptions { timeout: Duration::from_secs_f64(cfg.rollout_timeout_s), ..ClientOptions::default() };
+    Ok(EnvClient::new(address, options)?)
+}
+
+fn split_size(info: &pb::InfoResponse, split: &str) -> u64 {
+    info.splits.iter().find(|s| s.name == split).map_or(0, |s| s.size)
+}
+
+/// Connects to a training env, waits for its health and attaches its algorithms.
+pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, index: u32) -> Result<TrainEnv> {
+    let client = client(e.address.as_ref(), e.display_name(), cfg)?;
+    client.wait_for_health(Duration::from_secs_f64(cfg.wait_for_ready_s)).await?;
+    let wire = client.info().await?;
+    let train_size = split_size(&wire, "train");
+    if train_size == 0 {
+        return Err(Error::Config(format!("env `{}` has no `train` split", e.display_name())));
+    }
+    let info = EnvInfo {
+        name: e.display_name().to_owned(),
+        members: wire.member_ids.clone(),
+        judge: wire.metadata.get("judge_member").cloned(),
+        offered: wire.algorithms,
+    };
+    let mut algorithms = Vec::new();
+    for a in cfg.env_algorithms(e) {
+        let mut algorithm = build(a)?;
+        algorithm.attach(&info)?;
+        algorithms.push(algorithm);
+    }
+    Ok(TrainEnv {
+        index,
+        info,
+        client,
+        train_size,
+        group_size: cfg.env_group_size(e),
+        sampling: cfg.env_sampling(e),
+        ratio: e.ratio,
+        algorithms,
+    })
+}
+
+/// Connects to an eval env and sizes its evaluation.
+pub(crate) async fn connect_eval(cfg: &OrchestratorConfig, eval: &EvalConfig, e: &EvalEnvConfig) -> Result<EvalEnv> {
+    let client = client(e.address.as_ref(), e.display_name(), cfg)?;
+    client.wait_for_health(Duration::from_secs_f64(cfg.wait_for_ready_s)).await?;
+    let size = split_size(&client.info().await?, &e.split);
+    if size == 0 {
+        return Err(Error::Config(format!("eval env `{}` has no `{}` split", e.display_name(), e.split)));
+    }
+    let wanted = e.num_examples.or(eval.num_examples).map_or(size, u64::from);
+    Ok(EvalEnv {
+        name: e.display_name().to_owned(),
+        client,
+        split: e.split.clone(),
+        examples: wanted.min(size),
+        k: e.k.unwrap_or(eval.k),
+        sampling: cfg.train.sampling.merged(&eval.sampling).merged(&e.sampling),
+    })
+}

@@ -1,0 +1,114 @@
+//! A step's rollout metrics (`RolloutMetrics`, the row type `RunDir` owns), gathered while the
+//! step's groups become training samples.
+
+use std::collections::BTreeMap;
+
+use rl_configs::run_dir::RolloutMetrics;
+use serde_json::{Value, json};
+
+use crate::algorithms::BranchTargets;
+use crate::rollout::Rollout;
+
+/// Summary statistics of a list of values (all 0 for an empty list).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stats {
+    /// Mean.
+    pub mean: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// Minimum.
+    pub min: f64,
+    /// Maximum.
+    pub max: f64,
+    /// 10th percentile (nearest rank).
+    pub p10: f64,
+    /// 90th percentile (nearest rank).
+    pub p90: f64,
+}
+
+/// The statistics of `v`.
+pub fn stats(v: &[f64]) -> Stats {
+    if v.is_empty() {
+        return Stats::default();
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let q = |p: f64| sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)];
+    Stats { mean, std, min: sorted[0], max: sorted[sorted.len() - 1], p10: q(0.1), p90: q(0.9) }
+}
+
+/// Accumulates one step's rollouts.
+#[derive(Debug, Default)]
+pub(crate) struct StepTally {
+    rewards: Vec<f64>,
+    advantages: Vec<f64>,
+    completion_lens: Vec<f64>,
+    truncated: usize,
+    prompt_tokens: usize,
+    member_rewards: BTreeMap<String, Vec<f64>>,
+}
+
+impl StepTally {
+    /// Counts one rollout of env `env` and its branches' targets.
+    pub(crate) fn add(&mut self, env: &str, multi_agent: bool, rollout: &Rollout, targets: &[BranchTargets]) {
+        self.rewards.push(rollout.reward());
+        if multi_agent {
+            self.member_rewards.entry(format!("{env}/{}", rollout.trace.member_id)).or_default().push(rollout.reward());
+        }
+        self.truncated += usize::from(rollout.trace.is_truncated);
+        let sampled = rollout.sampled_tokens();
+        self.completion_lens.push(sampled as f64);
+        self.prompt_tokens += rollout.total_tokens() - sampled;
+        for b in targets {
+            self.advantages
+                .extend(b.advantages.iter().zip(&b.rl_mask).filter(|(_, m)| **m).map(|(a, _)| f64::from(*a)));
+        }
+    }
+
+    /// The step's metrics; `fill` sets the fields the tally does not know (counts and times).
+    pub(crate) fn finish(self, fill: impl FnOnce(&mut RolloutMetrics)) -> (RolloutMetrics, BTreeMap<String, Value>) {
+        let (r, a, c) = (stats(&self.rewards), stats(&self.advantages), stats(&self.completion_lens));
+        let abs: Vec<f64> = self.advantages.iter().map(|x| x.abs()).collect();
+        let mut m = RolloutMetrics {
+            reward_mean: r.mean,
+            reward_std: r.std,
+            reward_min: r.min,
+            reward_max: r.max,
+            reward_p10: r.p10,
+            reward_p90: r.p90,
+            advantage_mean: a.mean,
+            advantage_std: a.std,
+            advantage_abs_mean: stats(&abs).mean,
+            rollouts: self.rewards.len() as u64,
+            completion_tokens: self.completion_lens.iter().sum(),
+            completion_len_mean: c.mean,
+            completion_len_max: c.max,
+            prompt_tokens: self.prompt_tokens as u64,
+            truncated: self.truncated as f64 / self.rewards.len().max(1) as f64,
+            ..RolloutMetrics::default()
+        };
+        fill(&mut m);
+        let members = self
+            .member_rewards
+            .into_iter()
+            .map(|(k, v)| (format!("reward/member/{k}"), json!(stats(&v).mean)))
+            .collect();
+        (m, members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_by_hand() {
+        let s = stats(&[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!((s.mean, s.min, s.max), (2.5, 1.0, 4.0));
+        assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
+        assert_eq!(stats(&[]), Stats::default());
+    }
+}

@@ -1,0 +1,180 @@
+//! Typed clients of the OpenAI-compatible model endpoints the orchestrator talks to — the policy's
+//! inference server and every `models.<key>` entry: health, weight updates, `/tokenize` and token
+//! scoring (`prompt_logprobs` on `/v1/completions`). The one place that builds these requests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rl_configs::{ModelConfig, OrchestratorConfig, POLICY_KEY};
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+
+/// An OpenAI-compatible endpoint (the policy or a `models.<key>` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Base URL ending in `/v1`.
+    pub base_url: String,
+    /// Model name sent in requests.
+    pub model: String,
+    /// Returns and scores token ids.
+    pub tokens: bool,
+    /// Per-request timeout.
+    pub timeout: Duration,
+}
+
+impl Endpoint {
+    /// The server root (admin and `/tokenize` routes live there, beside `/v1`).
+    pub fn root(&self) -> String {
+        root_url(&self.base_url)
+    }
+}
+
+/// `http://host:port` of a `.../v1` base URL.
+pub fn root_url(base_url: &str) -> String {
+    base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned()
+}
+
+/// The endpoints of a run by key (`policy` and each `models.<key>`), with one HTTP client.
+#[derive(Debug, Clone)]
+pub struct Models {
+    http: reqwest::Client,
+    endpoints: BTreeMap<String, Endpoint>,
+}
+
+impl Models {
+    /// The endpoints a config names.
+    pub fn new(cfg: &OrchestratorConfig) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs_f64(cfg.model.timeout_s))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
+        let mut endpoints = BTreeMap::new();
+        let policy = ModelConfig { path: cfg.model.path.clone(), name: cfg.model.name.clone() };
+        endpoints.insert(
+            POLICY_KEY.to_owned(),
+            Endpoint {
+                base_url: cfg.model.base_url.clone(),
+                model: policy.served_name(),
+                tokens: true,
+                timeout: Duration::from_secs_f64(cfg.model.timeout_s),
+            },
+        );
+        for (key, m) in &cfg.models {
+            endpoints.insert(
+                key.clone(),
+                Endpoint {
+                    base_url: m.base_url.clone(),
+                    model: m.name.clone(),
+                    tokens: m.tokens,
+                    timeout: Duration::from_secs_f64(m.timeout_s),
+                },
+            );
+        }
+        Ok(Models { http, endpoints })
+    }
+
+    /// The endpoints by key.
+    pub fn endpoints(&self) -> &BTreeMap<String, Endpoint> {
+        &self.endpoints
+    }
+
+    /// The endpoint of `key`.
+    pub fn endpoint(&self, key: &str) -> Result<&Endpoint> {
+        self.endpoints.get(key).ok_or_else(|| Error::Config(format!("no model `{key}` is configured")))
+    }
+
+    /// Waits until `key`'s `/health` answers 200, at most `wait`.
+    pub async fn wait_healthy(&self, key: &str, wait: Duration) -> Result<()> {
+        let health = format!("{}/health", self.endpoint(key)?.root());
+        let start = Instant::now();
+        loop {
+            match self.http.get(&health).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                other if start.elapsed() > wait => {
+                    let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
+                    return Err(Error::Policy { url: health, message: format!("not healthy after {wait:?}: {why}") });
+                }
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// Tells the policy's server to load the weights in `dir`.
+    pub async fn update_weights(&self, dir: &Path) -> Result<()> {
+        let url = format!("{}/update_weights", self.endpoint(POLICY_KEY)?.root());
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+        let fail = |message: String| Error::Policy { url: url.clone(), message };
+        let r = self.http.post(&url).json(&json!({"weight_dir": dir})).send().await.map_err(|e| fail(e.to_string()))?;
+        if r.status().is_success() {
+            return Ok(());
+        }
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        Err(fail(format!("update_weights answered {status}: {body}")))
+    }
+
+    async fn post(&self, key: &str, url: String, body: Value) -> Result<Value> {
+        let ep = self.endpoint(key)?;
+        let fail = |message: String| Error::Scoring { model: key.to_owned(), url: url.clone(), message };
+        let resp =
+            self.http.post(&url).timeout(ep.timeout).json(&body).send().await.map_err(|e| fail(e.to_string()))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| fail(e.to_string()))?;
+        if !status.is_success() {
+            return Err(fail(format!("answered {status}: {}", text.chars().take(300).collect::<String>())));
+        }
+        serde_json::from_str(&text).map_err(|e| fail(format!("invalid JSON: {e}")))
+    }
+
+    /// Logprob of every token of `ids` given the tokens before it (the first token gets 0).
+    /// `cache_salt` keeps prefix-cache entries of one policy version apart from another's.
+    pub async fn score(&self, key: &str, ids: &[u32], cache_salt: Option<&str>) -> Result<Vec<f32>> {
+        let ep = self.endpoint(key)?;
+        let url = format!("{}/completions", ep.base_url.trim_end_matches('/'));
+        let mut body =
+            json!({"model": ep.model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0});
+        if let Some(salt) = cache_salt {
+            body["cache_salt"] = json!(salt);
+        }
+        let resp = self.post(key, url.clone(), body).await?;
+        let fail = |message: String| Error::Scoring { model: key.to_owned(), url: url.clone(), message };
+        let items = resp
+            .get("prompt_logprobs")
+            .filter(|v| !v.is_null())
+            .or_else(|| resp.pointer("/choices/0/prompt_logprobs"))
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                fail(String::from("the answer has no `prompt_logprobs` (does the server support scoring?)"))
+            })?;
+        if items.len() != ids.len() {
+            return Err(fail(format!("{} prompt logprobs for {} tokens", items.len(), ids.len())));
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for (i, (item, id)) in items.iter().zip(ids).enumerate() {
+            if i == 0 {
+                out.push(0.0);
+                continue;
+            }
+            let lp = item
+                .get(id.to_string())
+                .and_then(|e| e["logprob"].as_f64())
+                .ok_or_else(|| fail(format!("prompt_logprobs[{i}] has no entry for token {id}")))?;
+            out.push(lp as f32);
+        }
+        Ok(out)
+    }
+
+    /// Token ids of `messages` rendered by the model's chat template (no generation prompt).
+    pub async fn tokenize(&self, key: &str, messages: Value) -> Result<Vec<u32>> {
+        let ep = self.endpoint(key)?;
+        let url = format!("{}/tokenize", ep.root());
+        let body = json!({"model": ep.model, "messages": messages, "add_generation_prompt": false});
+        let resp = self.post(key, url.clone(), body).await?;
+        resp["tokens"]
+            .as_array()
+            .and_then(|a| a.iter().map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok())).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| Error::Scoring { model: key.to_owned(), url, message: String::from("no `tokens` list") })
+    }
+}

@@ -1,0 +1,336 @@
+//! The orchestrator of one run. For each step n: wait until the loaded policy version is at least
+//! n - 1 - max_async_level (loading new broadcasts into the inference server as they appear), run
+//! the step's groups on the env servers (stale ones again), turn them into training samples with
+//! each env's algorithms, pack, and write the batch. Generation of step n+1 therefore overlaps
+//! training of step n whenever the async level allows it. Checkpoints, resume and online
+//! evaluation hang off the loop.
+
+use std::time::{Duration, Instant};
+
+use rl_configs::run_dir::{MetricsRow, append_jsonl};
+use rl_configs::{OrchestratorConfig, POLICY_KEY, RunDir};
+use rl_proto::train::v1::TrainBatch;
+use serde_json::{Map, Value, json};
+
+use crate::algorithms::{Channel, Scoring, aggregate};
+use crate::checkpoint::{self, OrchestratorState};
+use crate::dispatch::{Dispatch, GroupJob, runtimes};
+use crate::envs::{EvalEnv, TrainEnv, connect_eval, connect_train};
+use crate::error::{Error, Result};
+use crate::eval::eval_metrics;
+use crate::metrics::StepTally;
+use crate::models::Models;
+use crate::policy::PolicyVersion;
+use crate::rollout::Group;
+use crate::sampler::{EnvShape, Sampler};
+use crate::sink::{TrainingSample, pack, samples};
+use crate::writer::{write_batch, write_traces};
+
+/// What one step produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepSummary {
+    /// The step.
+    pub step: u64,
+    /// Its metrics row.
+    pub metrics: MetricsRow,
+}
+
+/// The orchestrator of one run.
+#[derive(Debug)]
+pub struct Orchestrator {
+    cfg: OrchestratorConfig,
+    run: RunDir,
+    envs: Vec<TrainEnv>,
+    eval_envs: Vec<EvalEnv>,
+    models: Models,
+    policy: PolicyVersion,
+    sampler: Sampler,
+    /// The checkpoint step this run resumed from.
+    resumed: Option<u64>,
+    /// The latest checkpoint step (`training_context.ckpt_step`).
+    ckpt_step: u64,
+}
+
+impl Orchestrator {
+    /// Connects to every env server (waiting for health) and the model endpoints, and loads the
+    /// checkpoint to resume from when `resume` is set.
+    pub async fn connect(cfg: &OrchestratorConfig) -> Result<Self> {
+        let mut orch = Self::open(cfg, true).await?;
+        if let Some(r) = &cfg.resume {
+            orch.restore(&checkpoint::load(&orch.run, r.step)?)?;
+        }
+        Ok(orch)
+    }
+
+    /// Connects only to the eval envs and the model endpoints, for a standalone evaluation
+    /// (`rl eval`); training envs are ignored.
+    pub async fn connect_for_eval(cfg: &OrchestratorConfig) -> Result<Self> {
+        if cfg.eval.as_ref().is_none_or(|e| e.env.is_empty()) {
+            return Err(Error::Config(String::from(
+                "nothing to evaluate: add [[orchestrator.eval.env]] entries (with `address`)",
+            )));
+        }
+        Self::open(cfg, false).await
+    }
+
+    async fn open(cfg: &OrchestratorConfig, train: bool) -> Result<Self> {
+        let mut envs = Vec::new();
+        for (i, e) in cfg.train.env.iter().enumerate().filter(|_| train) {
+            envs.push(connect_train(cfg, e, i as u32).await?);
+        }
+        if train && envs.is_empty() {
+            return Err(Error::Config(String::from("no training envs: add [[orchestrator.train.env]]")));
+        }
+        let mut eval_envs = Vec::new();
+        if let Some(eval) = &cfg.eval {
+            for e in &eval.env {
+                eval_envs.push(connect_eval(cfg, eval, e).await?);
+            }
+        }
+        let models = Models::new(cfg)?;
+        let wait = Duration::from_secs_f64(cfg.wait_for_ready_s);
+        for key in [POLICY_KEY, cfg.actor.as_str()] {
+            models.wait_healthy(key, wait).await?;
+        }
+        let run = RunDir::new(&cfg.output_dir);
+        Ok(Orchestrator {
+            cfg: cfg.clone(),
+            policy: PolicyVersion::new(run.clone(), 0),
+            run,
+            envs,
+            eval_envs,
+            models,
+            sampler: Sampler::new(cfg.seed),
+            resumed: None,
+            ckpt_step: 0,
+        })
+    }
+
+    fn restore(&mut self, state: &OrchestratorState) -> Result<()> {
+        self.sampler = Sampler::restore(state.sampler);
+        self.resumed = Some(state.step);
+        self.ckpt_step = state.step;
+        for env in &mut self.envs {
+            for a in env.algorithms.iter_mut().filter(|a| a.state().is_some()) {
+                let key = format!("{}/{}", env.info.name, a.id());
+                let saved = state.algorithms.get(&key).cloned().ok_or_else(|| Error::Checkpoint {
+                    path: self.run.orchestrator_state(state.step).display().to_string(),
+                    message: format!("env `{}` runs {} but the checkpoint has no `{key}` state", env.info.name, a.id()),
+                })?;
+                a.restore(saved)?;
+            }
+        }
+        tracing::info!(step = state.step, "resuming from the orchestrator checkpoint");
+        Ok(())
+    }
+
+    /// The policy version currently loaded in the inference server.
+    pub fn policy_version(&self) -> u64 {
+        self.policy.get()
+    }
+
+    /// Evaluates every eval env once with the policy as the server holds it now.
+    pub async fn evaluate_now(&mut self) -> Result<Map<String, Value>> {
+        self.evaluate(0).await
+    }
+
+    /// Runs steps until `max_steps`, calling `on_step` after each batch is written. A fresh run
+    /// starts at step 1; a resumed one after its checkpoint step, with that step's weights loaded.
+    pub async fn run(&mut self, mut on_step: impl FnMut(&StepSummary)) -> Result<()> {
+        let mut step = match self.resumed {
+            Some(s) => {
+                checkpoint::clean_after(&self.run, s)?;
+                // The trainer broadcasts its checkpoint's weights first; the policy must serve them.
+                self.policy = PolicyVersion::new(self.run.clone(), s.saturating_sub(1));
+                let limit = Duration::from_secs_f64(self.cfg.wait_for_ready_s);
+                self.policy.wait_for(&self.models, s, Some(limit)).await?;
+                s + 1
+            }
+            None => {
+                checkpoint::clean_after(&self.run, 0)?;
+                if self.cfg.eval.as_ref().is_some_and(|e| e.eval_on_start) && !self.eval_envs.is_empty() {
+                    let keyed = self.evaluate(0).await?.into_iter().collect();
+                    append_jsonl(&self.run.metrics(), &MetricsRow { step: 0, rollouts: None, keyed })?;
+                }
+                1
+            }
+        };
+        while self.cfg.max_steps.is_none_or(|max| step <= max) {
+            let metrics = self.step(step).await?;
+            append_jsonl(&self.run.metrics(), &metrics)?;
+            on_step(&StepSummary { step, metrics });
+            step += 1;
+        }
+        Ok(())
+    }
+
+    /// One step, as prime-rl describes it.
+    async fn step(&mut self, step: u64) -> Result<MetricsRow> {
+        let started = Instant::now();
+        // The async gate: at most `max_async_level` steps ahead of the trainer.
+        let gate = step.saturating_sub(1 + u64::from(self.cfg.max_async_level));
+        self.policy.wait_for(&self.models, gate, None).await?;
+        let wait_s = started.elapsed().as_secs_f64();
+        let mut keyed = self.evaluate_if_due(step).await?;
+        let generating = Instant::now();
+        let (groups, dispatched) = self.rollouts(step).await?;
+        let generate_s = generating.elapsed().as_secs_f64();
+        let scoring = Instant::now();
+        let (samples, tally) = self.training_samples(&groups).await?;
+        let algorithms_s = scoring.elapsed().as_secs_f64();
+        let batch = self.batch(step, &samples, &groups);
+        write_batch(&self.run, &batch)?;
+        write_traces(&self.run, step, &groups, &batch.env_names)?;
+        self.checkpoint_if_due(step)?;
+        let seq_len = self.cfg.seq_len as usize;
+        let (rollouts, members) = tally.finish(|m| {
+            m.samples = samples.len() as u64;
+            m.samples_truncated = samples.iter().filter(|s| s.ids.len() > seq_len).count() as u64;
+            m.rows = batch.micro_batches.len() as u64;
+            m.policy_version = self.policy.get();
+            m.off_policy_steps = step - 1 - batch.min_policy_version.min(step - 1);
+            m.stale_dropped = dispatched.stale as u64;
+            m.errors_retried = dispatched.retried.values().sum::<usize>() as u64;
+            m.wait_for_policy_s = wait_s;
+            m.generate_s = generate_s;
+            m.algorithms_s = algorithms_s;
+            m.step_s = started.elapsed().as_secs_f64();
+        });
+        keyed.extend(members);
+        keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
+        Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
+    }
+
+    /// Samples the step's tasks and runs their groups.
+    async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, crate::dispatch::Collected)> {
+        let shapes: Vec<EnvShape> = self
+            .envs
+            .iter()
+            .map(|e| EnvShape { ratio: e.ratio, train_size: e.train_size, group_size: e.group_size })
+            .collect();
+        let plan = self.sampler.plan(&shapes, self.cfg.batch_size);
+        let jobs: Vec<GroupJob<'_>> = plan
+            .iter()
+            .map(|p| {
+                let env = &self.envs[p.env];
+                GroupJob {
+                    env_name: env.name(),
+                    client: &env.client,
+                    split: "train",
+                    index: p.index,
+                    group_size: env.group_size,
+                    sampling: &env.sampling,
+                }
+            })
+            .collect();
+        // Off-policy aging applies to the policy only: another actor's version never moves.
+        let max_off = u64::from(self.cfg.max_off_policy_steps);
+        let oldest = (self.cfg.actor == POLICY_KEY).then(|| step.saturating_sub(1 + max_off));
+        let dispatch = Dispatch {
+            models: &self.models,
+            actor: &self.cfg.actor,
+            step,
+            ckpt_step: self.ckpt_step,
+            oldest_version: oldest,
+        };
+        let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
+        let traces = std::mem::take(&mut collected.groups);
+        let groups = plan.iter().zip(traces).map(|(p, (traces, version))| Group::new(p.env, version, traces)).collect();
+        Ok((groups, collected))
+    }
+
+    /// Each env's algorithms on its groups, aggregated into training samples; and the tally.
+    async fn training_samples(&mut self, groups: &[Group]) -> Result<(Vec<TrainingSample>, StepTally)> {
+        let mut out = Vec::new();
+        let mut tally = StepTally::default();
+        let salt = self.policy.get().to_string();
+        for g in groups {
+            let env = &mut self.envs[g.env];
+            let runtimes = runtimes(&self.models, &env.sampling, self.policy.get())?;
+            let ctx = Scoring { models: &self.models, env: &env.client, runtimes: &runtimes, policy_salt: &salt };
+            let mut outputs: Vec<Vec<Vec<Channel>>> = Vec::new();
+            for a in &mut env.algorithms {
+                outputs.push(a.channels(&g.rollouts, ctx).await?);
+            }
+            let ids: Vec<&str> = env.algorithms.iter().map(|a| a.id()).collect();
+            let targets = aggregate(&ids, &g.rollouts, &outputs)?;
+            let temperature = env.sampling.temperature as f32;
+            for (rollout, t) in g.rollouts.iter().zip(&targets) {
+                tally.add(&env.info.name, env.info.is_multi_agent(), rollout, t);
+                out.extend(samples(rollout, t, temperature, env.index, self.cfg.filter_zero_advantages));
+            }
+        }
+        Ok((out, tally))
+    }
+
+    /// The step's training batch.
+    fn batch(&self, step: u64, samples: &[TrainingSample], groups: &[Group]) -> TrainBatch {
+        let seq_len = self.cfg.seq_len as usize;
+        // Samples longer than seq_len are cut; say so, since their tail is not trained.
+        let overlong = samples.iter().filter(|s| s.ids.len() > seq_len).count();
+        if overlong > 0 {
+            tracing::warn!(step, overlong, seq_len, "samples longer than seq_len were truncated; raise seq_len");
+        }
+        TrainBatch {
+            step,
+            micro_batches: pack(samples, seq_len),
+            env_names: self.envs.iter().map(|e| e.name().to_owned()).collect(),
+            min_policy_version: groups.iter().map(|g| g.policy_version).min().unwrap_or(self.policy.get()),
+        }
+    }
+
+    /// Writes the orchestrator's checkpoint at checkpoint steps and at the last step.
+    fn checkpoint_if_due(&mut self, step: u64) -> Result<()> {
+        let Some(ckpt) = &self.cfg.ckpt else { return Ok(()) };
+        if !(step.is_multiple_of(ckpt.interval) || self.cfg.max_steps == Some(step)) {
+            return Ok(());
+        }
+        let algorithms = self
+            .envs
+            .iter()
+            .flat_map(|e| e.algorithms.iter().filter_map(|a| Some((format!("{}/{}", e.name(), a.id()), a.state()?))))
+            .collect();
+        checkpoint::save(&self.run, &OrchestratorState::new(step, self.sampler.state(), algorithms), ckpt.keep_last)?;
+        self.ckpt_step = step;
+        Ok(())
+    }
+
+    async fn evaluate_if_due(&mut self, step: u64) -> Result<Map<String, Value>> {
+        match &self.cfg.eval {
+            Some(eval) if step.is_multiple_of(eval.interval) && !self.eval_envs.is_empty() => self.evaluate(step).await,
+            _ => Ok(Map::new()),
+        }
+    }
+
+    /// Evaluates every eval env with the current policy.
+    async fn evaluate(&mut self, step: u64) -> Result<Map<String, Value>> {
+        let mut out = Map::new();
+        let dispatch = Dispatch {
+            models: &self.models,
+            actor: &self.cfg.actor,
+            step,
+            ckpt_step: self.ckpt_step,
+            oldest_version: None,
+        };
+        for e in &self.eval_envs {
+            let started = Instant::now();
+            let jobs: Vec<GroupJob<'_>> = (0..e.examples)
+                .map(|index| GroupJob {
+                    env_name: &e.name,
+                    client: &e.client,
+                    split: &e.split,
+                    index,
+                    group_size: e.k,
+                    sampling: &e.sampling,
+                })
+                .collect();
+            let collected = dispatch.run(&jobs, &mut self.policy).await?;
+            let per_example: Vec<Vec<f64>> =
+                collected.groups.iter().map(|(traces, _)| traces.iter().map(|t| t.reward).collect()).collect();
+            out.extend(eval_metrics(&e.name, &per_example, collected.retried.values().sum()));
+            out.insert(format!("eval/{}/policy_version", e.name), json!(self.policy.get()));
+            out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
+        }
+        Ok(out)
+    }
+}

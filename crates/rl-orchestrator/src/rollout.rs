@@ -1,0 +1,60 @@
+//! The orchestrator's view of a rollout: the env server's trace with its branches computed once
+//! (every algorithm, the sink and the metrics read the same branches), and the group it belongs to.
+
+use rl_serve::{Branch, branches, pb};
+
+/// One scored trace and its branches (root-to-leaf token sequences, by leaf index).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// The trace as the env server returned it.
+    pub trace: pb::Trace,
+    /// Its branches.
+    pub branches: Vec<Branch>,
+}
+
+impl Rollout {
+    /// A rollout of `trace`.
+    pub fn new(trace: pb::Trace) -> Self {
+        let branches = branches(&trace);
+        Rollout { trace, branches }
+    }
+
+    /// Whether the rollout finished without an error (only clean rollouts are trained and enter
+    /// baselines).
+    pub fn is_clean(&self) -> bool {
+        self.trace.errors.is_empty()
+    }
+
+    /// The rollout's total reward.
+    pub fn reward(&self) -> f64 {
+        self.trace.reward
+    }
+
+    /// Tokens the actor sampled.
+    pub fn sampled_tokens(&self) -> usize {
+        self.trace.nodes.iter().filter(|n| n.sampled).flat_map(|n| &n.mask).filter(|m| **m).count()
+    }
+
+    /// Tokens of every message.
+    pub fn total_tokens(&self) -> usize {
+        self.trace.nodes.iter().map(|n| n.token_ids.len()).sum()
+    }
+}
+
+/// The rollouts of one task from one env, sampled with one policy version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// Index of the env (into the orchestrator's train envs).
+    pub env: usize,
+    /// Policy version loaded when the group was sampled.
+    pub policy_version: u64,
+    /// The rollouts.
+    pub rollouts: Vec<Rollout>,
+}
+
+impl Group {
+    /// A group from the traces of one `RunGroup` answer.
+    pub fn new(env: usize, policy_version: u64, traces: Vec<pb::Trace>) -> Self {
+        Group { env, policy_version, rollouts: traces.into_iter().map(Rollout::new).collect() }
+    }
+}

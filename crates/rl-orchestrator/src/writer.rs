@@ -1,0 +1,52 @@
+//! What a step leaves in the run directory besides metrics: the training batch the trainer reads
+//! and the traces as text for people (`RunDir::batch`, `RunDir::traces`), each written atomically.
+
+use prost::Message;
+use rl_configs::RunDir;
+use rl_configs::run_dir::write_atomic;
+use rl_proto::train::v1::TrainBatch;
+use serde_json::{Map, Value, json};
+
+use crate::error::Result;
+use crate::rollout::Group;
+
+/// Writes the batch of `batch.step`.
+pub fn write_batch(run: &RunDir, batch: &TrainBatch) -> Result<std::path::PathBuf> {
+    let path = run.batch(batch.step);
+    write_atomic(&path, &batch.encode_to_vec())?;
+    Ok(path)
+}
+
+/// Writes the step's traces: one line per rollout (env, task, member, reward, reward components,
+/// the messages as text, errors), for reading what the policy did.
+pub fn write_traces(run: &RunDir, step: u64, groups: &[Group], env_names: &[String]) -> Result<()> {
+    let mut out = String::new();
+    for g in groups {
+        for r in &g.rollouts {
+            let t = &r.trace;
+            let messages: Vec<Value> = t
+                .nodes
+                .iter()
+                .map(|n| {
+                    let mut m = json!({"role": n.role, "content": n.content});
+                    if !n.tool_calls.is_empty() {
+                        m["tool_calls"] =
+                            n.tool_calls.iter().map(|c| json!({"name": c.name, "arguments": c.arguments})).collect();
+                    }
+                    m
+                })
+                .collect();
+            let rewards: Map<String, Value> = t.rewards.iter().map(|(k, r)| (k.clone(), json!(r.score))).collect();
+            let line = json!({
+                "env": env_names[g.env], "task": t.task_key, "member": t.member_id, "reward": t.reward,
+                "rewards": rewards, "stop": t.stop_condition, "truncated": t.is_truncated,
+                "policy_version": g.policy_version,
+                "errors": t.errors.iter().map(|x| x.message.clone()).collect::<Vec<_>>(), "messages": messages,
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+    }
+    write_atomic(&run.traces(step), out.as_bytes())?;
+    Ok(())
+}
