@@ -33,12 +33,30 @@ pub enum EchoRole {
     User,
 }
 
+/// How `grpo` scales group-relative advantages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardScaling {
+    /// A = r - mean(r).
+    #[default]
+    None,
+    /// A = (r - mean(r)) / (std(r) + 1e-4): near-identical rewards in a group still make a full-size
+    /// signal (and so does their noise).
+    Group,
+}
+
 /// A builtin algorithm and its fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "id", rename_all = "snake_case", deny_unknown_fields)]
 pub enum BuiltinAlgorithm {
-    /// Group-relative advantage: A = r - mean(r) over the group's clean traces.
-    Grpo {},
+    /// Group-relative advantage: A = r - mean(r) over the group's clean traces (Dr. GRPO, prime-rl's
+    /// default), or divided by the group's reward standard deviation (`scale_rewards = "group"`,
+    /// DeepSeek's GRPO and TRL's default).
+    Grpo {
+        /// How advantages are scaled: `none` (A = r - mean) or `group` (A = (r - mean) / (std + 1e-4)).
+        #[serde(default)]
+        scale_rewards: RewardScaling,
+    },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},
     /// Plain REINFORCE: A = r.
@@ -201,7 +219,7 @@ impl BuiltinAlgorithm {
     /// The algorithm's id.
     pub fn id(&self) -> &'static str {
         match self {
-            BuiltinAlgorithm::Grpo {} => "grpo",
+            BuiltinAlgorithm::Grpo { .. } => "grpo",
             BuiltinAlgorithm::MaxRl {} => "max_rl",
             BuiltinAlgorithm::Rl {} => "rl",
             BuiltinAlgorithm::Sft {} => "sft",

@@ -8,6 +8,7 @@
 
 mod algorithms;
 mod cli;
+mod curriculum;
 mod deprecated;
 mod env_server;
 mod error;
@@ -26,7 +27,8 @@ mod tagged;
 mod trainer;
 mod tree;
 
-pub use algorithms::{AlgorithmConfig, BUILTIN_IDS, BuiltinAlgorithm, EchoRole, LossChannel};
+pub use algorithms::{AlgorithmConfig, BUILTIN_IDS, BuiltinAlgorithm, EchoRole, LossChannel, RewardScaling};
+pub use curriculum::{CurriculumConfig, DifficultyPool};
 pub use deprecated::Deprecation;
 pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithms::{AlgorithmConfig, BuiltinAlgorithm};
+use crate::curriculum::CurriculumConfig;
 use crate::error::{ConfigError, Result};
 use crate::shared::{
     CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, http_url, positive,
@@ -176,6 +177,9 @@ pub struct TrainEnvConfig {
     /// Algorithms for this env (default: `orchestrator.algorithms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithms: Option<Vec<AlgorithmConfig>>,
+    /// Which tasks are drawn (default: uniform).
+    #[serde(default)]
+    pub curriculum: CurriculumConfig,
     /// Address of an already running env server (`host:port`); unset: the launcher spawns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
@@ -199,6 +203,7 @@ impl TrainEnvConfig {
             ratio: 1.0,
             sampling: SamplingOverride::default(),
             algorithms: None,
+            curriculum: CurriculumConfig::default(),
             address: None,
             serve: ServeConfig::default(),
         }
@@ -401,10 +406,27 @@ impl OrchestratorConfig {
                 format!("batch_size ({}) must be a multiple of the group size ({group})", self.batch_size),
             ));
         }
-        self.env_sampling(env).validate(&format!("{ek}.sampling"))?;
+        let sampling = self.env_sampling(env);
+        sampling.validate(&format!("{ek}.sampling"))?;
+        // The trainer divides logits by the sampling temperature: greedy rollouts cannot be trained.
+        if sampling.temperature <= 0.0 {
+            // Resolved configs copy the group's temperature into every env: blame the group's key
+            // when the env's value is the group's.
+            let inherited = sampling.temperature == self.train.sampling.temperature;
+            let key = match ek.rsplit_once(".env.") {
+                Some((train, _)) if inherited => format!("{train}.sampling.temperature"),
+                _ => format!("{ek}.sampling.temperature"),
+            };
+            return Err(ConfigError::invalid(
+                key,
+                "training rollouts must be sampled at a temperature > 0 (the trainer divides logits by it); \
+                 greedy decoding belongs in `orchestrator.eval.sampling`",
+            ));
+        }
         if let Some(algos) = &env.algorithms {
             self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
         }
+        env.curriculum.validate(&format!("{ek}.curriculum"))?;
         if env.address.is_none() {
             env.serve.validate(&format!("{ek}.serve"))?;
         }
@@ -461,6 +483,15 @@ impl OrchestratorConfig {
                 return Err(ConfigError::invalid(
                     ak,
                     "`sft` trains on a frozen actor's tokens: set `orchestrator.actor` to a key of `orchestrator.models`",
+                ));
+            }
+            if is_sft && self.models.get(&self.actor).is_some_and(|m| !m.tokens) {
+                return Err(ConfigError::invalid(
+                    format!("models.{}.tokens", self.actor),
+                    format!(
+                        "`sft` trains on the token ids the actor returns, but model `{}` does not set `tokens = true`",
+                        self.actor
+                    ),
                 ));
             }
         }

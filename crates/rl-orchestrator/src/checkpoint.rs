@@ -25,12 +25,15 @@ pub struct OrchestratorState {
     pub sampler: u64,
     /// State of stateful algorithms by `<env>/<algorithm>` (e.g. RAE baselines).
     pub algorithms: BTreeMap<String, serde_json::Value>,
+    /// State of stateful curricula by env name (each task's latest group-mean reward).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub curricula: BTreeMap<String, serde_json::Value>,
 }
 
 impl OrchestratorState {
     /// A state at `step` with the sampler's generator state and algorithm states.
     pub fn new(step: u64, sampler: u64, algorithms: BTreeMap<String, serde_json::Value>) -> Self {
-        OrchestratorState { format: FORMAT, step, sampler, algorithms }
+        OrchestratorState { format: FORMAT, step, sampler, algorithms, curricula: BTreeMap::new() }
     }
 }
 

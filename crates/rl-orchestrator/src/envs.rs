@@ -7,6 +7,7 @@ use rl_configs::{EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, 
 use rl_serve::{ClientOptions, EnvClient, pb};
 
 use crate::algorithms::{Algorithm, EnvInfo, build};
+use crate::curriculum::Curriculum;
 use crate::error::{Error, Result};
 
 /// A training env.
@@ -18,14 +19,14 @@ pub(crate) struct TrainEnv {
     pub info: EnvInfo,
     /// Its server.
     pub client: EnvClient,
-    /// Size of its `train` split.
-    pub train_size: u64,
     /// Rollouts per group.
     pub group_size: u32,
     /// Sampling of its rollouts.
     pub sampling: SamplingConfig,
     /// Share of the batch's groups.
     pub ratio: f64,
+    /// How its tasks are drawn.
+    pub curriculum: Curriculum,
     /// Its algorithms, attached.
     pub algorithms: Vec<Box<dyn Algorithm>>,
 }
@@ -93,10 +94,10 @@ pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, 
         index,
         info,
         client,
-        train_size,
         group_size: cfg.env_group_size(e),
         sampling: cfg.env_sampling(e),
         ratio: e.ratio,
+        curriculum: Curriculum::new(&e.curriculum, train_size),
         algorithms,
     })
 }

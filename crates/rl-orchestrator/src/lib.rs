@@ -8,6 +8,7 @@
 
 mod algorithms;
 mod checkpoint;
+mod curriculum;
 mod dispatch;
 mod envs;
 mod error;
@@ -26,6 +27,7 @@ pub use algorithms::{
     aggregate, build as build_algorithm,
 };
 pub use checkpoint::{OrchestratorState, checkpoint_steps, clean_after};
+pub use curriculum::Curriculum;
 pub use dispatch::GROUP_ATTEMPTS;
 pub use error::{Error, Result};
 pub use eval::{SOLVED, eval_metrics, pass_at_k};

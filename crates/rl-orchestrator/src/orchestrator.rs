@@ -119,6 +119,16 @@ impl Orchestrator {
                 })?;
                 a.restore(saved)?;
             }
+            if env.curriculum.state().is_some() {
+                let saved = state.curricula.get(&env.info.name).ok_or_else(|| Error::Checkpoint {
+                    path: self.run.orchestrator_state(state.step).display().to_string(),
+                    message: format!(
+                        "env `{}` has a difficulty curriculum but the checkpoint has no state for it",
+                        env.info.name
+                    ),
+                })?;
+                env.curriculum.restore(saved)?;
+            }
         }
         tracing::info!(step = state.step, "resuming from the orchestrator checkpoint");
         Ok(())
@@ -197,16 +207,19 @@ impl Orchestrator {
             m.step_s = started.elapsed().as_secs_f64();
         });
         keyed.extend(members);
+        for e in &self.envs {
+            keyed.extend(e.curriculum.metrics(e.name()));
+        }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
         Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
     }
 
     /// Samples the step's tasks and runs their groups.
     async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, crate::dispatch::Collected)> {
-        let shapes: Vec<EnvShape> = self
+        let shapes: Vec<EnvShape<'_>> = self
             .envs
             .iter()
-            .map(|e| EnvShape { ratio: e.ratio, train_size: e.train_size, group_size: e.group_size })
+            .map(|e| EnvShape { ratio: e.ratio, group_size: e.group_size, curriculum: &e.curriculum })
             .collect();
         let plan = self.sampler.plan(&shapes, self.cfg.batch_size);
         let jobs: Vec<GroupJob<'_>> = plan
@@ -235,7 +248,13 @@ impl Orchestrator {
         };
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
         let traces = std::mem::take(&mut collected.groups);
-        let groups = plan.iter().zip(traces).map(|(p, (traces, version))| Group::new(p.env, version, traces)).collect();
+        let groups: Vec<Group> =
+            plan.iter().zip(traces).map(|(p, (traces, version))| Group::new(p.env, p.index, version, traces)).collect();
+        for g in &groups {
+            if let Some(mean) = g.clean_mean() {
+                self.envs[g.env].curriculum.observe(g.task, mean);
+            }
+        }
         Ok((groups, collected))
     }
 
@@ -290,7 +309,9 @@ impl Orchestrator {
             .iter()
             .flat_map(|e| e.algorithms.iter().filter_map(|a| Some((format!("{}/{}", e.name(), a.id()), a.state()?))))
             .collect();
-        checkpoint::save(&self.run, &OrchestratorState::new(step, self.sampler.state(), algorithms), ckpt.keep_last)?;
+        let mut state = OrchestratorState::new(step, self.sampler.state(), algorithms);
+        state.curricula = self.envs.iter().filter_map(|e| Some((e.name().to_owned(), e.curriculum.state()?))).collect();
+        checkpoint::save(&self.run, &state, ckpt.keep_last)?;
         self.ckpt_step = step;
         Ok(())
     }

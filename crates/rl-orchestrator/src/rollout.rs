@@ -46,6 +46,8 @@ impl Rollout {
 pub struct Group {
     /// Index of the env (into the orchestrator's train envs).
     pub env: usize,
+    /// The task: index in the env's `train` split.
+    pub task: u64,
     /// Policy version loaded when the group was sampled.
     pub policy_version: u64,
     /// The rollouts.
@@ -54,7 +56,13 @@ pub struct Group {
 
 impl Group {
     /// A group from the traces of one `RunGroup` answer.
-    pub fn new(env: usize, policy_version: u64, traces: Vec<pb::Trace>) -> Self {
-        Group { env, policy_version, rollouts: traces.into_iter().map(Rollout::new).collect() }
+    pub fn new(env: usize, task: u64, policy_version: u64, traces: Vec<pb::Trace>) -> Self {
+        Group { env, task, policy_version, rollouts: traces.into_iter().map(Rollout::new).collect() }
+    }
+
+    /// Mean reward of the clean rollouts (`None` when every rollout failed).
+    pub fn clean_mean(&self) -> Option<f64> {
+        let clean: Vec<f64> = self.rollouts.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
+        (!clean.is_empty()).then(|| clean.iter().sum::<f64>() / clean.len() as f64)
     }
 }

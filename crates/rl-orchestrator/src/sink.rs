@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn samples_fan_out_the_temperature_and_drop_zero_advantage_groups() {
         let group = [rollout(1.0, 2, false), rollout(0.0, 2, false)];
-        let targets = aggregate(&["grpo"], &group, &[local(&mut Grpo, &group)]).unwrap();
+        let targets = aggregate(&["grpo"], &group, &[local(&mut Grpo::default(), &group)]).unwrap();
         let s = samples(&group[0], &targets[0], 0.7, 3, true);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].temperatures, vec![0.7; 4], "every token carries the env's temperature");
@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(s[0].inference_logprobs, vec![0.0, 0.0, -0.5, -0.5]);
         assert_eq!(s[0].env_index, 3);
         let same = [rollout(0.5, 2, false), rollout(0.5, 2, false)];
-        let targets = aggregate(&["grpo"], &same, &[local(&mut Grpo, &same)]).unwrap();
+        let targets = aggregate(&["grpo"], &same, &[local(&mut Grpo::default(), &same)]).unwrap();
         assert!(samples(&same[0], &targets[0], 1.0, 0, true).is_empty(), "all-zero advantages train nothing");
         let kept = samples(&same[0], &targets[0], 1.0, 0, false);
         assert_eq!(kept.len(), 1, "without the filter a zero-advantage group is still shipped");

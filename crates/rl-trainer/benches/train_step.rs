@@ -25,9 +25,7 @@ fn row(tokens: usize) -> MicroBatch {
         advantages: (0..tokens).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 }).collect(),
         inference_logprobs: vec![-4.0; tokens],
         temperatures: vec![1.0; tokens],
-        rl_weights: vec![],
         ce_weights: vec![],
-        ref_logprobs: vec![],
         env_index: vec![0; tokens],
         parents: vec![],
     }

@@ -57,11 +57,7 @@ fn check_micro(mb: &MicroBatch, envs: usize) -> std::result::Result<(), String> 
             return Err(format!("{name}: {len} entries for {n} tokens"));
         }
     }
-    for (name, len) in [
-        ("rl_weights", mb.rl_weights.len()),
-        ("ce_weights", mb.ce_weights.len()),
-        ("ref_logprobs", mb.ref_logprobs.len()),
-    ] {
+    for (name, len) in [("ce_weights", mb.ce_weights.len())] {
         if len != 0 && len != n {
             return Err(format!("{name}: {len} entries for {n} tokens (must be {n} or empty)"));
         }

@@ -4,11 +4,11 @@
 //! lp  = log_softmax(z / T_t)[token]        z: logits predicting token t, T_t: its temperature
 //! ratio = exp(lp - lmu), dp = exp(lp) - exp(lmu)      lmu: inference logprob
 //! masked when A > 0 and dp > mask_high, or A <= 0 and dp < -mask_low
-//! rl_t = -(keep * adv_tau * A * ratio) + kl_tau * M * (lp - lmu)^2, times rl_weight
+//! rl_t = -(keep * adv_tau * A * ratio) + kl_tau * M * (lp - lmu)^2
 //! ce_t = -lp * ce_weight
 //! loss = sum(rl) / N_rl + sum(ce) / N_ce      (token counts over the whole step)
 //! ```
-//! `M` = loss_mask and rl_weight != 0. Only tokens in some loss (or in the loss mask, for the
+//! `M` = loss_mask. Only tokens in some loss (or in the loss mask, for the
 //! entropy statistic) are scored: their source rows alone go through the output head, and the
 //! temperature log-softmax, gather and entropy are one fused op.
 
@@ -48,29 +48,20 @@ struct Members {
     /// Their source rows.
     sources: Vec<usize>,
     rl: Vec<bool>,
-    rl_weight: Vec<f32>,
     ce_weight: Vec<f32>,
 }
 
 fn members(mb: &MicroBatch, layout: &RowLayout) -> Members {
-    let mut m = Members {
-        tokens: Vec::new(),
-        sources: Vec::new(),
-        rl: Vec::new(),
-        rl_weight: Vec::new(),
-        ce_weight: Vec::new(),
-    };
+    let mut m = Members { tokens: Vec::new(), sources: Vec::new(), rl: Vec::new(), ce_weight: Vec::new() };
     for (i, src) in layout.sources().into_iter().enumerate() {
         let Some(src) = src else { continue };
-        let w = if mb.rl_weights.is_empty() { 1.0 } else { mb.rl_weights[i] };
         let ce = if mb.ce_weights.is_empty() { 0.0 } else { mb.ce_weights[i] };
         if !mb.loss_mask[i] && ce == 0.0 {
             continue;
         }
         m.tokens.push(i);
         m.sources.push(src);
-        m.rl.push(mb.loss_mask[i] && w != 0.0);
-        m.rl_weight.push(w);
+        m.rl.push(mb.loss_mask[i]);
         m.ce_weight.push(ce);
     }
     m
@@ -180,11 +171,10 @@ pub fn micro_loss(model: &Qwen3, mb: &MicroBatch, cfg: &LossConfig, counts: Step
             let a = f64::from(mb.advantages[i]);
             let dp = lp_v[j].exp() - lmu[j].exp();
             let (low, high) = (a <= 0.0 && dp < -cfg.mask_low, a > 0.0 && dp > cfg.mask_high);
-            let w = f64::from(m.rl_weight[j]);
             if !(low || high) {
-                c_ratio[j] = -cfg.adv_tau * a * w;
+                c_ratio[j] = -cfg.adv_tau * a;
             }
-            c_kl[j] = cfg.kl_tau * w;
+            c_kl[j] = cfg.kl_tau;
             stats.rl_tokens += 1;
             stats.masked_low += usize::from(low);
             stats.masked_high += usize::from(high);

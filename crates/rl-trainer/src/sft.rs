@@ -109,9 +109,7 @@ fn empty_row() -> MicroBatch {
         advantages: vec![],
         inference_logprobs: vec![],
         temperatures: vec![],
-        rl_weights: vec![],
         ce_weights: vec![],
-        ref_logprobs: vec![],
         env_index: vec![],
         parents: vec![],
     }

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use rl_configs::{
-    AlgorithmConfig, BuiltinAlgorithm, CkptConfig, EchoRole, InferenceConfig, ModelConfig, ModelEndpointConfig,
-    OptimConfig, RlConfig, SamplingConfig, SamplingOverride, SchedulerConfig, Table, TrainEnvConfig,
+    AlgorithmConfig, BuiltinAlgorithm, CkptConfig, CurriculumConfig, DifficultyPool, EchoRole, InferenceConfig,
+    ModelConfig, ModelEndpointConfig, OptimConfig, RlConfig, SamplingConfig, SamplingOverride, SchedulerConfig, Table,
+    TrainEnvConfig,
 };
 use serde_json::json;
 
@@ -33,7 +34,8 @@ fn args() -> impl Strategy<Value = Table> {
 
 fn sampling() -> impl Strategy<Value = SamplingConfig> {
     (
-        (0u32..=200).prop_map(|x| f64::from(x) / 100.0),
+        // Training rollouts are sampled at a temperature > 0.
+        (1u32..=200).prop_map(|x| f64::from(x) / 100.0),
         (1u32..=100).prop_map(|x| f64::from(x) / 100.0),
         prop::option::of(prop_oneof![Just(-1i64), 1i64..50]),
         prop::option::of(1u32..4096),
@@ -52,7 +54,7 @@ fn sampling() -> impl Strategy<Value = SamplingConfig> {
 }
 
 fn sampling_override() -> impl Strategy<Value = SamplingOverride> {
-    (prop::option::of((0u32..=200).prop_map(|x| f64::from(x) / 100.0)), prop::option::of(1u32..512)).prop_map(
+    (prop::option::of((1u32..=200).prop_map(|x| f64::from(x) / 100.0)), prop::option::of(1u32..512)).prop_map(
         |(temperature, max_completion_tokens)| SamplingOverride {
             temperature,
             max_completion_tokens,
@@ -64,6 +66,7 @@ fn sampling_override() -> impl Strategy<Value = SamplingOverride> {
 fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
     prop_oneof![
         Just(AlgorithmConfig::from_id("grpo")),
+        Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { scale_rewards: rl_configs::RewardScaling::Group })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),
         (ratio(), prop::sample::subsequence(vec![EchoRole::Tool, EchoRole::User], 1..=2))
@@ -99,14 +102,25 @@ fn env(index: usize) -> impl Strategy<Value = TrainEnvConfig> {
         ratio(),
         sampling_override(),
         prop::option::of(algorithms()),
+        prop_oneof![
+            Just(CurriculumConfig::Uniform {}),
+            (ratio(), 0.0f64..1.0).prop_map(|(unseen_weight, weight)| CurriculumConfig::DifficultyPool {
+                pools: vec![
+                    DifficultyPool { name: String::from("hard"), threshold: 0.3, weight },
+                    DifficultyPool { name: String::from("rest"), threshold: 1.0, weight: 1.0 },
+                ],
+                unseen_weight,
+            }),
+        ],
     )
-        .prop_map(move |(id, args, group_size, ratio, sampling, algorithms)| TrainEnvConfig {
+        .prop_map(move |(id, args, group_size, ratio, sampling, algorithms, curriculum)| TrainEnvConfig {
             name: Some(format!("env{index}")),
             args,
             group_size,
             ratio,
             sampling,
             algorithms,
+            curriculum,
             ..TrainEnvConfig::new(id)
         })
 }

@@ -79,6 +79,9 @@ fn actor_and_algorithm_model_keys_must_be_configured() {
     assert!(c.models["ref"].tokens);
     let mut sft = base.to_vec();
     sft.extend(["--actor", "ref", "--algorithms", "sft"]);
+    let err = load_args::<OrchestratorConfig>(&sft).unwrap_err();
+    assert_eq!(invalid_key(err), "models.ref.tokens", "sft trains the actor's token ids");
+    sft.push("--models.ref.tokens");
     assert!(load_args::<OrchestratorConfig>(&sft).is_ok());
 }
 
@@ -114,4 +117,39 @@ fn sft_schedules_need_a_sane_budget() {
     assert!(load_args::<SftConfig>(&["--data.task", "alphabet-sort"]).is_ok());
     let err = load_args::<SftConfig>(&["--data.task", "sorting"]).unwrap_err().to_string();
     assert!(err.contains("reverse-text") && err.contains("alphabet-sort"), "{err}");
+}
+
+#[test]
+fn greedy_training_rollouts_are_rejected_naming_the_key_that_set_them() {
+    let err = rl_with(&["--orchestrator.train.sampling.temperature", "0"]).unwrap_err();
+    assert_eq!(invalid_key(err), "orchestrator.train.sampling.temperature");
+    let err = rl_with(&["--orchestrator.train.env.0.sampling.temperature", "0"]).unwrap_err();
+    assert_eq!(invalid_key(err), "orchestrator.train.env.0.sampling.temperature");
+}
+
+#[test]
+fn difficulty_pools_must_be_ordered_named_and_weighted() {
+    let f = Files::new();
+    let with = |pools: &str| {
+        let o = f.write(
+            "o.toml",
+            &format!("[[train.env]]\nid = \"a\"\ncurriculum = {{ type = \"difficulty_pool\", pools = {pools} }}\n"),
+        );
+        load_args::<OrchestratorConfig>(&["@", &o])
+    };
+    let c = with(r#"[{name = "hard", threshold = 0.2, weight = 0.5}, {name = "rest", threshold = 1.0, weight = 1.0}]"#)
+        .unwrap()
+        .config;
+    assert!(matches!(
+        c.train.env[0].curriculum,
+        rl_configs::CurriculumConfig::DifficultyPool { unseen_weight: 1.0, .. }
+    ));
+    let unordered =
+        with(r#"[{name = "a", threshold = 0.5, weight = 1.0}, {name = "b", threshold = 0.5, weight = 1.0}]"#);
+    assert_eq!(invalid_key(unordered.unwrap_err()), "train.env.0.curriculum.pools.1.threshold");
+    let twice = with(r#"[{name = "a", threshold = 0.2, weight = 1.0}, {name = "a", threshold = 0.5, weight = 1.0}]"#);
+    assert_eq!(invalid_key(twice.unwrap_err()), "train.env.0.curriculum.pools.1.name");
+    let negative = with(r#"[{name = "a", threshold = 0.2, weight = -1.0}]"#);
+    assert_eq!(invalid_key(negative.unwrap_err()), "train.env.0.curriculum.pools.0.weight");
+    assert_eq!(invalid_key(with("[]").unwrap_err()), "train.env.0.curriculum.pools");
 }

@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn same_loss_channels_sum_and_bad_dimensions_are_errors() {
         let group = [rollout(1.0, 2, false), rollout(0.0, 2, false)];
-        let grpo = local(&mut Grpo, &group);
+        let grpo = local(&mut Grpo::default(), &group);
         let rl = local(&mut Rl, &group);
         let ce = vec![
             vec![Channel {
@@ -126,7 +126,7 @@ mod tests {
         let mut t = rollout(1.0, 2, false).trace;
         t.nodes.push(pb::MessageNode { parse_error: true, ..node(1, "assistant", 2, true) });
         let group = [Rollout::new(t), rollout(0.0, 4, false)];
-        let agg = aggregate(&["grpo"], &group, &[local(&mut Grpo, &group)]).unwrap();
+        let agg = aggregate(&["grpo"], &group, &[local(&mut Grpo::default(), &group)]).unwrap();
         assert_eq!(agg[0][0].rl_mask, vec![false, false, true, true, false, false]);
     }
 }

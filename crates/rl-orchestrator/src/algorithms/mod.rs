@@ -113,7 +113,7 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo {} => Box::new(Grpo),
+            BuiltinAlgorithm::Grpo { scale_rewards } => Box::new(Grpo::new(*scale_rewards)),
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
             BuiltinAlgorithm::Sft {} => Box::new(Sft),

@@ -1,9 +1,9 @@
 //! Advantages from the group's rewards alone, put on every sampled token: `grpo` (r - mean, the
-//! Dr. GRPO form prime-rl uses), `max_rl` ((r - m) / m) and `rl` (r). Rollouts with errors get no
-//! channel and stay out of the mean.
+//! Dr. GRPO form prime-rl uses, or scaled by the group's reward std), `max_rl` ((r - m) / m) and
+//! `rl` (r). Rollouts with errors get no channel and stay out of the mean.
 
 use async_trait::async_trait;
-use rl_configs::LossChannel;
+use rl_configs::{LossChannel, RewardScaling};
 
 use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
 use crate::error::Result;
@@ -24,9 +24,28 @@ fn reward_channels(group: &[Rollout], advantage: impl Fn(f64, f64) -> f64) -> Ve
         .collect()
 }
 
-/// `A = r - mean(r)`.
+/// `A = r - mean(r)`, optionally divided by the std of the clean rewards (+ 1e-4, as TRL does).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Grpo;
+pub struct Grpo {
+    scale: RewardScaling,
+}
+
+impl Grpo {
+    /// grpo with the given advantage scaling.
+    pub fn new(scale: RewardScaling) -> Self {
+        Grpo { scale }
+    }
+}
+
+/// Population std of the clean rewards around `mean`.
+fn clean_std(group: &[Rollout], mean: f64) -> f64 {
+    let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
+    if clean.is_empty() {
+        0.0
+    } else {
+        (clean.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / clean.len() as f64).sqrt()
+    }
+}
 
 /// `A = (r - m) / m` with `m` the clean mean; 0 when `m <= 0`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,7 +71,11 @@ impl Algorithm for Grpo {
     }
 
     async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
-        Ok(reward_channels(group, grpo_advantage))
+        let scale = match self.scale {
+            RewardScaling::None => 1.0,
+            RewardScaling::Group => 1.0 / (clean_std(group, clean_mean(group)) + 1e-4),
+        };
+        Ok(reward_channels(group, |r, m| grpo_advantage(r, m) * scale))
     }
 }
 
@@ -100,7 +123,12 @@ mod tests {
     fn builtin_advantages_by_hand() {
         let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false), rollout(9.0, 2, true)];
         // Clean rewards 1, 0, 0.5: mean 0.5. The errored rollout gets nothing and is not in the mean.
-        assert_eq!(advantages(&mut Grpo, &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
+        assert_eq!(advantages(&mut Grpo::default(), &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
+        // std of 1, 0, 0.5 is sqrt(1/6): the scaled advantages are +-0.5 / (0.40825 + 1e-4).
+        let scaled = advantages(&mut Grpo::new(RewardScaling::Group), &group);
+        let expected = 0.5 / ((1.0f64 / 6.0).sqrt() + 1e-4);
+        assert!((f64::from(scaled[0].unwrap()) - expected).abs() < 1e-5, "{scaled:?}");
+        assert_eq!((scaled[2], scaled[3]), (Some(0.0), None));
         assert_eq!(advantages(&mut MaxRl, &group), vec![Some(1.0), Some(-1.0), Some(0.0), None]);
         assert_eq!(advantages(&mut Rl, &group), vec![Some(1.0), Some(0.0), Some(0.5), None]);
         let zero = [rollout(0.0, 1, false), rollout(0.0, 1, false)];
@@ -110,7 +138,7 @@ mod tests {
     #[test]
     fn channels_put_the_advantage_on_sampled_tokens_only() {
         let group = [rollout(1.0, 3, false), rollout(0.0, 3, false)];
-        let ch = local(&mut Grpo, &group);
+        let ch = local(&mut Grpo::default(), &group);
         assert_eq!(ch[0][0].values, vec![0.0, 0.0, 0.5, 0.5, 0.5]);
         assert_eq!(ch[0][0].mask, vec![false, false, true, true, true]);
         assert_eq!(ch[1][0].values, vec![0.0, 0.0, -0.5, -0.5, -0.5]);

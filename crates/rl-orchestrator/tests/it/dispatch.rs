@@ -184,12 +184,33 @@ fn read_batch(run: &Path, step: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_continues_from_the_checkpoint_exactly_like_an_uninterrupted_run() {
+    resume_matches_an_uninterrupted_run(rl_configs::CurriculumConfig::Uniform {}).await;
+}
+
+/// With a difficulty curriculum, a resume restores the pools: the same tasks are drawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_with_a_difficulty_curriculum_draws_the_same_tasks() {
+    let pool = |name: &str, threshold: f64, weight: f64| rl_configs::DifficultyPool {
+        name: name.to_owned(),
+        threshold,
+        weight,
+    };
+    resume_matches_an_uninterrupted_run(rl_configs::CurriculumConfig::DifficultyPool {
+        pools: vec![pool("hard", 0.1, 0.5), pool("rest", 1.0, 2.0)],
+        unseen_weight: 1.0,
+    })
+    .await;
+}
+
+async fn resume_matches_an_uninterrupted_run(curriculum: rl_configs::CurriculumConfig) {
     let model = reverse_text_model().await;
     let address = env_server("reverse-text", serde_json::json!({"num_examples": 500})).await;
     // Uninterrupted: 3 steps.
     let full = tempfile::tempdir().unwrap();
     let trainer = fake_trainer(full.path(), 1..=3, Duration::ZERO);
-    run(&config(full.path(), &model, address.clone(), 3)).await;
+    let mut full_cfg = config(full.path(), &model, address.clone(), 3);
+    full_cfg.train.env[0].curriculum = curriculum.clone();
+    run(&full_cfg).await;
     trainer.await.unwrap();
 
     // Interrupted after step 2 (checkpoint every 2 steps), with a stale step-3 batch and broadcast
@@ -197,6 +218,7 @@ async fn resume_continues_from_the_checkpoint_exactly_like_an_uninterrupted_run(
     let part = tempfile::tempdir().unwrap();
     let dir: PathBuf = part.path().to_owned();
     let mut cfg = config(&dir, &model, address, 2);
+    cfg.train.env[0].curriculum = curriculum;
     cfg.ckpt = Some(CkptConfig { interval: 2, keep_last: None, dir: None });
     let trainer = fake_trainer(&dir, 1..=2, Duration::ZERO);
     run(&cfg).await;

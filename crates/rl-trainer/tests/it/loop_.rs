@@ -31,9 +31,7 @@ fn synthetic_batch(step: u64) -> TrainBatch {
             advantages: (0..n).map(|i| if i < 6 { 1.0 } else { -1.0 }).collect(),
             inference_logprobs: vec![-3.5; n],
             temperatures: vec![1.0; n],
-            rl_weights: vec![],
             ce_weights: vec![],
-            ref_logprobs: vec![],
             env_index: vec![0; n],
             parents: vec![],
         }

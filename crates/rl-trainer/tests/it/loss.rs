@@ -18,9 +18,7 @@ fn batch(lmu: Vec<f32>) -> MicroBatch {
         advantages: vec![0.0, 1.0, 1.0, -0.5, 0.0, -1.0, 0.8],
         inference_logprobs: lmu,
         temperatures: vec![1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0],
-        rl_weights: vec![1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5],
         ce_weights: vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.3],
-        ref_logprobs: vec![],
         env_index: vec![0; 7],
         parents: vec![],
     }
@@ -61,7 +59,7 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     let (mut rl, mut ce, mut low, mut high) = (0.0f64, 0.0f64, 0, 0);
     for (j, &lp_j) in lp.iter().enumerate() {
         let i = j + 1;
-        let (a, w, cw) = (f64::from(mb.advantages[i]), f64::from(mb.rl_weights[i]), f64::from(mb.ce_weights[i]));
+        let (a, cw) = (f64::from(mb.advantages[i]), f64::from(mb.ce_weights[i]));
         let lmu = f64::from(lmu[i]);
         if mb.loss_mask[i] {
             let dp = lp_j.exp() - lmu.exp();
@@ -70,7 +68,7 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
             high += usize::from(masked_high);
             low += usize::from(masked_low);
             let keep = if masked_high || masked_low { 0.0 } else { 1.0 };
-            rl += w * (-(keep * a * (lp_j - lmu).exp()) + loss_cfg.kl_tau * (lp_j - lmu).powi(2));
+            rl += -(keep * a * (lp_j - lmu).exp()) + loss_cfg.kl_tau * (lp_j - lmu).powi(2);
         }
         ce += -lp_j * cw;
     }
@@ -153,9 +151,7 @@ fn trainer_logprobs_equal_the_generation_logprobs() {
         advantages: vec![1.0; n],
         inference_logprobs: lps,
         temperatures: vec![temp; n],
-        rl_weights: vec![],
         ce_weights: vec![],
-        ref_logprobs: vec![],
         env_index: vec![0; n],
         parents: vec![],
     };
