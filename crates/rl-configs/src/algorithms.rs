@@ -11,7 +11,7 @@ use crate::error::{ConfigError, Result};
 use crate::shared::Table;
 
 /// Ids of the algorithms built into the orchestrator.
-pub const BUILTIN_IDS: &[&str] = &["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd", "rae"];
+pub const BUILTIN_IDS: &[&str] = &["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd", "rae", "hierarchical_grpo"];
 
 /// Which loss channel of the trainer an algorithm writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -106,6 +106,13 @@ pub enum BuiltinAlgorithm {
         #[serde(default = "default_true")]
         drop_judge: bool,
     },
+    /// Multi-agent GRPO for proposer-solver envs: each rollout's baseline is the mean reward of its
+    /// peers — the group's rollouts of the same member, and for members in `episode_agents` only
+    /// those of the same episode (A = r - mean(peers); a rollout without peers gets 0).
+    HierarchicalGrpo {
+        /// Members compared only within their episode (e.g. the solvers of one proposed task).
+        episode_agents: Vec<String>,
+    },
 }
 
 fn default_echo_alpha() -> f64 {
@@ -190,6 +197,14 @@ impl AlgorithmConfig {
                     format!("must be in [0, 1), got {momentum}"),
                 ));
             }
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::HierarchicalGrpo { episode_agents })
+                if episode_agents.is_empty() || episode_agents.iter().any(|a| a.trim().is_empty()) =>
+            {
+                return Err(ConfigError::invalid(
+                    format!("{key}.episode_agents"),
+                    "must name at least one member (non-empty ids)",
+                ));
+            }
             AlgorithmConfig::EnvOwned { id, .. } if id.trim().is_empty() => {
                 return Err(ConfigError::invalid(format!("{key}.id"), "must not be empty"));
             }
@@ -227,6 +242,7 @@ impl BuiltinAlgorithm {
             BuiltinAlgorithm::Opd { .. } => "opd",
             BuiltinAlgorithm::Opsd { .. } => "opsd",
             BuiltinAlgorithm::Rae { .. } => "rae",
+            BuiltinAlgorithm::HierarchicalGrpo { .. } => "hierarchical_grpo",
         }
     }
 

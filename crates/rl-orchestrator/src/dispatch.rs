@@ -51,8 +51,8 @@ pub(crate) struct Dispatch<'a> {
 /// retryable errors met on the way, counted by kind.
 #[derive(Debug, Default)]
 pub(crate) struct Collected {
-    /// Traces and policy version per job.
-    pub groups: Vec<(Vec<pb::Trace>, u64)>,
+    /// Traces (with the index of the episode each belongs to) and policy version per job.
+    pub groups: Vec<(Vec<(usize, pb::Trace)>, u64)>,
     /// Retryable error kinds seen (`timeout`, `model_error`, ...) and how often.
     pub retried: BTreeMap<String, usize>,
     /// Groups run again because they were too stale.
@@ -91,7 +91,7 @@ pub(crate) fn runtimes(
 
 /// How one run of a group ended.
 enum Attempt {
-    Done(Vec<pb::Trace>),
+    Done(Vec<(usize, pb::Trace)>),
     Retry(Vec<String>, String),
 }
 
@@ -120,11 +120,11 @@ impl Dispatch<'_> {
         let resp = job.client.run_group(self.request(job, version)?).await?;
         let mut traces = Vec::new();
         let mut errors: Vec<pb::TraceError> = Vec::new();
-        for ep in resp.episodes {
+        for (episode, ep) in resp.episodes.into_iter().enumerate() {
             errors.extend(ep.errors);
             for t in ep.traces {
                 errors.extend(t.errors.iter().cloned());
-                traces.push(t);
+                traces.push((episode, t));
             }
         }
         match errors.first() {

@@ -23,8 +23,8 @@ mod sink;
 mod writer;
 
 pub use algorithms::{
-    Algorithm, BranchTargets, Channel, Echo, EnvInfo, EnvOwned, Grpo, MaxRl, Opd, Opsd, Rae, Rl, Scoring, Sft,
-    aggregate, build as build_algorithm,
+    Algorithm, BranchTargets, Channel, Echo, EnvInfo, EnvOwned, Grpo, HierarchicalGrpo, MaxRl, Opd, Opsd, Rae, Rl,
+    Scoring, Sft, aggregate, build as build_algorithm,
 };
 pub use checkpoint::{OrchestratorState, checkpoint_steps, clean_after};
 pub use curriculum::Curriculum;

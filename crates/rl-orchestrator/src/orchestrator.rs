@@ -347,7 +347,7 @@ impl Orchestrator {
                 .collect();
             let collected = dispatch.run(&jobs, &mut self.policy).await?;
             let per_example: Vec<Vec<f64>> =
-                collected.groups.iter().map(|(traces, _)| traces.iter().map(|t| t.reward).collect()).collect();
+                collected.groups.iter().map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect()).collect();
             out.extend(eval_metrics(&e.name, &per_example, collected.retried.values().sum()));
             out.insert(format!("eval/{}/policy_version", e.name), json!(self.policy.get()));
             out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));

@@ -10,13 +10,20 @@ pub struct Rollout {
     pub trace: pb::Trace,
     /// Its branches.
     pub branches: Vec<Branch>,
+    /// Index of its episode in the group (multi-agent episodes hold several rollouts).
+    pub episode: usize,
 }
 
 impl Rollout {
-    /// A rollout of `trace`.
+    /// A rollout of `trace`, the only one of its episode.
     pub fn new(trace: pb::Trace) -> Self {
+        Self::of_episode(0, trace)
+    }
+
+    /// A rollout of `trace` in episode `episode` of its group.
+    pub fn of_episode(episode: usize, trace: pb::Trace) -> Self {
         let branches = branches(&trace);
-        Rollout { trace, branches }
+        Rollout { trace, branches, episode }
     }
 
     /// Whether the rollout finished without an error (only clean rollouts are trained and enter
@@ -55,9 +62,10 @@ pub struct Group {
 }
 
 impl Group {
-    /// A group from the traces of one `RunGroup` answer.
-    pub fn new(env: usize, task: u64, policy_version: u64, traces: Vec<pb::Trace>) -> Self {
-        Group { env, task, policy_version, rollouts: traces.into_iter().map(Rollout::new).collect() }
+    /// A group from the traces of one `RunGroup` answer (with their episode indices).
+    pub fn new(env: usize, task: u64, policy_version: u64, traces: Vec<(usize, pb::Trace)>) -> Self {
+        let rollouts = traces.into_iter().map(|(e, t)| Rollout::of_episode(e, t)).collect();
+        Group { env, task, policy_version, rollouts }
     }
 
     /// Mean reward of the clean rollouts (`None` when every rollout failed).

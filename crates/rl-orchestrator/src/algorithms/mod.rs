@@ -7,6 +7,7 @@ mod aggregate;
 mod distill;
 mod echo;
 mod env_owned;
+mod hierarchical_grpo;
 mod rae;
 mod reward;
 mod sft;
@@ -22,6 +23,7 @@ pub use aggregate::{BranchTargets, aggregate};
 pub use distill::{Opd, Opsd};
 pub use echo::Echo;
 pub use env_owned::EnvOwned;
+pub use hierarchical_grpo::HierarchicalGrpo;
 pub use rae::Rae;
 pub use reward::{Grpo, MaxRl, Rl};
 pub use sft::Sft;
@@ -123,6 +125,7 @@ pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
                 Box::new(Opsd::new(model, demo_key, template, *max_concurrent))
             }
             BuiltinAlgorithm::Rae { momentum, drop_judge } => Box::new(Rae::new(*momentum, *drop_judge)),
+            BuiltinAlgorithm::HierarchicalGrpo { episode_agents } => Box::new(HierarchicalGrpo::new(episode_agents)),
         },
         AlgorithmConfig::EnvOwned { id, fields } => Box::new(EnvOwned::new(id, fields)),
     })
