@@ -273,10 +273,18 @@ impl Orchestrator {
             }
             let ids: Vec<&str> = env.algorithms.iter().map(|a| a.id()).collect();
             let targets = aggregate(&ids, &g.rollouts, &outputs)?;
-            let temperature = env.sampling.temperature as f32;
             for (rollout, t) in g.rollouts.iter().zip(&targets) {
                 tally.add(&env.info.name, env.info.is_multi_agent(), rollout, t);
-                out.extend(samples(rollout, t, temperature, env.index, self.cfg.filter_zero_advantages));
+                // The temperature the trace says it was sampled at; env servers that do not say
+                // sampled with the env's configured one.
+                let temperature = rollout.trace.sampling_temperature.unwrap_or(env.sampling.temperature);
+                if temperature <= 0.0 && rollout.sampled_tokens() > 0 {
+                    return Err(Error::Rollout {
+                        env: env.info.name.clone(),
+                        message: format!("a trace sampled at temperature {temperature} cannot be trained"),
+                    });
+                }
+                out.extend(samples(rollout, t, temperature as f32, env.index, self.cfg.filter_zero_advantages));
             }
         }
         Ok((out, tally))

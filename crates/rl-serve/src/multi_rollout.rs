@@ -110,6 +110,7 @@ pub async fn run_multi_agent_episode(
                 scored_with: req.training_context.cloned(),
                 task_json: task.data.to_string(),
                 task_key: task.key.clone(),
+                sampling_temperature: runtime(m).sampling.temperature,
                 ..Default::default()
             }
         })

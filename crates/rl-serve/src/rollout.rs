@@ -131,6 +131,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         scored_with: req.training_context.cloned(),
         task_json: req.task.data.to_string(),
         task_key: req.task.key.clone(),
+        sampling_temperature: req.actor.sampling.temperature,
     }
 }
 

@@ -19,7 +19,10 @@ async fn every_concurrent_request_is_scored_with_its_own_context() {
     .await;
     let requests = (0..240u64).map(|i| {
         let client = h.client.clone();
-        let actor = actor(&model);
+        let mut actor = actor(&model);
+        // Each request samples at its own temperature; its traces must say which.
+        let temperature = 0.5 + (i % 7) as f64 * 0.1;
+        actor.sampling.as_mut().unwrap().temperature = Some(temperature);
         async move {
             // Every third request carries no context: it must see none, not a neighbour's.
             let context =
@@ -34,11 +37,11 @@ async fn every_concurrent_request_is_scored_with_its_own_context() {
                 })
                 .await
                 .unwrap();
-            (i, context, resp)
+            (i, context, resp, temperature)
         }
     });
     let results = futures::future::join_all(requests).await;
-    for (i, context, resp) in results {
+    for (i, context, resp, temperature) in results {
         assert_eq!(resp.episodes.len(), 2);
         for ep in &resp.episodes {
             let trace = &ep.traces[0];
@@ -48,6 +51,7 @@ async fn every_concurrent_request_is_scored_with_its_own_context() {
             assert_eq!(trace.reward, want);
             assert_eq!(trace.metrics["has_context"], f64::from(u8::from(context.is_some())), "request {i}");
             assert_eq!(trace.scored_with, context, "the trace echoes the context it was scored with");
+            assert_eq!(trace.sampling_temperature, Some(temperature), "the trace records its sampling temperature");
             assert_eq!(trace.reward_errors.len(), 1, "a failing metric is recorded, not fatal");
             assert_eq!(trace.reward_errors[0].name, "fails");
         }
