@@ -1,11 +1,12 @@
 //! Project automation, the one entry point for CI: `cargo xtask ci` runs fmt, tidy, dependency
-//! rules, clippy (CPU and `cuda` feature) and every test; `cargo xtask bench` runs the benchmarks;
+//! rules and unused dependencies, clippy (CPU and `cuda` feature) and every test; `cargo xtask bench` runs the benchmarks;
 //! `cargo xtask build-cuda` links a GPU binary from PyPI's CUDA wheels.
 
 mod bench;
 mod cuda;
 mod deps;
 mod tidy;
+mod unused_deps;
 mod venv;
 
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ fn run() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci(&args[1..]),
         Some("tidy") => tidy::check(&root),
-        Some("deps") => deps::check(),
+        Some("deps") => deps::check().and_then(|()| unused_deps::check()),
         Some("bench") => bench::run(&args[1..]),
         Some("build-cuda") => cuda::build(),
         _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda>"),
@@ -44,6 +45,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     step("fmt", || cargo(&["fmt", "--all", "--", "--check"]))?;
     step("tidy", || tidy::check(&project_root()))?;
     step("dependency rules", deps::check)?;
+    step("unused dependencies", unused_deps::check)?;
     step("clippy", || {
         let mut a = vec!["clippy", "--workspace", "--all-targets", "--locked"];
         a.extend_from_slice(features);
