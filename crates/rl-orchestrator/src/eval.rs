@@ -2,7 +2,14 @@
 //! times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
 //! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1).
 
+use std::time::Instant;
+
 use serde_json::{Map, Value, json};
+
+use crate::dispatch::{Dispatch, GroupJob};
+use crate::envs::EvalEnv;
+use crate::error::Result;
+use crate::policy::PolicyVersion;
 
 /// Reward at or above which a sample solves its example (for pass@k).
 pub const SOLVED: f64 = 1.0 - 1e-9;
@@ -44,6 +51,36 @@ pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize) -> Map<
         }
     }
     m
+}
+
+/// Evaluates every eval env with the policy version loaded now: each of its first `examples`
+/// tasks `k` times, as one dispatch.
+pub(crate) async fn evaluate(
+    envs: &[EvalEnv],
+    dispatch: Dispatch<'_>,
+    policy: &mut PolicyVersion,
+) -> Result<Map<String, Value>> {
+    let mut out = Map::new();
+    for e in envs {
+        let started = Instant::now();
+        let jobs: Vec<GroupJob<'_>> = (0..e.examples)
+            .map(|index| GroupJob {
+                env_name: &e.name,
+                client: &e.client,
+                split: &e.split,
+                index,
+                group_size: e.k,
+                sampling: &e.sampling,
+            })
+            .collect();
+        let collected = dispatch.run(&jobs, policy).await?;
+        let per_example: Vec<Vec<f64>> =
+            collected.groups.iter().map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect()).collect();
+        out.extend(eval_metrics(&e.name, &per_example, collected.retried.values().sum()));
+        out.insert(format!("eval/{}/policy_version", e.name), json!(policy.get()));
+        out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::checkpoint::{self, OrchestratorState};
 use crate::dispatch::{Dispatch, GroupJob, runtimes};
 use crate::envs::{EvalEnv, TrainEnv, connect_eval, connect_train};
 use crate::error::{Error, Result};
-use crate::eval::eval_metrics;
+use crate::eval::evaluate;
 use crate::metrics::StepTally;
 use crate::models::Models;
 use crate::policy::PolicyVersion;
@@ -333,7 +333,6 @@ impl Orchestrator {
 
     /// Evaluates every eval env with the current policy.
     async fn evaluate(&mut self, step: u64) -> Result<Map<String, Value>> {
-        let mut out = Map::new();
         let dispatch = Dispatch {
             models: &self.models,
             actor: &self.cfg.actor,
@@ -341,25 +340,6 @@ impl Orchestrator {
             ckpt_step: self.ckpt_step,
             oldest_version: None,
         };
-        for e in &self.eval_envs {
-            let started = Instant::now();
-            let jobs: Vec<GroupJob<'_>> = (0..e.examples)
-                .map(|index| GroupJob {
-                    env_name: &e.name,
-                    client: &e.client,
-                    split: &e.split,
-                    index,
-                    group_size: e.k,
-                    sampling: &e.sampling,
-                })
-                .collect();
-            let collected = dispatch.run(&jobs, &mut self.policy).await?;
-            let per_example: Vec<Vec<f64>> =
-                collected.groups.iter().map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect()).collect();
-            out.extend(eval_metrics(&e.name, &per_example, collected.retried.values().sum()));
-            out.insert(format!("eval/{}/policy_version", e.name), json!(self.policy.get()));
-            out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
-        }
-        Ok(out)
+        evaluate(&self.eval_envs, dispatch, &mut self.policy).await
     }
 }

@@ -198,6 +198,26 @@ pub fn steps_in(dir: &Path) -> Vec<(u64, PathBuf)> {
 mod tests {
     use super::*;
 
+    /// The layout users, scripts and older runs rely on (the table in the module docs).
+    #[test]
+    fn the_layout_is_the_documented_one() {
+        let run = RunDir::new("r");
+        let rel = |p: PathBuf| p.strip_prefix("r").unwrap().to_str().unwrap().to_owned();
+        assert_eq!(rel(run.config("trainer.json")), "configs/trainer.json");
+        assert_eq!(rel(run.log("env/a")), "logs/env-a.log");
+        assert_eq!(rel(run.metrics()), "metrics.jsonl");
+        assert_eq!(rel(run.trainer_metrics()), "trainer/metrics.jsonl");
+        assert_eq!(rel(run.curves()), "curves.svg");
+        assert_eq!(rel(run.batch(3)), "rollouts/step_3/rank_0.bin");
+        assert_eq!(rel(run.traces(3)), "rollouts/step_3/traces.jsonl");
+        assert_eq!(rel(run.broadcast(3).join("model.safetensors")), "broadcasts/step_3/model.safetensors");
+        assert_eq!(rel(run.broadcast_marker(3)), "broadcasts/step_3/STABLE");
+        assert_eq!(rel(run.trainer_checkpoint_marker(4)), "checkpoints/step_4/trainer/progress.json");
+        assert_eq!(rel(run.orchestrator_state(4)), "checkpoints/step_4/orchestrator/state.json");
+        assert_eq!(rel(run.model()), "model");
+        assert_eq!(rel(run.eval_result()), "eval.json");
+    }
+
     #[test]
     fn steps_are_listed_in_numeric_order_and_strays_are_ignored() {
         let tmp = std::env::temp_dir().join(format!("rl-rundir-steps-{}", std::process::id()));

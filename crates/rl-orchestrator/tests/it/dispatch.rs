@@ -9,7 +9,7 @@ use std::time::Duration;
 use prost::Message;
 use rl_configs::{
     AlgorithmConfig, CkptConfig, EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, ResumeConfig,
-    ServeConfig, TrainEnvConfig,
+    RunDir, ServeConfig, TrainEnvConfig,
 };
 use rl_orchestrator::{Orchestrator, StepSummary};
 use rl_proto::train::v1::TrainBatch;
@@ -54,7 +54,7 @@ fn fake_trainer(
     tokio::spawn(async move {
         let mut batches = Vec::new();
         for step in steps {
-            let path = run.join(format!("rollouts/step_{step}/rank_0.bin"));
+            let path = RunDir::new(&run).batch(step);
             // Waits for a complete batch of this step (a stale file left by a test is not one).
             let batch = loop {
                 let decoded = std::fs::read(&path).ok().and_then(|b| TrainBatch::decode(b.as_slice()).ok());
@@ -65,9 +65,9 @@ fn fake_trainer(
             };
             batches.push(batch);
             tokio::time::sleep(delay).await;
-            let dir = run.join(format!("broadcasts/step_{step}"));
+            let dir = RunDir::new(&run).broadcast(step);
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("STABLE"), b"").unwrap();
+            std::fs::write(RunDir::new(&run).broadcast_marker(step), b"").unwrap();
         }
         batches
     })
@@ -136,15 +136,18 @@ async fn two_steps_with_a_real_env_server_and_a_fake_trainer() {
     // Step 2 waited for the policy trained on step 1 (async level 0) and sampled with it.
     let updates = model.weight_updates();
     assert!(!updates.is_empty());
-    assert!(updates[0]["weight_dir"].as_str().unwrap().ends_with("broadcasts/step_1"), "{updates:?}");
+    assert!(
+        updates[0]["weight_dir"].as_str().unwrap().ends_with(RunDir::new("").broadcast(1).to_str().unwrap()),
+        "{updates:?}"
+    );
     assert_eq!(row(&summaries[1])["policy_version"], 1);
     let salts = salts(&model);
     assert_eq!(salts.iter().filter(|s| *s == "0").count(), 8, "step 1 rollouts carry cache_salt 0");
     assert_eq!(salts.iter().filter(|s| *s == "1").count(), 8, "step 2 rollouts carry cache_salt 1");
-    assert!(run_dir.join("metrics.jsonl").exists());
+    assert!(RunDir::new(&run_dir).metrics().exists());
     assert_eq!(row(&summaries[0])["stale_dropped"], 0);
     // What the policy wrote is readable per step.
-    let traces: Vec<serde_json::Value> = std::fs::read_to_string(run_dir.join("rollouts/step_1/traces.jsonl"))
+    let traces: Vec<serde_json::Value> = std::fs::read_to_string(RunDir::new(&run_dir).traces(1))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -179,7 +182,7 @@ async fn groups_older_than_max_off_policy_steps_are_dropped_counted_and_refilled
 }
 
 fn read_batch(run: &Path, step: u64) -> Vec<u8> {
-    std::fs::read(run.join(format!("rollouts/step_{step}/rank_0.bin"))).unwrap()
+    std::fs::read(RunDir::new(&run).batch(step)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,11 +226,12 @@ async fn resume_matches_an_uninterrupted_run(curriculum: rl_configs::CurriculumC
     let trainer = fake_trainer(&dir, 1..=2, Duration::ZERO);
     run(&cfg).await;
     trainer.await.unwrap();
-    assert!(dir.join("checkpoints/step_2/orchestrator/state.json").exists());
-    std::fs::create_dir_all(dir.join("rollouts/step_3")).unwrap();
-    std::fs::write(dir.join("rollouts/step_3/rank_0.bin"), b"stale").unwrap();
-    std::fs::create_dir_all(dir.join("broadcasts/step_3")).unwrap();
-    std::fs::write(dir.join("broadcasts/step_3/STABLE"), b"").unwrap();
+    assert!(RunDir::new(&dir).orchestrator_state(2).exists());
+    let rd = RunDir::new(&dir);
+    std::fs::create_dir_all(rd.rollout_step(3)).unwrap();
+    std::fs::write(rd.batch(3), b"stale").unwrap();
+    std::fs::create_dir_all(rd.broadcast(3)).unwrap();
+    std::fs::write(rd.broadcast_marker(3), b"").unwrap();
 
     let updates_before = model.weight_updates().len();
     cfg.max_steps = Some(3);
@@ -237,9 +241,12 @@ async fn resume_matches_an_uninterrupted_run(curriculum: rl_configs::CurriculumC
     trainer.await.unwrap();
     assert_eq!(summaries.iter().map(|s| s.step).collect::<Vec<_>>(), vec![3]);
     let updates = &model.weight_updates()[updates_before..];
-    assert!(updates[0]["weight_dir"].as_str().unwrap().ends_with("broadcasts/step_2"), "{updates:?}");
+    assert!(
+        updates[0]["weight_dir"].as_str().unwrap().ends_with(RunDir::new("").broadcast(2).to_str().unwrap()),
+        "{updates:?}"
+    );
     assert_eq!(read_batch(&dir, 3), read_batch(full.path(), 3), "same tasks, same policy version, same batch");
-    let steps: Vec<u64> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+    let steps: Vec<u64> = std::fs::read_to_string(RunDir::new(&dir).metrics())
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
@@ -298,7 +305,7 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     let metrics = Orchestrator::connect_for_eval(&standalone).await.unwrap().evaluate_now().await.unwrap();
     assert_eq!(metrics["eval/reverse-text/avg@4"], 0.5);
     assert_eq!(metrics["eval/reverse-text/pass@4"], 1.0);
-    let first = std::fs::read_to_string(tmp.path().join("metrics.jsonl")).unwrap();
+    let first = std::fs::read_to_string(RunDir::new(tmp.path()).metrics()).unwrap();
     let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
     assert_eq!(first["step"], 0, "eval_on_start writes a step-0 row");
     assert_eq!(first["eval/reverse-text/avg@4"], 0.5);
@@ -431,10 +438,8 @@ async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint
         }
     }
     // The RAE baselines are checkpointed, and a resume that expects them and cannot find them fails.
-    let state: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(tmp.path().join("checkpoints/step_2/orchestrator/state.json")).unwrap(),
-    )
-    .unwrap();
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(RunDir::new(tmp.path()).orchestrator_state(2)).unwrap()).unwrap();
     let baselines = state["algorithms"]["debate/rae"].as_object().unwrap();
     assert!(baselines.keys().all(|k| k.ends_with("|debater_a") || k.ends_with("|debater_b")), "{baselines:?}");
     assert!(baselines.keys().any(|k| k.ends_with("|debater_a")));
@@ -442,7 +447,7 @@ async fn debate_fans_out_per_member_with_rae_and_its_state_survives_a_checkpoint
     resume.resume = Some(ResumeConfig { step: Some(2) });
     resume.max_steps = Some(3);
     Orchestrator::connect(&resume).await.expect("the state is there");
-    let path = tmp.path().join("checkpoints/step_2/orchestrator/state.json");
+    let path = RunDir::new(tmp.path()).orchestrator_state(2);
     let mut broken = state.clone();
     broken["algorithms"] = serde_json::json!({});
     std::fs::write(&path, broken.to_string()).unwrap();

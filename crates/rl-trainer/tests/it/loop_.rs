@@ -107,14 +107,14 @@ fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
     RlTrainer::new(&config(&run, &model, 5)).unwrap().run(|_| {}).unwrap();
     for step in [2u64, 3, 4, 5] {
         let d = broadcast_dir(&run, step);
-        assert!(d.join("STABLE").exists() && d.join("model.safetensors").exists(), "step {step}");
+        assert!(RunDir::new(&run).broadcast_complete(step) && d.join("model.safetensors").exists(), "step {step}");
     }
     assert!(!broadcast_dir(&run, 0).exists() && !broadcast_dir(&run, 1).exists(), "older broadcasts are removed");
-    assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
-    assert!(run.join("checkpoints/step_4/trainer/optimizer.safetensors").exists());
+    assert!(RunDir::new(&run).trainer_checkpoint_marker(2).exists());
+    assert!(RunDir::new(&run).trainer_checkpoint(4).join("optimizer.safetensors").exists());
     let lines: Vec<serde_json::Value> = read_jsonl(&RunDir::new(&run).trainer_metrics()).unwrap();
     assert_eq!(lines.len(), 5);
-    assert!(run.join("checkpoints/step_5/trainer/progress.json").exists(), "the last step is checkpointed too");
+    assert!(RunDir::new(&run).trainer_checkpoint_marker(5).exists(), "the last step is checkpointed too");
     for key in [
         "loss",
         "loss/rl",
@@ -187,7 +187,7 @@ fn a_missing_batch_times_out_with_a_clear_error() {
     let err = RlTrainer::new(&cfg).unwrap().run(|_| {}).unwrap_err();
     assert!(matches!(err, Error::BatchTimeout { step: 1, .. }), "{err}");
     assert!(err.to_string().contains("orchestrator"));
-    assert!(broadcast_dir(&tmp.path().join("run"), 0).join("STABLE").exists(), "starting weights are broadcast first");
+    assert!(RunDir::new(tmp.path().join("run")).broadcast_complete(0), "starting weights are broadcast first");
 }
 
 #[test]
