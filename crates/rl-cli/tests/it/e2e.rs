@@ -6,6 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rl_configs::RunDir;
+use rl_configs::run_dir::{TrainerRow, read_jsonl};
+
 use crate::{rl, root, stderr, stdout};
 
 /// `rl rl` on the smoke config under `out` with the test's model, checkpointing every 2 steps.
@@ -56,10 +59,13 @@ fn rl_runs_three_steps_across_all_processes() {
     let svg = std::fs::read_to_string(run.join("curves.svg")).expect("the run draws its curves");
     assert!(svg.starts_with("<svg") && svg.contains("reward") && svg.contains("mismatch KL"));
 
-    // Resume from the step-2 checkpoint (both processes wrote one) and go on to step 4.
-    assert!(run.join("checkpoints/step_2/trainer/progress.json").exists());
-    assert!(run.join("checkpoints/step_2/orchestrator/state.json").exists());
-    let o = smoke(tmp.path(), &model, &["--max-steps", "4", "--resume"]);
+    // Both processes checkpointed step 2 (the interval) and step 3 (the last step). Resume from
+    // step 2, as after a crash during step 3, and go on to step 4.
+    let dir = RunDir::new(&run);
+    for step in [2, 3] {
+        assert!(dir.trainer_checkpoint_marker(step).exists() && dir.orchestrator_state(step).exists(), "step {step}");
+    }
+    let o = smoke(tmp.path(), &model, &["--max-steps", "4", "--resume.step", "2"]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("from checkpoint step 2"), "{}", stdout(&o));
     assert!(stdout(&o).contains("step 3/4 | reward") && stdout(&o).contains("step 4/4 | reward"), "{}", stdout(&o));
@@ -70,8 +76,9 @@ fn rl_runs_three_steps_across_all_processes() {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
         .collect();
     assert_eq!(steps, vec![1, 2, 3, 4], "the resumed run replaced steps after the checkpoint");
-    let trainer_log = std::fs::read_to_string(run.join("trainer/metrics.jsonl")).unwrap();
-    assert!(trainer_log.lines().any(|l| l.contains("\"step\":4")));
+    let trainer_steps: Vec<u64> =
+        read_jsonl::<TrainerRow>(&dir.trainer_metrics()).unwrap().iter().map(|r| r.step).collect();
+    assert_eq!(trainer_steps, vec![1, 2, 3, 4], "the trainer's rows of retrained steps are replaced, not repeated");
     assert!(stdout(&o).contains("final model (after step 4)"), "{}", stdout(&o));
 }
 

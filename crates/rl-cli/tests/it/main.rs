@@ -4,6 +4,7 @@
 mod dry_run;
 mod e2e;
 mod env_server;
+mod recipes;
 mod sft;
 
 use std::path::{Path, PathBuf};

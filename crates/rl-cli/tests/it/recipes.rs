@@ -1,0 +1,75 @@
+//! The shipped recipes' plumbing, shrunk to seconds: what `scripts/reverse-text.sh` and
+//! `scripts/alphabet-sort.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
+//! `rl rl @ configs/<recipe>/rl.toml` from the SFT model — with the real configs and a few steps,
+//! checking that the greedy held-out evaluation runs before RL and at the end. (The learning
+//! targets take minutes and are measured by running the scripts; see the README.)
+
+use rl_configs::RunDir;
+use rl_configs::run_dir::{MetricsRow, read_jsonl};
+
+use crate::{rl, stderr, stdout};
+
+/// Runs a recipe's three commands under a temp dir; returns the RL run's metrics rows.
+fn recipe(dir: &str, sft_extra: &[&str], rl_extra: &[&str]) -> Vec<MetricsRow> {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().to_str().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap(), "--seed", "4"]).status.success());
+    let sft_cfg = format!("configs/{dir}/sft.toml");
+    let mut args = vec!["sft", "@", &sft_cfg, "--output-dir", out, "--model.path", base.to_str().unwrap()];
+    args.extend(["--run.name", "sft", "--max-steps", "3", "--batch-size", "4", "--val.num-examples", "4"]);
+    args.extend(["--scheduler.warmup-steps", "1"]);
+    args.extend(sft_extra);
+    let o = rl(&args);
+    assert!(o.status.success(), "sft: {}", stderr(&o));
+    let sft_model = tmp.path().join("sft").join("model");
+    let rl_cfg = format!("configs/{dir}/rl.toml");
+    let mut args = vec!["rl", "@", &rl_cfg, "--output-dir", out, "--model.path", sft_model.to_str().unwrap()];
+    args.extend([
+        "--run.name",
+        "rl",
+        "--max-steps",
+        "2",
+        "--orchestrator.batch-size",
+        "8",
+        "--orchestrator.group-size",
+        "4",
+    ]);
+    args.extend(["--orchestrator.eval.num-examples", "2", "--orchestrator.eval.interval", "2"]);
+    args.extend(rl_extra);
+    let o = rl(&args);
+    assert!(o.status.success(), "rl:\nstdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let run = RunDir::new(tmp.path().join("rl"));
+    assert!(run.model().join("config.json").exists(), "the RL run exports its model");
+    read_jsonl(&run.metrics()).unwrap()
+}
+
+/// The eval metrics of a row (`eval/<env>/...`), which must exist.
+fn eval_mean(row: &MetricsRow, env: &str) -> f64 {
+    let key = format!("eval/{env}/reward/mean");
+    row.keyed.get(&key).and_then(serde_json::Value::as_f64).unwrap_or_else(|| panic!("no {key} at step {}", row.step))
+}
+
+fn check(rows: &[MetricsRow], env: &str) {
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert!(rows[0].rollouts.is_none(), "step 0 is the evaluation before RL");
+    for row in [&rows[0], &rows[2]] {
+        let mean = eval_mean(row, env);
+        assert!((0.0..=1.0).contains(&mean), "greedy eval reward {mean}");
+        assert_eq!(row.keyed[&format!("eval/{env}/examples")], 2);
+    }
+    assert!(rows[1].rollouts.as_ref().is_some_and(|r| r.rollouts == 8));
+}
+
+#[test]
+fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
+    let rows = recipe("reverse_text", &[], &["--orchestrator.train.sampling.max-completion-tokens", "16"]);
+    check(&rows, "reverse-text");
+}
+
+#[test]
+fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
+    let rows =
+        recipe("alphabet_sort", &["--seq-len", "256"], &["--orchestrator.train.sampling.max-completion-tokens", "24"]);
+    check(&rows, "alphabet-sort");
+}
