@@ -182,7 +182,7 @@ async fn groups_older_than_max_off_policy_steps_are_dropped_counted_and_refilled
 }
 
 fn read_batch(run: &Path, step: u64) -> Vec<u8> {
-    std::fs::read(RunDir::new(&run).batch(step)).unwrap()
+    std::fs::read(RunDir::new(run).batch(step)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
