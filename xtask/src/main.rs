@@ -34,7 +34,8 @@ fn run() -> anyhow::Result<()> {
         Some("deps") => deps::check().and_then(|()| unused_deps::check()),
         Some("bench") => bench::run(&args[1..]),
         Some("build-cuda") => cuda::build(),
-        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda>"),
+        Some("clippy-cuda") => cuda::clippy(),
+        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda>"),
     }
 }
 
