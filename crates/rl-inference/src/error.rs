@@ -12,6 +12,9 @@ pub enum Error {
     /// The request is invalid (400).
     #[error("{0}")]
     BadRequest(String),
+    /// The request body is larger than the server accepts (413).
+    #[error("{0}")]
+    TooLarge(String),
     /// No such model is served (404).
     #[error("{0}")]
     UnknownModel(String),
@@ -47,6 +50,7 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, kind) = match &self {
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error"),
             Error::UnknownModel(_) => (StatusCode::NOT_FOUND, "model_not_found"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
@@ -54,5 +58,25 @@ impl IntoResponse for Error {
         };
         let body = serde_json::json!({"error": {"message": self.to_string(), "type": kind, "code": status.as_u16()}});
         (status, axum::Json(body)).into_response()
+    }
+}
+
+/// A JSON request body whose rejections (malformed JSON, wrong field types, missing content type,
+/// too large) answer with the OpenAI error object like every other error, not the framework's
+/// plain text.
+#[derive(Debug, Clone)]
+pub(crate) struct ApiJson<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for ApiJson<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(Error::TooLarge(rejection.body_text()))
+            }
+            Err(rejection) => Err(Error::BadRequest(rejection.body_text())),
+        }
     }
 }

@@ -18,7 +18,7 @@ use crate::api::{
     ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling, TokenizeRequest, content_text,
 };
 use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
-use crate::error::{Error, Result};
+use crate::error::{ApiJson, Error, Result};
 use crate::tool_calls::parse_hermes;
 
 /// Shared state of the HTTP layer (the engine owns all model state).
@@ -223,7 +223,7 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
         .collect()
 }
 
-async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result<Json<Value>> {
+async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> Result<Json<Value>> {
     if req.messages.is_empty() {
         return Err(Error::BadRequest(String::from("messages must not be empty")));
     }
@@ -269,7 +269,7 @@ async fn chat(State(s): State<AppState>, Json(req): Json<ChatRequest>) -> Result
 }
 
 /// vLLM's `/tokenize`: what a chat request's (or a text prompt's) tokens would be.
-async fn tokenize(State(s): State<AppState>, Json(req): Json<TokenizeRequest>) -> Result<Json<Value>> {
+async fn tokenize(State(s): State<AppState>, ApiJson(req): ApiJson<TokenizeRequest>) -> Result<Json<Value>> {
     s.limits.check_model(req.model.as_ref())?;
     let text = match (&req.messages, &req.prompt) {
         (Some(messages), None) => {
@@ -283,7 +283,7 @@ async fn tokenize(State(s): State<AppState>, Json(req): Json<TokenizeRequest>) -
     Ok(Json(json!({"count": tokens.len(), "max_model_len": s.limits.max_model_len, "tokens": tokens})))
 }
 
-async fn completions(State(s): State<AppState>, Json(req): Json<CompletionRequest>) -> Result<Json<Value>> {
+async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Json<Value>> {
     let prompt = match &req.prompt {
         Prompt::Text(t) => s.tok.encode(t)?,
         Prompt::Ids(ids) => ids.clone(),

@@ -123,7 +123,12 @@ async fn bad_requests_get_clean_client_errors() {
         .send()
         .await
         .unwrap();
-    assert!(r.status().is_client_error());
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.expect("malformed JSON gets the OpenAI error object");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let (s, v) = srv.post("/v1/chat/completions", json!({"messages": "not a list"})).await;
+    assert_eq!(s, 400, "a wrongly typed field is a 400 with the error object, not a plain 422: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("messages"), "{v}");
     let (s, v) = srv.post("/v1/completions", json!({"prompt": [100000]})).await;
     assert_eq!(s, 400, "unknown token ids: {v}");
 }
