@@ -137,8 +137,8 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         Some(r) => Some(resume_step(&run, r.step)?),
         None => None,
     };
-    let non_empty = std::fs::read_dir(&run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
-    if non_empty && resume.is_none() {
+    // A dry run's resolved configs are not a run: the real run with the same name may start.
+    if run.has_run_output() && resume.is_none() {
         if !config.clean {
             bail!(
                 "run directory {} is not empty: pass --clean to delete it or choose another --run.name",

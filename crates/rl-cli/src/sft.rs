@@ -62,8 +62,8 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
 
 /// A fresh run refuses a non-empty directory unless `clean` (which deletes it) or `resume`.
 pub(crate) fn prepare_run_dir(run_dir: &Path, config: &SftConfig) -> anyhow::Result<()> {
-    let non_empty = std::fs::read_dir(run_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
-    if non_empty && config.resume.is_none() {
+    // A dry run's resolved configs are not a run: the real run with the same name may start.
+    if RunDir::new(run_dir).has_run_output() && config.resume.is_none() {
         if !config.clean {
             bail!(
                 "run directory {} is not empty: pass --clean to delete it, --resume to continue, or choose another --run.name",

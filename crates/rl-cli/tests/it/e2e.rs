@@ -24,6 +24,8 @@ fn rl_runs_three_steps_across_all_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("tiny");
     assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "2"]).status.success());
+    // A dry run first: its resolved configs must not make the real run refuse the directory.
+    assert!(smoke(tmp.path(), &model, &["--dry-run"]).status.success());
     let o = smoke(tmp.path(), &model, &[]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     let run = tmp.path().join("ci-smoke");

@@ -50,6 +50,13 @@ impl RunDir {
         &self.root
     }
 
+    /// Whether a run has left anything here: false for a missing or empty directory and for one
+    /// holding only the resolved configs a `--dry-run` wrote.
+    pub fn has_run_output(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return false };
+        entries.flatten().any(|e| e.file_name() != "configs")
+    }
+
     /// Resolved configs of the run's parts.
     pub fn configs(&self) -> PathBuf {
         self.root.join("configs")
@@ -232,6 +239,19 @@ mod tests {
         assert_eq!(run.latest_broadcast(), None, "no broadcast is complete yet");
         std::fs::write(run.broadcast_marker(2), b"").unwrap();
         assert_eq!(run.latest_broadcast().map(|(s, _)| s), Some(2));
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_dry_runs_configs_are_not_run_output() {
+        let tmp = std::env::temp_dir().join(format!("rl-rundir-output-{}", std::process::id()));
+        let run = RunDir::new(&tmp);
+        assert!(!run.has_run_output(), "missing");
+        std::fs::create_dir_all(run.configs()).unwrap();
+        std::fs::write(run.config("rl.json"), b"{}").unwrap();
+        assert!(!run.has_run_output(), "only a dry run's configs");
+        std::fs::write(run.metrics(), b"").unwrap();
+        assert!(run.has_run_output());
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 
