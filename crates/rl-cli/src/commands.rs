@@ -30,6 +30,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     };
     match command.as_str() {
         "-h" | "--help" | "help" => print_usage(),
+        "-V" | "--version" | "version" => {
+            writeln!(std::io::stdout().lock(), "rl {}", env!("CARGO_PKG_VERSION"))?;
+            Ok(())
+        }
         "schema" => print_schema(rest),
         "rl" => config_command::<RlConfig>(command, rest, crate::launcher::rl),
         "sft" => config_command::<SftConfig>(command, rest, crate::sft::sft),
@@ -145,6 +149,7 @@ fn print_usage() -> anyhow::Result<()> {
     }
     writeln!(out, "  {:<13} write a random Qwen3-architecture model directory", "model init")?;
     writeln!(out, "  {:<13} print the JSON Schema of a config ({})", "schema <part>", SCHEMA_PARTS.join(", "))?;
+    writeln!(out, "  {:<13} print the version", "--version")?;
     writeln!(out, "\nconfig files merge left to right, command-line keys last; `rl <command> --help` lists keys")?;
     Ok(())
 }

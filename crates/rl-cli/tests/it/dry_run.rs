@@ -93,6 +93,8 @@ fn eval_without_eval_envs_and_unknown_commands_fail_loudly() {
     let o = rl(&["frobnicate"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown command"), "{}", stderr(&o));
+    let o = rl(&["--version"]);
+    assert!(o.status.success() && stdout(&o).starts_with("rl "), "{}", stdout(&o));
 }
 
 #[test]
