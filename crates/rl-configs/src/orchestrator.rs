@@ -390,6 +390,11 @@ impl OrchestratorConfig {
         if env.id.trim().is_empty() {
             return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
         }
+        // Env names become file names (resolved configs, logs): never a path.
+        crate::shared::plain_name(
+            &format!("{ek}.{}", if env.name.is_some() { "name" } else { "id" }),
+            env.display_name(),
+        )?;
         if env.display_name() == "agg" {
             return Err(ConfigError::invalid(format!("{ek}.name"), "`agg` is reserved for aggregate metrics"));
         }
@@ -522,6 +527,10 @@ impl OrchestratorConfig {
             if env.address.is_none() {
                 env.serve.validate(&format!("{ek}.serve"))?;
             }
+            crate::shared::plain_name(
+                &format!("{ek}.{}", if env.name.is_some() { "name" } else { "id" }),
+                env.display_name(),
+            )?;
             if !names.insert(env.display_name().to_owned()) {
                 return Err(ConfigError::invalid(
                     format!("{ek}.name"),

@@ -83,15 +83,10 @@ pub struct RunConfig {
 impl RunConfig {
     /// The name must be usable as one directory name.
     pub fn validate(&self, key: &str) -> Result<()> {
-        if let Some(name) = &self.name
-            && (name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == "..")
-        {
-            return Err(ConfigError::invalid(
-                format!("{key}.name"),
-                format!("must be a plain directory name, got {name:?}"),
-            ));
+        match &self.name {
+            Some(name) => crate::shared::plain_name(&format!("{key}.name"), name),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -223,6 +218,11 @@ impl RlConfig {
     /// Derives what the launcher fills in: run name, part output dirs, the policy endpoint of the
     /// embedded inference server, per-env inherited values.
     pub fn resolve(&mut self) -> Result<()> {
+        // Env names go into the derived run name: blame the env's key, not `run.name`.
+        for (i, e) in self.orchestrator.train.env.iter().enumerate() {
+            let field = if e.name.is_some() { "name" } else { "id" };
+            crate::shared::plain_name(&format!("orchestrator.train.env.{i}.{field}"), e.display_name())?;
+        }
         let run_dir = self.run_dir();
         self.run.name = Some(self.run_name());
         let default_dir = PathBuf::from("outputs");

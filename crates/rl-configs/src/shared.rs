@@ -322,3 +322,15 @@ pub(crate) fn http_url(key: &str, url: &str) -> Result<()> {
         Err(ConfigError::invalid(key, format!("must be an http:// or https:// URL, got {url:?}")))
     }
 }
+
+/// A name used as one file or directory name (run names, env names): non-empty, no path
+/// separators, not `.` or `..`, so it can never point outside the directory it is joined to.
+pub(crate) fn plain_name(key: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.contains(['/', '\\', '\0']) || name == "." || name == ".." {
+        return Err(ConfigError::invalid(
+            key,
+            format!("must be a plain file name (no `/`, `\\`, `.` or `..`), got {name:?}"),
+        ));
+    }
+    Ok(())
+}

@@ -153,3 +153,14 @@ fn difficulty_pools_must_be_ordered_named_and_weighted() {
     assert_eq!(invalid_key(negative.unwrap_err()), "train.env.0.curriculum.pools.0.weight");
     assert_eq!(invalid_key(with("[]").unwrap_err()), "train.env.0.curriculum.pools");
 }
+
+#[test]
+fn env_names_cannot_be_paths() {
+    for bad in ["../../../x", "a/b", "..", ""] {
+        let err = rl_with(&["--orchestrator.train.env.0.name", bad]).unwrap_err();
+        assert_eq!(invalid_key(err), "orchestrator.train.env.0.name", "{bad:?}");
+    }
+    let err = rl_with(&["--run.name", "../up"]).unwrap_err();
+    assert_eq!(invalid_key(err), "run.name");
+    assert!(rl_with(&["--orchestrator.train.env.0.name", "rt-2"]).is_ok());
+}
