@@ -52,6 +52,9 @@ pub struct ModelClient {
     http: reqwest::Client,
 }
 
+/// How long a model endpoint may take to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Default for ModelClient {
     fn default() -> Self {
         ModelClient::new()
@@ -62,7 +65,7 @@ impl ModelClient {
     /// A client with connection pooling.
     pub fn new() -> Self {
         let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .expect("a plain HTTP client always builds");
@@ -81,7 +84,10 @@ impl ModelClient {
         let body = request_body(runtime, messages, tools, seed, n);
         let url = format!("{}/chat/completions", runtime.base_url);
         let response = self.http.post(&url).timeout(runtime.timeout).json(&body).send().await.map_err(|e| {
-            if e.is_timeout() {
+            // Name the timeout that fired: the connection one sends users to another knob.
+            if e.is_connect() && e.is_timeout() {
+                Error::Timeout(format!("model endpoint {url} did not accept a connection within {CONNECT_TIMEOUT:?}"))
+            } else if e.is_timeout() {
                 Error::Timeout(format!("model call to {url} took longer than {:?}", runtime.timeout))
             } else {
                 Error::Infrastructure(format!("model endpoint {url} unreachable: {e}"))
