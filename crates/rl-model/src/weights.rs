@@ -56,6 +56,11 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
             .collect();
         shards.sort();
         shards.dedup();
+        // A shard is a file of this directory: an index naming `../x` or `/etc/x` would make a
+        // weight load (e.g. `/update_weights`) read, and its errors reveal, files elsewhere.
+        if let Some(bad) = shards.iter().find(|f| !is_plain_file_name(f)) {
+            return Err(Error::bad_dir(dir, format!("safetensors index names a shard outside the directory: {bad:?}")));
+        }
         shards.into_iter().map(|f| dir.join(f)).collect()
     };
     let mut out = HashMap::new();
@@ -67,6 +72,11 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
         }
     }
     Ok(out)
+}
+
+/// A file name with no directory part (not `.`, `..`, absolute or containing a separator).
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['/', '\\', '\0']) && name != "." && name != ".."
 }
 
 /// A model directory's config.

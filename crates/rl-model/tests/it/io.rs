@@ -92,4 +92,11 @@ fn broken_directories_are_errors_naming_what_is_missing() {
     std::fs::write(dir.path().join("config.json"), serde_json::to_string(&micro_config()).unwrap()).unwrap();
     let err = load_model(dir.path(), &Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("model.safetensors"), "{err}");
+    // A sharded index may only name files of the directory itself.
+    for shard in ["../secret.safetensors", "/etc/passwd", "sub/../../x"] {
+        let index = serde_json::json!({"weight_map": {"model.embed_tokens.weight": shard}});
+        std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+        let err = load_model(dir.path(), &Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("outside the directory"), "{shard}: {err}");
+    }
 }
