@@ -84,6 +84,20 @@ async fn resume(State(s): State<AppState>) -> Result<Json<Value>> {
 }
 
 impl AppState {
+    /// Token ids of a prompt, refusing text that cannot fit the context before tokenizing it (a
+    /// megabytes-long prompt would otherwise cost gigabytes of tokenizer memory first).
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let at_least = self.tok.min_tokens(text);
+        if at_least >= self.limits.max_model_len {
+            return Err(Error::BadRequest(format!(
+                "This model's maximum context length is {} tokens. However, the prompt ({} bytes) has at least {at_least} tokens.",
+                self.limits.max_model_len,
+                text.len()
+            )));
+        }
+        Ok(self.tok.encode(text)?)
+    }
+
     /// Runs a request through the engine within the pending-request bound and the timeout.
     async fn run(&self, req: GenRequest) -> Result<GenOutput> {
         let _permit = self
@@ -230,7 +244,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
     let text = s.template.render(&messages, &tools, req.add_generation_prompt)?;
-    let prompt = s.tok.encode(&text)?;
+    let prompt = s.encode(&text)?;
     let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
     let out = s.run(gen_req).await?;
     let parse_tools = !tools.is_empty() && s.tool_parser != "none";
@@ -279,13 +293,13 @@ async fn tokenize(State(s): State<AppState>, ApiJson(req): ApiJson<TokenizeReque
         (None, Some(prompt)) => prompt.clone(),
         _ => return Err(Error::BadRequest(String::from("give exactly one of `messages` and `prompt`"))),
     };
-    let tokens = s.tok.encode(&text)?;
+    let tokens = s.encode(&text)?;
     Ok(Json(json!({"count": tokens.len(), "max_model_len": s.limits.max_model_len, "tokens": tokens})))
 }
 
 async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Json<Value>> {
     let prompt = match &req.prompt {
-        Prompt::Text(t) => s.tok.encode(t)?,
+        Prompt::Text(t) => s.encode(t)?,
         Prompt::Ids(ids) => ids.clone(),
     };
     let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;

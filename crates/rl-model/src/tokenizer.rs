@@ -20,6 +20,9 @@ pub struct Tok {
     inner: Tokenizer,
     /// Ids that end a completion (`<|im_end|>`, `<|endoftext|>`).
     pub stop_ids: Vec<u32>,
+    /// Bytes of the longest vocabulary entry (its stored form, which is never shorter than the
+    /// text it stands for: byte-level BPE stores one char per byte, `<unk>` covers one char).
+    max_token_bytes: usize,
 }
 
 impl Tok {
@@ -28,7 +31,15 @@ impl Tok {
         let path = dir.join("tokenizer.json");
         let inner = Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         let stop_ids = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();
-        Ok(Tok { inner, stop_ids })
+        let max_token_bytes = inner.get_vocab(true).keys().map(String::len).max().unwrap_or(1).max(4);
+        Ok(Tok { inner, stop_ids, max_token_bytes })
+    }
+
+    /// A lower bound on the tokens `text` encodes to, without tokenizing it (half of
+    /// bytes / longest token, leaving room for normalizers): a request whose bound is already
+    /// beyond the context is refused before tokenizing megabytes.
+    pub fn min_tokens(&self, text: &str) -> usize {
+        text.len() / (2 * self.max_token_bytes)
     }
 
     /// Token ids of `text` (special tokens in the text are recognised; nothing is added).

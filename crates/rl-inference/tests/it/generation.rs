@@ -115,6 +115,13 @@ async fn bad_requests_get_clean_client_errors() {
         .post("/v1/chat/completions", chat(json!({"messages": [{"role": "user", "content": "y".repeat(5000)}]})))
         .await;
     assert_eq!(s, 413, "oversized bodies are refused");
+    // Within the body limit but far beyond the context: refused before tokenizing.
+    let (s, v) = srv
+        .post("/v1/chat/completions", chat(json!({"messages": [{"role": "user", "content": "z".repeat(3000)}]})))
+        .await;
+    assert_eq!(s, 400);
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("maximum context length") && message.contains("at least"), "{message}");
     let r = srv
         .http
         .post(format!("{}/v1/chat/completions", srv.base))

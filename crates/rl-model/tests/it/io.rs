@@ -40,6 +40,12 @@ fn tokenizer_is_character_level_with_single_special_tokens() {
     assert_eq!(ids.len(), 1 + "user\nHello, world! ~{}".len() + 1 + 1);
     assert_eq!(tok.decode(&ids).unwrap(), text);
     assert!(tok.stop_ids.contains(&2));
+    // The pre-tokenization bound never exceeds the real count (special tokens, unknown chars)
+    // and grows with the text, so oversized prompts are refused without tokenizing them.
+    for t in [text, "<|endoftext|>".repeat(50).as_str(), "é漢字\u{1F600}".repeat(40).as_str(), ""] {
+        assert!(tok.min_tokens(t) <= tok.encode(t).unwrap().len(), "{t:?}");
+    }
+    assert!(tok.min_tokens(&"x".repeat(1 << 20)) > 30_000);
 }
 
 #[test]
