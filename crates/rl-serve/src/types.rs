@@ -189,6 +189,15 @@ impl ModelRuntime {
                 format!("must be an http(s) URL, got {:?}", m.base_url),
             ));
         }
+        // Requests go to `<base_url>/chat/completions`: a query, a fragment or a path that is not
+        // an OpenAI `/v1` root could point them at another route of the server (an admin one).
+        let path_ok = m.base_url.trim_end_matches('/').ends_with("/v1");
+        if !path_ok || m.base_url.contains(['#', '?']) || m.base_url.chars().any(char::is_whitespace) {
+            return Err(Error::bad_request(
+                format!("{field}.base_url"),
+                format!("must be an OpenAI base URL ending in /v1, without query or fragment, got {:?}", m.base_url),
+            ));
+        }
         if m.model.is_empty() {
             return Err(Error::bad_request(format!("{field}.model"), "must name a model"));
         }

@@ -40,7 +40,13 @@ async fn malformed_requests_are_invalid_argument_and_the_server_keeps_serving() 
     assert!(e.contains("`example`"), "{e}");
     let mut no_url = group(dataset("train", 0), 1);
     no_url.actor.as_mut().unwrap().base_url = String::from("ftp://x");
-    assert!(bad_field(h.client.run_group(no_url).await.unwrap_err()).contains("actor.base_url"));
+    assert!(bad_field(h.client.run_group(no_url.clone()).await.unwrap_err()).contains("actor.base_url"));
+    // Nothing that could aim the rollout's requests at another route of the model server.
+    for sideways in ["http://127.0.0.1:9/update_weights#", "http://127.0.0.1:9/v1?x=", "http://127.0.0.1:9/admin"] {
+        let mut req = no_url.clone();
+        req.actor.as_mut().unwrap().base_url = sideways.to_owned();
+        assert!(bad_field(h.client.run_group(req).await.unwrap_err()).contains("actor.base_url"), "{sideways}");
+    }
 
     let huge = "x".repeat(6000);
     let big = group(
