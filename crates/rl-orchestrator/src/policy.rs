@@ -8,6 +8,9 @@ use rl_configs::RunDir;
 use crate::error::{Error, Result};
 use crate::models::Models;
 
+/// How often a wait for the trainer's weights says it is still waiting.
+const WAIT_WARNING: Duration = Duration::from_secs(60);
+
 /// The version loaded in the policy's inference server (the trainer step whose weights it serves;
 /// 0: the starting weights).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +43,7 @@ impl PolicyVersion {
     /// Loads broadcasts until the version is at least `version`, waiting at most `limit`.
     pub(crate) async fn wait_for(&mut self, models: &Models, version: u64, limit: Option<Duration>) -> Result<()> {
         let start = Instant::now();
+        let mut next_warning = WAIT_WARNING;
         loop {
             self.load_new(models).await?;
             if self.version >= version {
@@ -50,6 +54,15 @@ impl PolicyVersion {
                     path: self.run.broadcast(version).display().to_string(),
                     message: format!("the trainer did not broadcast these weights within {l:?}"),
                 });
+            }
+            // Never silent: a stopped or stuck trainer shows up in the log while we wait.
+            if start.elapsed() >= next_warning {
+                tracing::warn!(
+                    waited_s = start.elapsed().as_secs(),
+                    "still waiting for the trainer's weights after step {version} ({}); is the trainer running?",
+                    self.run.broadcast(version).display()
+                );
+                next_warning += WAIT_WARNING;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
