@@ -255,6 +255,9 @@ fn export_final_model(run: &RunDir, config: &RlConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long without a finished step before the launcher says so (and again as often).
+const STALL_NOTICE: Duration = Duration::from_secs(120);
+
 /// How monitoring ended without a failure.
 enum Finished {
     Done,
@@ -267,6 +270,8 @@ fn monitor(run: &RunDir, procs: &mut [Proc], max_steps: Option<u64>, mut shown: 
     let started = Instant::now();
     let mut kl = std::collections::BTreeMap::new();
     let mut out = std::io::stdout().lock();
+    // When the last step line (or the start) was printed, and when we last said we are waiting.
+    let (mut progressed, mut nagged) = (Instant::now(), Instant::now());
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
             return Ok(Finished::Interrupted);
@@ -304,6 +309,19 @@ fn monitor(run: &RunDir, procs: &mut [Proc], max_steps: Option<u64>, mut shown: 
         }
         if new_rows && let Err(e) = rl_curves(run) {
             tracing::warn!("could not draw the run's curves: {e:#}");
+        }
+        if new_rows {
+            progressed = Instant::now();
+        } else if progressed.elapsed() >= STALL_NOTICE && nagged.elapsed() >= STALL_NOTICE {
+            // A stopped or stuck process must not look like a slow step forever.
+            writeln!(
+                out,
+                "no step finished in the last {:.0}s (waiting for step {}); the processes' logs are in {}",
+                progressed.elapsed().as_secs_f64(),
+                shown + 1,
+                run.logs().display()
+            )?;
+            nagged = Instant::now();
         }
         let mut finished = |name: &str| {
             procs
