@@ -13,6 +13,8 @@ pub(crate) fn init(log: &LogConfig) {
         LogLevel::Trace => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: the launcher's children log to files, which must stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = if log.json { builder.json().try_init() } else { builder.try_init() };
 }

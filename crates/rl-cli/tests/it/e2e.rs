@@ -54,6 +54,7 @@ fn rl_runs_three_steps_across_all_processes() {
     assert!(rows[2]["policy_version"].as_u64().unwrap() >= 1, "the inference server was given newer weights");
     let inference_log = std::fs::read_to_string(run.join("logs/inference.log")).unwrap();
     assert!(inference_log.contains("weights updated"), "update_weights reached the inference server");
+    assert!(!inference_log.contains('\u{1b}'), "log files are plain text, without colour codes");
     assert!(run.join("trainer/metrics.jsonl").exists());
     let final_model = run.join("model");
     assert!(stdout(&o).contains("final model (after step 3)"), "{}", stdout(&o));
