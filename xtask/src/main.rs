@@ -1,10 +1,11 @@
 //! Project automation, the one entry point for CI: `cargo xtask ci` runs fmt, tidy, dependency
-//! rules and unused dependencies, clippy (CPU and `cuda` feature) and every test; `cargo xtask bench` runs the benchmarks;
+//! rules and unused dependencies, clippy (CPU and `cuda` feature), every test and the Python SDK's tests; `cargo xtask bench` runs the benchmarks;
 //! `cargo xtask build-cuda` links a GPU binary from PyPI's CUDA wheels.
 
 mod bench;
 mod cuda;
 mod deps;
+mod python;
 mod tidy;
 mod unused_deps;
 mod venv;
@@ -64,6 +65,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
             cargo(&a)
         }
     })?;
+    step("python sdk tests", python::test)?;
     // Last, being the slowest on a clean machine: the GPU code compiles everywhere (the CUDA
     // compiler comes from PyPI wheels; candle's kernels compile to PTX).
     step("clippy (cuda feature)", cuda::clippy)?;

@@ -14,7 +14,7 @@ pub(crate) fn run(_command: &str, config: &EnvServerConfig) -> anyhow::Result<()
     let runtime = crate::runtime()?;
     runtime.block_on(async {
         let args: serde_json::Map<String, serde_json::Value> = spec.args.clone().into_iter().collect();
-        let env = rl_envs::load(&spec.id, &args).with_context(|| format!("cannot build env `{}`", spec.id))?;
+        let env = rl_envs::load(&spec.id, &args).await.with_context(|| format!("cannot build env `{}`", spec.id))?;
         let listener =
             rl_serve::bind(serve).await.with_context(|| format!("cannot bind {}:{}", serve.host, serve.port))?;
         let addr = listener.local_addr()?;

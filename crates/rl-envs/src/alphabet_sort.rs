@@ -343,7 +343,7 @@ impl Environment for AlphabetSort {
         Ok(Task { key: String::from("inline"), data })
     }
 
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         let turns = user_turns(task);
         let first = turns.first().ok_or_else(|| Error::Env(String::from("alphabet-sort task without user turns")))?;
         Ok(vec![Message::user(*first)])

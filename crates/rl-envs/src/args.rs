@@ -78,6 +78,28 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// The value of `key` as given, if any (for tables passed on unchanged).
+    pub(crate) fn raw(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.read.insert(key);
+        self.map.get(key)
+    }
+
+    /// A list of non-empty strings (empty when absent).
+    pub(crate) fn strings(&mut self, key: &'static str) -> Result<Vec<String>> {
+        self.read.insert(key);
+        let bad = |v: &Value| {
+            Error::bad_request(format!("env.args.{key}"), format!("{} expects a list of strings, got {v}", self.env))
+        };
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned).ok_or_else(|| bad(v)))
+                .collect(),
+            Some(v) => Err(bad(v)),
+        }
+    }
+
     /// Fails on any key that was not read.
     pub(crate) fn finish(self) -> Result<()> {
         if let Some(unknown) = self.map.keys().find(|k| !self.read.contains(k.as_str())) {

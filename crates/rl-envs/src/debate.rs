@@ -194,7 +194,7 @@ impl Environment for Debate {
         Ok(Task { key: String::from("inline"), data })
     }
 
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         Ok(self.instructions(task, JUDGE))
     }
 

@@ -1,5 +1,6 @@
 //! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text`,
-//! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent). [`load`] builds one by id from its `args` table.
+//! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent); and `python`, which hosts an
+//! environment written with the `rl_env` Python package. [`load`] builds one by id from its `args` table.
 //!
 //! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
 
@@ -7,6 +8,7 @@ mod alphabet_sort;
 mod args;
 mod debate;
 pub mod difflib;
+mod python;
 mod reverse_text;
 mod rng;
 mod splits;
@@ -16,6 +18,7 @@ use std::sync::Arc;
 
 pub use alphabet_sort::{AlphabetSort, NEW_MARK, score as alphabet_sort_reward};
 pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, verdict};
+pub use python::PythonEnv;
 pub use reverse_text::{
     ReverseText, SYSTEM_PROMPT as REVERSE_TEXT_SYSTEM_PROMPT, lcs_reward, parse_answer as parse_reversed_text,
 };
@@ -27,7 +30,7 @@ pub use wiki_nav::{
 };
 
 /// Ids of the built-in environments.
-pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate"];
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "python"];
 
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
@@ -43,8 +46,10 @@ pub fn sft_conversations(id: &str, args: &Map<String, Value>, split: &str) -> Re
 }
 
 /// Builds the environment `id` from its args (`_` and `-` are interchangeable in the id).
-pub fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>> {
+/// `python` starts the user's Python environment (see [`PythonEnv::start`]).
+pub async fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>> {
     match id.replace('_', "-").as_str() {
+        "python" => Ok(Arc::new(PythonEnv::start(args).await?)),
         "reverse-text" => Ok(Arc::new(ReverseText::new(args)?)),
         "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
         "wiki-nav" => Ok(Arc::new(WikiNav::new(args)?)),

@@ -165,7 +165,7 @@ impl Environment for ReverseText {
         Ok(task(String::from("inline"), text))
     }
 
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         let text = task.data.get("text").and_then(Value::as_str).unwrap_or_default();
         Ok(vec![Message::system(SYSTEM_PROMPT), Message::user(text)])
     }

@@ -363,7 +363,7 @@ impl Environment for WikiNav {
         Ok(self.task_of(String::from("inline"), a, b))
     }
 
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         let (start, target) = Self::ends(task, &self.graph)?;
         let system = if self.tools_harness { TOOLS_PROMPT } else { TEXT_PROMPT };
         Ok(vec![Message::system(system), Message::user(self.graph.observation(start, target))])

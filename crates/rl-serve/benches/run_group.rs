@@ -35,7 +35,7 @@ impl Environment for Echo {
     fn inline_task(&self, data: Value) -> Result<Task> {
         Ok(Task { key: String::from("inline"), data })
     }
-    fn prompt(&self, _: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, _: &Task) -> Result<Vec<Message>> {
         Ok(vec![Message::system("Reverse the text."), Message::user("hello")])
     }
     async fn env_response(&self, _: &Task, _: &mut State) -> Result<EnvReply> {

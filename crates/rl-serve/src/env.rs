@@ -46,7 +46,7 @@ pub trait Environment: Send + Sync + 'static {
     fn inline_task(&self, data: Value) -> Result<Task>;
 
     /// The first messages of an episode.
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>>;
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>>;
 
     /// Tools offered to the model.
     fn tools(&self, _task: &Task) -> Vec<ToolSpec> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::types::{Message, ModelRuntime, Role, ToolCall, ToolSpec};
+use crate::types::{Message, ModelRuntime, Role, ToolCall, ToolSpec, tool_calls_of};
 
 /// Largest response body accepted, in bytes.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
@@ -146,7 +146,7 @@ pub(crate) fn request_body(
         body.insert(k.clone(), v.clone());
     }
     body.insert(String::from("model"), json!(runtime.model));
-    body.insert(String::from("messages"), Value::Array(messages.iter().map(message_json).collect()));
+    body.insert(String::from("messages"), Value::Array(messages.iter().map(Message::to_json).collect()));
     if !tools.is_empty() {
         let tools: Vec<Value> = tools
             .iter()
@@ -181,24 +181,6 @@ pub(crate) fn request_body(
         body.insert(String::from("cache_salt"), json!(salt));
     }
     Value::Object(body)
-}
-
-fn message_json(m: &Message) -> Value {
-    let mut v = json!({"role": m.role.as_str(), "content": m.content});
-    if !m.tool_calls.is_empty() {
-        v["tool_calls"] = Value::Array(
-            m.tool_calls
-                .iter()
-                .map(
-                    |c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
-                )
-                .collect(),
-        );
-    }
-    if let Some(id) = &m.tool_call_id {
-        v["tool_call_id"] = json!(id);
-    }
-    v
 }
 
 /// Parses a chat-completions response; with `tokens`, token ids and logprobs must be present.
@@ -251,25 +233,7 @@ pub(crate) fn parse_response(v: &Value, tokens: bool, n: u32) -> Result<ChatResp
 }
 
 fn parse_tool_calls(msg: &Value, i: usize) -> Result<Vec<ToolCall>> {
-    let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) else { return Ok(Vec::new()) };
-    calls
-        .iter()
-        .enumerate()
-        .map(|(j, c)| {
-            let f = c.get("function").ok_or_else(|| {
-                Error::InvalidModelResponse(format!("choices[{i}].message.tool_calls[{j}] has no `function`"))
-            })?;
-            Ok(ToolCall {
-                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_owned(),
-                name: f.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
-                arguments: match f.get("arguments") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => String::from("{}"),
-                },
-            })
-        })
-        .collect()
+    tool_calls_of(msg).map_err(|e| Error::InvalidModelResponse(format!("choices[{i}].message{e}")))
 }
 
 fn ids(v: &Value) -> Option<Vec<u32>> {

@@ -37,7 +37,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
     let mut errors = Vec::new();
     let mut stop = String::from("max_turns");
     let mut truncated = false;
-    match env.prompt(req.task) {
+    match env.prompt(req.task).await {
         Ok(prompt) => state.messages = prompt,
         Err(e) => {
             errors.push(e.to_trace_error());

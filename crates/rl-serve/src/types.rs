@@ -96,6 +96,73 @@ impl Message {
     }
 }
 
+impl Message {
+    /// The OpenAI chat form: `{"role", "content", "tool_calls"?, "tool_call_id"?}`.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::json!({"role": self.role.as_str(), "content": self.content});
+        if !self.tool_calls.is_empty() {
+            v["tool_calls"] = Value::Array(
+                self.tool_calls
+                    .iter()
+                    .map(|c| {
+                        serde_json::json!({"id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments}})
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(id) = &self.tool_call_id {
+            v["tool_call_id"] = Value::String(id.clone());
+        }
+        v
+    }
+
+    /// Parses the OpenAI chat form; `field` names the message in errors (a `BadRequest`).
+    pub fn from_json(v: &Value, field: &str) -> Result<Message> {
+        let bad = |what: &str, msg: String| Error::bad_request(format!("{field}{what}"), msg);
+        let obj = v.as_object().ok_or_else(|| bad("", String::from("must be a message object")))?;
+        let role = obj.get("role").and_then(Value::as_str).unwrap_or_default();
+        let role = Role::parse(role)
+            .ok_or_else(|| bad(".role", format!("must be system, user, assistant or tool, got {role:?}")))?;
+        let content = match obj.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(bad(".content", String::from("must be a string"))),
+        };
+        let tool_calls = tool_calls_of(v).map_err(|e| bad("", e))?;
+        let tool_call_id = obj.get("tool_call_id").and_then(Value::as_str).map(str::to_owned);
+        if role == Role::Tool && tool_call_id.is_none() {
+            return Err(bad(".tool_call_id", String::from("a tool message must answer a call")));
+        }
+        Ok(Message { role, content, tool_calls, tool_call_id })
+    }
+}
+
+/// The `tool_calls` of an OpenAI message (none when absent); an error says which call is malformed.
+pub(crate) fn tool_calls_of(msg: &Value) -> std::result::Result<Vec<ToolCall>, String> {
+    let calls = match msg.get("tool_calls") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(calls)) => calls,
+        Some(_) => return Err(String::from(".tool_calls must be a list")),
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let f = c.get("function").ok_or_else(|| format!(".tool_calls[{j}] has no `function`"))?;
+            Ok(ToolCall {
+                id: c.get("id").and_then(Value::as_str).unwrap_or("").to_owned(),
+                name: f.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
+                arguments: match f.get("arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::from("{}"),
+                },
+            })
+        })
+        .collect()
+}
+
 /// A tool the model may call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {

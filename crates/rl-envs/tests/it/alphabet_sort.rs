@@ -11,7 +11,7 @@ use crate::{actor, example, serve};
 async fn a_multi_turn_episode_is_one_branch_with_only_model_tokens_trained() {
     let args = json!({"num_examples": 10, "min_turns": 3, "max_turns": 3, "min_names": 1, "max_names": 3, "seed": 2});
     let h = serve("alphabet-sort", args.clone()).await;
-    let env = rl_envs::load("alphabet-sort", args.as_object().unwrap()).unwrap();
+    let env = rl_envs::load("alphabet-sort", args.as_object().unwrap()).await.unwrap();
     let task = env.task("train", 2).unwrap();
     let truths: Vec<Vec<String>> = serde_json::from_value(task.data["ground_truths"].clone()).unwrap();
     let answers = truths.clone();

@@ -2,6 +2,7 @@
 //! token ids, masks and logprobs carried into traces; rewards; the step-aware format penalty.
 
 mod alphabet_sort;
+mod python;
 mod reverse_text;
 mod wiki_nav;
 
@@ -19,7 +20,7 @@ pub(crate) struct Harness {
 }
 
 pub(crate) async fn serve(id: &str, args: Value) -> Harness {
-    let env = rl_envs::load(id, args.as_object().expect("args table")).expect("load env");
+    let env = rl_envs::load(id, args.as_object().expect("args table")).await.expect("load env");
     let config = ServeConfig::default();
     let listener = rl_serve::bind(&config).await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -4,11 +4,22 @@ use rl_serve::fake_model::{END, FakeModel, FakeReply, FakeRequest, TOKEN_LOGPROB
 use rl_serve::{branches, pb};
 use serde_json::json;
 
-use crate::{actor, example, ids, serve};
+use crate::{Harness, actor, example, ids, serve};
 
 #[tokio::test]
 async fn a_group_carries_tokens_masks_logprobs_and_difflib_rewards() {
     let h = serve("reverse-text", json!({"num_examples": 20, "min_len": 5, "max_len": 10, "seed": 1})).await;
+    check_group(&h).await;
+}
+
+#[tokio::test]
+async fn the_format_penalty_ramps_with_the_step_of_each_request() {
+    let h = serve("reverse-text", json!({"num_examples": 5, "format_penalty": 0.5, "penalty_warmup_steps": 10})).await;
+    check_penalty(&h).await;
+}
+
+/// The trace checks of a reverse-text group (shared with the Python reverse-text).
+pub(crate) async fn check_group(h: &Harness) {
     // Choice quality depends on the seed the env derives per rollout (base 7 + index).
     let model = FakeModel::start(|r: &FakeRequest| {
         let text = r.last_user();
@@ -61,9 +72,8 @@ async fn a_group_carries_tokens_masks_logprobs_and_difflib_rewards() {
     assert!(sent.iter().all(|r| r["max_completion_tokens"] == 200));
 }
 
-#[tokio::test]
-async fn the_format_penalty_ramps_with_the_step_of_each_request() {
-    let h = serve("reverse-text", json!({"num_examples": 5, "format_penalty": 0.5, "penalty_warmup_steps": 10})).await;
+/// The step-aware format penalty (0.5 over 10 warm-up steps), shared with the Python reverse-text.
+pub(crate) async fn check_penalty(h: &Harness) {
     let model = FakeModel::start(|r: &FakeRequest| {
         let reversed: String = r.last_user().chars().rev().collect();
         FakeReply::Text(format!("Sure! <reversed_text>{reversed}</reversed_text>"))

@@ -152,12 +152,12 @@ async fn both_harnesses_give_the_same_game_outcome() {
     }
 }
 
-#[test]
-fn wiki_nav_loads_by_id_and_offers_tools_only_in_the_tool_harness() {
-    let tools = rl_envs::load("wiki_nav", json!({}).as_object().unwrap()).unwrap();
+#[tokio::test]
+async fn wiki_nav_loads_by_id_and_offers_tools_only_in_the_tool_harness() {
+    let tools = rl_envs::load("wiki_nav", json!({}).as_object().unwrap()).await.unwrap();
     let task = tools.task("test", 0).unwrap();
     assert_eq!(tools.tools(&task).len(), 2);
-    let text = rl_envs::load("wiki-nav", json!({"harness": "text"}).as_object().unwrap()).unwrap();
+    let text = rl_envs::load("wiki-nav", json!({"harness": "text"}).as_object().unwrap()).await.unwrap();
     assert!(text.tools(&task).is_empty());
-    assert!(text.prompt(&task).unwrap()[0].content.contains("<click_link>"));
+    assert!(text.prompt(&task).await.unwrap()[0].content.contains("<click_link>"));
 }

@@ -17,7 +17,7 @@ use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest, TOKEN_LOGPROB, pro
 
 /// Starts a real env server for `id` on 127.0.0.1:0 and returns its address.
 async fn env_server(id: &str, args: serde_json::Value) -> String {
-    let env = rl_envs::load(id, args.as_object().unwrap()).unwrap();
+    let env = rl_envs::load(id, args.as_object().unwrap()).await.unwrap();
     let serve = ServeConfig::default();
     let listener = rl_serve::bind(&serve).await.unwrap();
     let address = listener.local_addr().unwrap().to_string();

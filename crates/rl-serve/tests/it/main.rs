@@ -51,7 +51,7 @@ impl Environment for StepEnv {
     fn inline_task(&self, data: Value) -> Result<Task> {
         Ok(Task { key: String::from("inline"), data })
     }
-    fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         Ok(vec![Message::user(task.data.to_string())])
     }
     async fn env_response(&self, _: &Task, _: &mut State) -> Result<EnvReply> {

@@ -1,0 +1,253 @@
+//! `python`: an environment written in Python with the `rl_env` package (`python/rl-env`), hosted
+//! by this server. The Python side owns the dataset, prompts, `env_response`, tools and reward
+//! functions; this side runs the episodes, builds the token-level traces and serves gRPC, exactly
+//! as for the built-in envs (so traces cannot differ between the two). See ARCHITECTURE.md for why.
+
+mod worker;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rl_serve::{
+    EnvReply, Environment, Error, Message, Result, RewardFn, Rubric, RubricGroup, ScoringContext, State, Task,
+    ToolSpec, check_index,
+};
+use serde_json::{Map, Value, json};
+use worker::{Launch, Source, Worker};
+
+use crate::args::Args;
+
+/// An environment whose logic runs in a Python worker process.
+#[derive(Debug)]
+pub struct PythonEnv {
+    id: String,
+    splits: Vec<(String, Vec<Value>)>,
+    tools: Vec<ToolSpec>,
+    max_turns: u32,
+    single_turn: bool,
+    rubric: RubricGroup,
+    metadata: BTreeMap<String, String>,
+    worker: Arc<Worker>,
+}
+
+impl PythonEnv {
+    /// Starts the worker from the env's args: `file` (a `.py` file) or `module`, `args` (keyword
+    /// arguments of its `load_environment`), `python` (default `python3`), `sys_path` (import
+    /// directories), `call_timeout_s` (default 300), `start_timeout_s` (default 300).
+    pub async fn start(args: &Map<String, Value>) -> Result<Self> {
+        let mut a = Args::new("python", args);
+        let file = a.string("file")?;
+        let module = a.string("module")?;
+        let env_args = a.raw("args").cloned().unwrap_or_else(|| json!({}));
+        let python = a.string("python")?.unwrap_or_else(|| String::from("python3"));
+        let sys_path = a.strings("sys_path")?;
+        let call_timeout = a.f64("call_timeout_s", 300.0)?;
+        let start_timeout = a.f64("start_timeout_s", 300.0)?;
+        a.finish()?;
+        let source = match (file, module) {
+            (Some(f), None) => Source::File(PathBuf::from(f)),
+            (None, Some(m)) => Source::Module(m),
+            _ => {
+                return Err(Error::bad_request(
+                    "env.args.file",
+                    "a python env needs exactly one of `file` (a .py file) or `module` (an importable module)",
+                ));
+            }
+        };
+        if let Source::File(path) = &source
+            && !path.is_file()
+        {
+            return Err(Error::bad_request("env.args.file", format!("{} is not a file", path.display())));
+        }
+        if !env_args.is_object() {
+            return Err(Error::bad_request("env.args.args", "must be a table (keyword arguments of load_environment)"));
+        }
+        for (key, value) in [("call_timeout_s", call_timeout), ("start_timeout_s", start_timeout)] {
+            if value <= 0.0 {
+                return Err(Error::bad_request(format!("env.args.{key}"), "must be > 0"));
+            }
+        }
+        let launch = Launch {
+            python,
+            source,
+            args: env_args,
+            sys_path: sys_path.into_iter().map(PathBuf::from).collect(),
+            start_timeout: Duration::from_secs_f64(start_timeout),
+        };
+        let (worker, description) = Worker::start(launch, Duration::from_secs_f64(call_timeout)).await?;
+        Self::from_description(Arc::new(worker), &description)
+    }
+
+    fn from_description(worker: Arc<Worker>, d: &Value) -> Result<Self> {
+        let bad = |what: &str| Error::Env(format!("the python environment's description has a bad `{what}`"));
+        let id = d.get("id").and_then(Value::as_str).ok_or_else(|| bad("id"))?.to_owned();
+        let mut splits = Vec::new();
+        for (name, rows) in d.get("splits").and_then(Value::as_object).ok_or_else(|| bad("splits"))? {
+            let rows = rows.as_array().ok_or_else(|| bad("splits"))?;
+            splits.push((name.clone(), rows.clone()));
+        }
+        let tools = d
+            .get("tools")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("tools"))?
+            .iter()
+            .map(|t| {
+                Ok(ToolSpec {
+                    name: t.get("name").and_then(Value::as_str).ok_or_else(|| bad("tools.name"))?.to_owned(),
+                    description: t.get("description").and_then(Value::as_str).unwrap_or("").to_owned(),
+                    parameters: t.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"})),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let max_turns = d
+            .get("max_turns")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| bad("max_turns"))?;
+        let single_turn = d.get("single_turn").and_then(Value::as_bool).unwrap_or(false);
+        let mut rubric = Rubric::new();
+        for f in d.get("rubric").and_then(Value::as_array).ok_or_else(|| bad("rubric"))? {
+            let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("rubric.name"))?;
+            let weight = f.get("weight").and_then(Value::as_f64).ok_or_else(|| bad("rubric.weight"))?;
+            let func: Arc<dyn RewardFn> = Arc::new(PythonReward { name: name.to_owned(), worker: worker.clone() });
+            rubric = if weight == 0.0 { rubric.metric(func) } else { rubric.reward(func, weight) };
+        }
+        let metadata = d
+            .get("metadata")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())).collect())
+            .unwrap_or_default();
+        Ok(PythonEnv {
+            id,
+            splits,
+            tools,
+            max_turns,
+            single_turn,
+            rubric: RubricGroup::new(vec![rubric]),
+            metadata,
+            worker,
+        })
+    }
+}
+
+/// Messages from the Python side; a malformed one is the environment's error.
+fn messages_from(value: Option<&Value>, what: &str) -> Result<Vec<Message>> {
+    let items =
+        value.and_then(Value::as_array).ok_or_else(|| Error::Env(format!("{what} is not a list of messages")))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Message::from_json(m, &format!("{what}[{i}]")).map_err(|e| Error::Env(e.to_string())))
+        .collect()
+}
+
+fn messages_json(messages: &[Message]) -> Value {
+    Value::Array(messages.iter().map(Message::to_json).collect())
+}
+
+#[async_trait]
+impl Environment for PythonEnv {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn splits(&self) -> Vec<(String, u64)> {
+        self.splits.iter().map(|(name, rows)| (name.clone(), rows.len() as u64)).collect()
+    }
+
+    fn task(&self, split: &str, index: u64) -> Result<Task> {
+        let names: Vec<&str> = self.splits.iter().map(|(n, _)| n.as_str()).collect();
+        let rows = self.splits.iter().find(|(n, _)| n == split).map_or(&[][..], |(_, r)| r.as_slice());
+        check_index(split, &names, index, rows.len() as u64)?;
+        Ok(Task { key: format!("{split}/{index}"), data: rows[index as usize].clone() })
+    }
+
+    fn inline_task(&self, data: Value) -> Result<Task> {
+        if !data.is_object() {
+            return Err(Error::bad_request(
+                "example.inline_json",
+                "a python env's task is a JSON object (a dataset row)",
+            ));
+        }
+        Ok(Task { key: String::from("inline"), data })
+    }
+
+    async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+        let answer = self.worker.call("prompt", json!({"task": task.data})).await?;
+        messages_from(answer.get("messages"), "format_prompt()")
+    }
+
+    fn tools(&self, _task: &Task) -> Vec<ToolSpec> {
+        self.tools.clone()
+    }
+
+    fn max_turns(&self, _task: &Task) -> u32 {
+        self.max_turns
+    }
+
+    async fn env_response(&self, task: &Task, state: &mut State) -> Result<EnvReply> {
+        if self.single_turn {
+            return Ok(EnvReply::Done);
+        }
+        let params = json!({
+            "task": task.data,
+            "messages": messages_json(&state.messages),
+            "state": state.data,
+            "turn": state.turns,
+        });
+        let answer = self.worker.call("env_response", params).await?;
+        if let Some(data) = answer.get("state").and_then(Value::as_object) {
+            state.data = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        }
+        if answer.get("done").and_then(Value::as_bool).unwrap_or(true) {
+            return Ok(EnvReply::Done);
+        }
+        Ok(EnvReply::Continue(messages_from(answer.get("messages"), "env_response()")?))
+    }
+
+    fn rubric(&self) -> &RubricGroup {
+        &self.rubric
+    }
+
+    fn metadata(&self) -> BTreeMap<String, String> {
+        let mut m = self.metadata.clone();
+        m.insert(String::from("runtime"), String::from("python"));
+        m
+    }
+}
+
+/// One of the Python rubric's functions.
+struct PythonReward {
+    name: String,
+    worker: Arc<Worker>,
+}
+
+#[async_trait]
+impl RewardFn for PythonReward {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn score(&self, ctx: &ScoringContext<'_>) -> std::result::Result<f64, String> {
+        let training_context = ctx.training_context.map(
+            |c| json!({"step": c.step, "ckpt_step": c.ckpt_step, "policy_version": c.policy_version, "extra": c.extra}),
+        );
+        let params = json!({
+            "function": self.name,
+            "task": ctx.task.data,
+            "messages": messages_json(ctx.messages),
+            "state": ctx.state.data,
+            "turn": ctx.state.turns,
+            "training_context": training_context,
+        });
+        let answer = self.worker.call("score", params).await.map_err(|e| match e {
+            Error::Env(message) => message,
+            other => other.to_string(),
+        })?;
+        answer.get("value").and_then(Value::as_f64).ok_or_else(|| format!("{} answered no number", self.name))
+    }
+}

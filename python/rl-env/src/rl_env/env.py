@@ -1,0 +1,189 @@
+"""Environments: a dataset, how a row becomes a prompt, replies between model turns, tools, a rubric."""
+
+import asyncio
+import json
+
+from .data import DatasetError, load_dataset, split_rows
+from .messages import check_messages
+from .rubric import Rubric
+from .runner import call_exact
+from .tools import tool_schema
+
+
+class EnvError(Exception):
+    """The environment failed this episode; recorded on the trace as an env error."""
+
+
+class Environment:
+    """Base class. Splits are `train` and `test` (from `eval_dataset`, or `eval_fraction` of `dataset`).
+
+    A row is a dict. Its prompt is its `prompt` field when that is a list of messages, else
+    `system_prompt`, then the `few_shot` messages, then a user message with `row[question_key]`.
+    Reward functions see `answer` = `row[answer_key]` and `info` = `row["info"]`.
+    """
+
+    def __init__(
+        self,
+        dataset=None,
+        eval_dataset=None,
+        *,
+        system_prompt=None,
+        few_shot=None,
+        question_key="question",
+        answer_key="answer",
+        rubric=None,
+        max_turns=1,
+        eval_fraction=0.0,
+        seed=0,
+        env_id=None,
+        metadata=None,
+    ):
+        rows = load_dataset(dataset)
+        evals = load_dataset(eval_dataset)
+        if eval_fraction:
+            if evals:
+                raise DatasetError("give either eval_dataset or eval_fraction, not both")
+            rows, evals = split_rows(rows, float(eval_fraction), seed)
+        self.system_prompt = system_prompt
+        self.few_shot = check_messages(list(few_shot or []), "few_shot")
+        self.question_key = question_key
+        self.answer_key = answer_key
+        self.rubric = rubric if rubric is not None else Rubric()
+        if not isinstance(self.rubric, Rubric):
+            raise TypeError(f"rubric must be an rl_env.Rubric, got {type(self.rubric).__name__}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be an integer >= 1, got {max_turns!r}")
+        self.max_turns = max_turns
+        self.env_id = env_id or type(self).__name__
+        self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
+        self.splits = {"train": rows, "test": evals}
+        for split, split_rows_ in self.splits.items():
+            for i, row in enumerate(split_rows_):
+                self._check_row(split, i, row)
+
+    def _check_row(self, split, index, row):
+        where = f"{split} row {index}"
+        if not isinstance(row.get("prompt"), list) and self.question_key not in row:
+            raise DatasetError(f"{where}: has no {self.question_key!r} field (nor a `prompt` message list); fields: {sorted(row)}")
+        try:
+            json.dumps(row)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: is not JSON-serializable: {e}") from None
+
+    # --- what subclasses may override -------------------------------------------------------
+
+    def format_prompt(self, row):
+        """The first messages of an episode for `row`."""
+        if isinstance(row.get("prompt"), list):
+            return check_messages(row["prompt"], "row.prompt")
+        question = row.get(self.question_key)
+        if question is None:
+            raise EnvError(f"the task has no {self.question_key!r} field")
+        messages = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.extend(self.few_shot)
+        messages.append({"role": "user", "content": str(question)})
+        return messages
+
+    def tool_functions(self):
+        """Plain functions offered to the model as tools."""
+        return []
+
+    def is_completed(self, messages, state):
+        """Whether the episode is over after the model's last turn (checked before `env_response`)."""
+        return False
+
+    async def env_response(self, messages, state):
+        """The messages answering the model's last turn (a list, or `(list, state)` like verifiers)."""
+        raise EnvError(f"{type(self).__name__} takes more than one turn but does not define env_response")
+
+    def single_turn(self):
+        """True when the host need not call `env_response` at all."""
+        return self.max_turns == 1 and type(self).env_response is Environment.env_response
+
+    # --- used by the worker ------------------------------------------------------------------
+
+    def answer_of(self, row):
+        return row.get(self.answer_key)
+
+    def describe(self):
+        return {
+            "id": self.env_id,
+            "splits": self.splits,
+            "tools": [tool_schema(f) for f in self.tool_functions()],
+            "max_turns": self.max_turns,
+            "single_turn": self.single_turn(),
+            "rubric": self.rubric.describe(),
+            "metadata": self.metadata,
+        }
+
+
+class SingleTurnEnv(Environment):
+    """One model reply per episode, scored by the rubric."""
+
+    def __init__(self, dataset=None, eval_dataset=None, **kwargs):
+        kwargs.setdefault("max_turns", 1)
+        super().__init__(dataset, eval_dataset, **kwargs)
+
+
+class MultiTurnEnv(Environment):
+    """Several turns: define `env_response(messages, state)` and, optionally, `is_completed`."""
+
+    def __init__(self, dataset=None, eval_dataset=None, *, max_turns=10, **kwargs):
+        super().__init__(dataset, eval_dataset, max_turns=max_turns, **kwargs)
+
+
+class ToolEnv(MultiTurnEnv):
+    """The model calls `tools` (plain or async functions); the episode ends at a reply without calls.
+
+    A tool that raises answers the model with the error text (the model may recover); a tool that
+    does not return within `tool_timeout_s` fails the episode with an env error on the trace.
+    """
+
+    def __init__(self, dataset=None, eval_dataset=None, *, tools=(), tool_timeout_s=30.0, **kwargs):
+        self.tools = {}
+        for f in tools:
+            schema = tool_schema(f)
+            if schema["name"] in self.tools:
+                raise ValueError(f"two tools are named {schema['name']!r}")
+            self.tools[schema["name"]] = f
+        self.tool_timeout_s = float(tool_timeout_s)
+        super().__init__(dataset, eval_dataset, **kwargs)
+
+    def tool_functions(self):
+        return list(self.tools.values())
+
+    def is_completed(self, messages, state):
+        last = messages[-1] if messages else {}
+        return last.get("role") == "assistant" and not last.get("tool_calls")
+
+    async def call_tool(self, call):
+        """The tool message answering one call."""
+        name = call.get("function", {}).get("name", "")
+        call_id = call.get("id", "")
+        func = self.tools.get(name)
+        if func is None:
+            return {"role": "tool", "tool_call_id": call_id, "content": f"Error: unknown tool {name!r}; tools: {', '.join(self.tools)}"}
+        try:
+            args = json.loads(call.get("function", {}).get("arguments") or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as e:
+            return {"role": "tool", "tool_call_id": call_id, "content": f"Error: bad arguments for {name}: {e}"}
+        try:
+            result = await call_exact(func, args, self.tool_timeout_s)
+        except asyncio.TimeoutError:
+            raise EnvError(f"tool {name} did not return within {self.tool_timeout_s:g} s") from None
+        except Exception as e:  # the model's call or the tool failed: the model sees why
+            return {"role": "tool", "tool_call_id": call_id, "content": f"Error: {type(e).__name__}: {e}"}
+        if not isinstance(result, str):
+            try:
+                result = json.dumps(result)
+            except (TypeError, ValueError):
+                result = str(result)
+        return {"role": "tool", "tool_call_id": call_id, "content": result}
+
+    async def env_response(self, messages, state):
+        calls = messages[-1].get("tool_calls") or []
+        return list(await asyncio.gather(*(self.call_tool(c) for c in calls)))

@@ -1,0 +1,212 @@
+"""The pipe protocol between `rl env-server` (env id `python`) and a Python environment.
+
+The server starts `python -m rl_env.worker (--file PATH | --module NAME) [--args JSON]`, which
+imports the user's code, calls its `load_environment(**args)`, and writes one JSON line on stdout:
+`{"event": "ready", "env": {...}}` (id, splits with their rows, tools, max_turns, rubric, metadata)
+or `{"event": "error", "message": ...}`. Then it answers requests, one JSON object per line, any
+number in flight: `{"id": N, "method": M, "params": {...}}` -> `{"id": N, "result": ...}` or
+`{"id": N, "error": {"kind": "env" | "reward" | "bad_request", "message": ...}}`. Methods:
+`prompt`, `env_response`, `score`, `ping`. The user's prints go to stderr, never into the protocol.
+"""
+
+import argparse
+import asyncio
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+import traceback
+
+from .data import DatasetError
+from .env import EnvError, Environment
+from .messages import check_messages
+from .models import Model
+from .rubric import RewardError
+
+PROTOCOL_VERSION = 1
+
+# Keys of `state` filled from the task on every call; they are not sent back to the host.
+SUPPLIED_STATE = ("turn", "task", "answer", "info")
+
+
+class BadRequest(Exception):
+    """The host sent something this worker cannot use."""
+
+
+def load_user_environment(file=None, module=None, args=None):
+    """Imports the user's module and builds its environment with `load_environment(**args)`."""
+    if file:
+        path = os.path.abspath(file)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{file}: no such file")
+        sys.path.insert(0, os.path.dirname(path))
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        where = file
+    else:
+        mod = importlib.import_module(module)
+        where = module
+    factory = getattr(mod, "load_environment", None)
+    if not callable(factory):
+        raise AttributeError(f"{where} defines no load_environment(**args) function")
+    env = factory(**(args or {}))
+    if not isinstance(env, Environment):
+        raise TypeError(f"{where}: load_environment returned {type(env).__name__}, expected an rl_env.Environment")
+    return env
+
+
+class Worker:
+    """Answers the host's requests for one environment."""
+
+    def __init__(self, env, out):
+        self.env = env
+        self.out = out
+
+    def write(self, obj):
+        try:
+            line = json.dumps(obj, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            line = json.dumps({"id": obj.get("id"), "error": {"kind": "env", "message": f"the answer is not JSON-serializable: {e}"}})
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    async def handle(self, raw):
+        try:
+            request = json.loads(raw)
+            rid = request["id"]
+            method = request["method"]
+            params = request.get("params") or {}
+        except (ValueError, KeyError, TypeError) as e:
+            self.write({"id": None, "error": {"kind": "bad_request", "message": f"unreadable request: {e}"}})
+            return
+        try:
+            handler = getattr(self, "do_" + method, None)
+            if handler is None:
+                raise BadRequest(f"unknown method {method!r}")
+            result = await handler(params)
+            self.write({"id": rid, "result": result})
+        except RewardError as e:
+            self.write({"id": rid, "error": {"kind": "reward", "message": str(e)}})
+        except BadRequest as e:
+            self.write({"id": rid, "error": {"kind": "bad_request", "message": str(e)}})
+        except (EnvError, DatasetError) as e:
+            self.write({"id": rid, "error": {"kind": "env", "message": str(e)}})
+        except Exception as e:  # a bug in the user's env: this episode's env error, never the worker's end
+            tb = traceback.format_exc(limit=-3)
+            print(f"rl_env: {method} failed:\n{tb}", file=sys.stderr, flush=True)
+            self.write({"id": rid, "error": {"kind": "env", "message": f"{method}: {type(e).__name__}: {e}"}})
+
+    async def do_ping(self, params):
+        return {}
+
+    async def do_prompt(self, params):
+        return {"messages": check_messages(self.env.format_prompt(params["task"]), "format_prompt()")}
+
+    def episode_state(self, params):
+        """The state dict user code sees: what it kept, plus the task's fields (not sent back)."""
+        task = params["task"]
+        state = dict(params.get("state") or {})
+        state.update(turn=params.get("turn", 0), task=task, answer=self.env.answer_of(task), info=task.get("info", {}))
+        return state
+
+    @staticmethod
+    def kept(state):
+        if not isinstance(state, dict):
+            raise EnvError(f"env_response returned a state of type {type(state).__name__}, expected a dict")
+        return {k: v for k, v in state.items() if k not in SUPPLIED_STATE}
+
+    async def do_env_response(self, params):
+        messages = params["messages"]
+        state = self.episode_state(params)
+        if self.env.is_completed(messages, state):
+            return {"done": True, "messages": [], "state": self.kept(state)}
+        reply = await self.env.env_response(messages, state)
+        if isinstance(reply, tuple) and len(reply) == 2:
+            reply, state = reply
+        if reply is None:
+            return {"done": True, "messages": [], "state": self.kept(state)}
+        if isinstance(reply, dict):
+            reply = [reply]
+        return {"done": False, "messages": check_messages(reply, "env_response()"), "state": self.kept(state)}
+
+    async def do_score(self, params):
+        task = params["task"]
+        messages = params["messages"]
+        prompt = self.env.format_prompt(task)
+        models = {
+            m["key"]: Model(m["base_url"], m["model"], m.get("sampling"), m.get("timeout_s"))
+            for m in params.get("models") or []
+        }
+        available = {
+            "prompt": prompt,
+            "completion": messages[len(prompt) :],
+            "messages": messages,
+            "answer": self.env.answer_of(task),
+            "info": task.get("info", {}),
+            "task": task,
+            "state": self.episode_state(params),
+            "training_context": params.get("training_context"),
+            "models": models,
+        }
+        return {"value": await self.env.rubric.score(params["function"], available)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m rl_env.worker", description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", help="a .py file defining load_environment(**args)")
+    source.add_argument("--module", help="an importable module defining load_environment(**args)")
+    parser.add_argument("--args", default="{}", help="JSON object of keyword arguments for load_environment")
+    opts = parser.parse_args(argv)
+
+    # The protocol owns the real stdout; everything the user's code prints goes to stderr.
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    try:
+        args = json.loads(opts.args)
+        if not isinstance(args, dict):
+            raise ValueError("--args must be a JSON object")
+        env = load_user_environment(opts.file, opts.module, args)
+        ready = {"event": "ready", "protocol": PROTOCOL_VERSION, "env": env.describe()}
+        line = json.dumps(ready, allow_nan=False, ensure_ascii=False)
+    except Exception as e:
+        traceback.print_exc(file=sys.stderr)
+        out.write(json.dumps({"event": "error", "message": f"{type(e).__name__}: {e}"}) + "\n")
+        out.flush()
+        return 1
+    out.write(line + "\n")
+    out.flush()
+
+    worker = Worker(env, out)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    done = asyncio.Event()
+    tasks = set()
+
+    def dispatch(raw):
+        task = loop.create_task(worker.handle(raw))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def read_stdin():
+        for raw in sys.stdin.buffer:
+            loop.call_soon_threadsafe(dispatch, raw)
+        loop.call_soon_threadsafe(done.set)
+
+    threading.Thread(target=read_stdin, name="rl-env-stdin", daemon=True).start()
+    loop.run_until_complete(done.wait())
+    # The host closed the pipe: it is gone or shutting down, and nothing can receive answers any
+    # more. Exit at once: a user function that hangs in a thread must not keep the process alive.
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The pipe protocol end to end: a worker process started like the env server starts it."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "examples")
+SRC = os.path.join(HERE, "..", "src")
+
+
+class Worker:
+    def __init__(self, *args):
+        env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rl_env.worker", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        )
+        self.ready = json.loads(self.proc.stdout.readline())
+        self.next_id = 0
+
+    def call(self, method, params):
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({"id": self.next_id, "method": method, "params": params}) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        assert answer["id"] == self.next_id, answer
+        return answer
+
+    def close(self):
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return code
+
+
+def user_file(source):
+    f = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+    f.write(textwrap.dedent(source))
+    f.close()
+    return f.name
+
+
+class WorkerTests(unittest.TestCase):
+    def test_a_multi_turn_episode_and_its_scores(self):
+        w = Worker("--file", os.path.join(EXAMPLES, "guess_number.py"), "--args", '{"num_examples": 4, "seed": 1}')
+        self.addCleanup(w.close)
+        self.assertEqual(w.ready["event"], "ready")
+        env = w.ready["env"]
+        self.assertEqual(env["id"], "guess-number")
+        self.assertFalse(env["single_turn"])
+        self.assertEqual([f["name"] for f in env["rubric"]], ["solved", "efficiency"])
+        task = env["splits"]["train"][0]
+        target = int(task["answer"])
+        prompt = w.call("prompt", {"task": task})["result"]["messages"]
+        messages = prompt + [{"role": "assistant", "content": str(target - 1)}]
+        r = w.call("env_response", {"task": task, "messages": messages, "state": {}, "turn": 1})["result"]
+        self.assertEqual((r["done"], r["messages"][0]["content"]), (False, "Higher."))
+        self.assertEqual(r["state"], {"guesses": 1}, "task fields are not sent back")
+        messages += r["messages"] + [{"role": "assistant", "content": f"It is {target}"}]
+        r = w.call("env_response", {"task": task, "messages": messages, "state": r["state"], "turn": 2})["result"]
+        self.assertEqual(r["messages"][0]["content"], "Correct!")
+        state = r["state"]
+        messages += r["messages"]
+        r = w.call("env_response", {"task": task, "messages": messages, "state": state, "turn": 2})["result"]
+        self.assertTrue(r["done"])
+        score = lambda f: w.call("score", {"function": f, "task": task, "messages": messages, "state": state})
+        self.assertEqual(score("solved")["result"]["value"], 1.0)
+        self.assertEqual(score("efficiency")["result"]["value"], 0.5)
+        self.assertEqual(score("nope")["error"]["kind"], "reward")
+
+    def test_prints_go_to_stderr_and_failures_are_per_request(self):
+        path = user_file('''
+            import rl_env
+            print("hello from load")
+            def load_environment():
+                def loud(completion):
+                    print("scoring!")
+                    return 1
+                def broken(completion):
+                    return "x"
+                class Env(rl_env.SingleTurnEnv):
+                    def format_prompt(self, row):
+                        if row.get("bad"):
+                            raise ValueError("cannot format")
+                        return super().format_prompt(row)
+                return Env(dataset=[{"question": "q"}], rubric=rl_env.Rubric([loud, broken]))
+        ''')
+        self.addCleanup(os.unlink, path)
+        w = Worker("--file", path)
+        self.assertEqual(w.ready["event"], "ready")
+        task = {"question": "q"}
+        self.assertEqual(w.call("score", {"function": "loud", "task": task, "messages": []})["result"]["value"], 1.0)
+        err = w.call("score", {"function": "broken", "task": task, "messages": []})["error"]
+        self.assertEqual(err["kind"], "reward")
+        self.assertIn("broken returned str 'x'", err["message"])
+        err = w.call("prompt", {"task": {"question": "q", "bad": True}})["error"]
+        self.assertEqual(err, {"kind": "env", "message": "prompt: ValueError: cannot format"})
+        self.assertEqual(w.call("unknown", {})["error"]["kind"], "bad_request")
+        self.assertEqual(w.call("ping", {})["result"], {}, "still serving")
+        w.proc.stdin.close()
+        self.assertEqual(w.proc.wait(timeout=10), 0)
+        stderr = w.proc.stderr.read()
+        self.assertIn("hello from load", stderr)
+        self.assertIn("scoring!", stderr)
+        w.proc.stdout.close()
+        w.proc.stderr.close()
+
+    def test_a_load_failure_is_one_error_line(self):
+        path = user_file("def load_environment(size):\n    raise RuntimeError(f'no data of size {size}')\n")
+        self.addCleanup(os.unlink, path)
+        w = Worker("--file", path, "--args", '{"size": 3}')
+        self.assertEqual(w.ready, {"event": "error", "message": "RuntimeError: no data of size 3"})
+        self.assertEqual(w.close(), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
