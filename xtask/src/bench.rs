@@ -20,7 +20,7 @@ const REFERENCE_PACKAGES: &[&str] = &["torch==2.15.*", "transformers==5.23.*", "
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let reference = !args.iter().any(|a| a == "--no-reference");
     let only = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
-    const NAMES: [&str; 5] = ["dry-run", "generate", "train-step", "rl-step", "env-server"];
+    const NAMES: [&str; 6] = ["dry-run", "generate", "train-step", "rl-step", "env-server", "python-env"];
     if let Some(o) = only
         && !NAMES.contains(&o)
     {
@@ -57,6 +57,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     if wants("env-server") {
         crate::cargo(&["bench", "--locked", "-p", "rl-serve", "--features", "fake-model", "--bench", "run_group"])?;
+    }
+    if wants("python-env") {
+        crate::cargo(&["bench", "--locked", "-p", "rl-envs", "--bench", "python_env"])?;
     }
     Ok(())
 }

@@ -85,6 +85,16 @@ where
     }
 }
 
+/// Several reward functions scored in one call (e.g. by another process): their names and weights,
+/// and one result per function, in the same order.
+#[async_trait]
+pub trait BatchRewardFn: Send + Sync {
+    /// `(name, weight)` of each function; weight 0 is a metric.
+    fn functions(&self) -> &[(String, f64)];
+    /// Scores one rollout with every function; a failing one is an `Err` with its message.
+    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<Result<f64, String>>;
+}
+
 /// The outcome of scoring one rollout.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scores {
@@ -100,6 +110,27 @@ impl Scores {
     /// The total reward: sum of score * weight.
     pub fn total(&self) -> f64 {
         self.rewards.values().map(|(s, w)| s * w).sum()
+    }
+
+    /// Records one function's result: a failure or a non-finite value scores 0 and is kept as an error.
+    fn record(&mut self, name: &str, weight: f64, result: Result<f64, String>) {
+        let value = match result {
+            Ok(v) if v.is_finite() => v,
+            Ok(v) => {
+                self.errors.push((name.to_owned(), format!("returned a non-finite value {v}")));
+                0.0
+            }
+            Err(message) => {
+                tracing::warn!(function = name, %message, "reward function failed; scoring 0");
+                self.errors.push((name.to_owned(), message));
+                0.0
+            }
+        };
+        if weight == 0.0 {
+            self.metrics.insert(name.to_owned(), value);
+        } else {
+            self.rewards.insert(name.to_owned(), (value, weight));
+        }
     }
 
     fn absorb(&mut self, other: Scores) {
@@ -118,11 +149,13 @@ impl Scores {
 #[derive(Default, Clone)]
 pub struct Rubric {
     funcs: Vec<(Arc<dyn RewardFn>, f64)>,
+    batches: Vec<Arc<dyn BatchRewardFn>>,
 }
 
 impl std::fmt::Debug for Rubric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<(&str, f64)> = self.funcs.iter().map(|(g, w)| (g.name(), *w)).collect();
+        let mut names: Vec<(&str, f64)> = self.funcs.iter().map(|(g, w)| (g.name(), *w)).collect();
+        names.extend(self.batches.iter().flat_map(|b| b.functions().iter().map(|(n, w)| (n.as_str(), *w))));
         f.debug_struct("Rubric").field("funcs", &names).finish()
     }
 }
@@ -145,26 +178,23 @@ impl Rubric {
         self
     }
 
+    /// Adds functions scored together in one call.
+    pub fn batch(mut self, b: Arc<dyn BatchRewardFn>) -> Self {
+        self.batches.push(b);
+        self
+    }
+
     /// Scores one rollout: every function runs; a failing one scores 0 and is recorded.
     pub async fn score(&self, ctx: &ScoringContext<'_>) -> Scores {
         let mut scores = Scores::default();
         for (f, weight) in &self.funcs {
-            let value = match f.score(ctx).await {
-                Ok(v) if v.is_finite() => v,
-                Ok(v) => {
-                    scores.errors.push((f.name().to_owned(), format!("returned a non-finite value {v}")));
-                    0.0
-                }
-                Err(message) => {
-                    tracing::warn!(function = f.name(), %message, "reward function failed; scoring 0");
-                    scores.errors.push((f.name().to_owned(), message));
-                    0.0
-                }
-            };
-            if *weight == 0.0 {
-                scores.metrics.insert(f.name().to_owned(), value);
-            } else {
-                scores.rewards.insert(f.name().to_owned(), (value, *weight));
+            scores.record(f.name(), *weight, f.score(ctx).await);
+        }
+        for b in &self.batches {
+            let results = b.score_all(ctx).await;
+            for (i, (name, weight)) in b.functions().iter().enumerate() {
+                let result = results.get(i).cloned().unwrap_or_else(|| Err(String::from("no result was returned")));
+                scores.record(name, *weight, result);
             }
         }
         scores

@@ -69,10 +69,11 @@ class WorkerTests(unittest.TestCase):
         messages += r["messages"]
         r = w.call("env_response", {"task": task, "messages": messages, "state": state, "turn": 2})["result"]
         self.assertTrue(r["done"])
-        score = lambda f: w.call("score", {"function": f, "task": task, "messages": messages, "state": state})
-        self.assertEqual(score("solved")["result"]["value"], 1.0)
-        self.assertEqual(score("efficiency")["result"]["value"], 0.5)
-        self.assertEqual(score("nope")["error"]["kind"], "reward")
+        scores = w.call("score", {"task": task, "messages": messages, "state": state})["result"]["results"]
+        self.assertEqual(scores, [{"value": 1.0}, {"value": 0.5}])
+        named = w.call("score", {"functions": ["efficiency", "nope"], "task": task, "messages": messages, "state": state})
+        self.assertEqual(named["result"]["results"], [{"value": 0.5}, {"error": "no reward function named 'nope'"}])
+        self.assertEqual(env["prompts"]["train"][0], prompt, "prompts are formatted once, at load")
 
     def test_prints_go_to_stderr_and_failures_are_per_request(self):
         path = user_file('''
@@ -95,10 +96,9 @@ class WorkerTests(unittest.TestCase):
         w = Worker("--file", path)
         self.assertEqual(w.ready["event"], "ready")
         task = {"question": "q"}
-        self.assertEqual(w.call("score", {"function": "loud", "task": task, "messages": []})["result"]["value"], 1.0)
-        err = w.call("score", {"function": "broken", "task": task, "messages": []})["error"]
-        self.assertEqual(err["kind"], "reward")
-        self.assertIn("broken returned str 'x'", err["message"])
+        loud, broken = w.call("score", {"task": task, "messages": []})["result"]["results"]
+        self.assertEqual(loud, {"value": 1.0})
+        self.assertIn("broken returned str 'x'", broken["error"])
         err = w.call("prompt", {"task": {"question": "q", "bad": True}})["error"]
         self.assertEqual(err, {"kind": "env", "message": "prompt: ValueError: cannot format"})
         self.assertEqual(w.call("unknown", {})["error"]["kind"], "bad_request")

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rl_serve::{
-    EnvReply, Environment, Error, Message, Result, RewardFn, Rubric, RubricGroup, ScoringContext, State, Task,
+    BatchRewardFn, EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task,
     ToolSpec, check_index,
 };
 use serde_json::{Map, Value, json};
@@ -25,6 +25,8 @@ use crate::args::Args;
 pub struct PythonEnv {
     id: String,
     splits: Vec<(String, Vec<Value>)>,
+    /// Each dataset row's prompt, formatted once by the Python side at load.
+    prompts: BTreeMap<String, Vec<Vec<Message>>>,
     tools: Vec<ToolSpec>,
     max_turns: u32,
     single_turn: bool,
@@ -85,9 +87,21 @@ impl PythonEnv {
         let bad = |what: &str| Error::Env(format!("the python environment's description has a bad `{what}`"));
         let id = d.get("id").and_then(Value::as_str).ok_or_else(|| bad("id"))?.to_owned();
         let mut splits = Vec::new();
+        let mut prompts = BTreeMap::new();
+        let all_prompts = d.get("prompts").and_then(Value::as_object).ok_or_else(|| bad("prompts"))?;
         for (name, rows) in d.get("splits").and_then(Value::as_object).ok_or_else(|| bad("splits"))? {
             let rows = rows.as_array().ok_or_else(|| bad("splits"))?;
+            let formatted = all_prompts.get(name).and_then(Value::as_array).ok_or_else(|| bad("prompts"))?;
+            if formatted.len() != rows.len() {
+                return Err(bad("prompts"));
+            }
+            let formatted = formatted
+                .iter()
+                .enumerate()
+                .map(|(i, p)| messages_from(Some(p), &format!("the prompt of {name} row {i}")))
+                .collect::<Result<Vec<_>>>()?;
             splits.push((name.clone(), rows.clone()));
+            prompts.insert(name.clone(), formatted);
         }
         let tools = d
             .get("tools")
@@ -109,13 +123,13 @@ impl PythonEnv {
             .filter(|n| *n >= 1)
             .ok_or_else(|| bad("max_turns"))?;
         let single_turn = d.get("single_turn").and_then(Value::as_bool).unwrap_or(false);
-        let mut rubric = Rubric::new();
+        let mut functions = Vec::new();
         for f in d.get("rubric").and_then(Value::as_array).ok_or_else(|| bad("rubric"))? {
             let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("rubric.name"))?;
             let weight = f.get("weight").and_then(Value::as_f64).ok_or_else(|| bad("rubric.weight"))?;
-            let func: Arc<dyn RewardFn> = Arc::new(PythonReward { name: name.to_owned(), worker: worker.clone() });
-            rubric = if weight == 0.0 { rubric.metric(func) } else { rubric.reward(func, weight) };
+            functions.push((name.to_owned(), weight));
         }
+        let rubric = Rubric::new().batch(Arc::new(PythonRubric { functions, worker: worker.clone() }));
         let metadata = d
             .get("metadata")
             .and_then(Value::as_object)
@@ -124,6 +138,7 @@ impl PythonEnv {
         Ok(PythonEnv {
             id,
             splits,
+            prompts,
             tools,
             max_turns,
             single_turn,
@@ -177,6 +192,15 @@ impl Environment for PythonEnv {
     }
 
     async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
+        // Dataset tasks were formatted at load (keys are `split/index`, made by `task`); inline
+        // tasks are formatted by the Python side now.
+        let formatted = task
+            .key
+            .rsplit_once('/')
+            .and_then(|(split, index)| self.prompts.get(split).and_then(|p| p.get(index.parse::<usize>().ok()?)));
+        if let Some(messages) = formatted {
+            return Ok(messages.clone());
+        }
         let answer = self.worker.call("prompt", json!({"task": task.data})).await?;
         messages_from(answer.get("messages"), "format_prompt()")
     }
@@ -220,34 +244,46 @@ impl Environment for PythonEnv {
     }
 }
 
-/// One of the Python rubric's functions.
-struct PythonReward {
-    name: String,
+/// The Python rubric: every function scored in one call (concurrently on the Python side).
+struct PythonRubric {
+    functions: Vec<(String, f64)>,
     worker: Arc<Worker>,
 }
 
 #[async_trait]
-impl RewardFn for PythonReward {
-    fn name(&self) -> &str {
-        &self.name
+impl BatchRewardFn for PythonRubric {
+    fn functions(&self) -> &[(String, f64)] {
+        &self.functions
     }
 
-    async fn score(&self, ctx: &ScoringContext<'_>) -> std::result::Result<f64, String> {
+    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<std::result::Result<f64, String>> {
         let training_context = ctx.training_context.map(
             |c| json!({"step": c.step, "ckpt_step": c.ckpt_step, "policy_version": c.policy_version, "extra": c.extra}),
         );
         let params = json!({
-            "function": self.name,
             "task": ctx.task.data,
             "messages": messages_json(ctx.messages),
             "state": ctx.state.data,
             "turn": ctx.state.turns,
             "training_context": training_context,
         });
-        let answer = self.worker.call("score", params).await.map_err(|e| match e {
-            Error::Env(message) => message,
-            other => other.to_string(),
-        })?;
-        answer.get("value").and_then(Value::as_f64).ok_or_else(|| format!("{} answered no number", self.name))
+        let failed = |message: String| vec![Err(message); self.functions.len()];
+        let answer = match self.worker.call("score", params).await {
+            Ok(answer) => answer,
+            Err(Error::Env(message)) => return failed(message),
+            Err(other) => return failed(other.to_string()),
+        };
+        let Some(results) = answer.get("results").and_then(Value::as_array).filter(|r| r.len() == self.functions.len())
+        else {
+            return failed(String::from("the python worker answered `score` without one result per function"));
+        };
+        results
+            .iter()
+            .map(|r| match (r.get("value").and_then(Value::as_f64), r.get("error").and_then(Value::as_str)) {
+                (Some(v), _) => Ok(v),
+                (None, Some(e)) => Err(e.to_owned()),
+                (None, None) => Err(String::from("neither a value nor an error")),
+            })
+            .collect()
     }
 }

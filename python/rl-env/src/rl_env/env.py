@@ -108,9 +108,18 @@ class Environment:
         return row.get(self.answer_key)
 
     def describe(self):
+        prompts = {}
+        for split, rows in self.splits.items():
+            prompts[split] = []
+            for i, row in enumerate(rows):
+                try:
+                    prompts[split].append(check_messages(self.format_prompt(row), "format_prompt()"))
+                except Exception as e:
+                    raise DatasetError(f"{split} row {i}: cannot format its prompt: {type(e).__name__}: {e}") from None
         return {
             "id": self.env_id,
             "splits": self.splits,
+            "prompts": prompts,
             "tools": [tool_schema(f) for f in self.tool_functions()],
             "max_turns": self.max_turns,
             "single_turn": self.single_turn(),

@@ -9,10 +9,9 @@ else, an exception or a timeout becomes a reward error on the trace and scores 0
 """
 
 import asyncio
-import inspect
 import math
 
-from .runner import call_user
+from .runner import POOL, accepted_names, is_async, wanted_kwargs
 
 
 class RewardError(Exception):
@@ -42,7 +41,7 @@ class Rubric:
         weight = float(weight)
         if not math.isfinite(weight):
             raise ValueError(f"reward function {name!r} has a non-finite weight")
-        self._funcs[name] = (func, weight)
+        self._funcs[name] = (func, weight, accepted_names(func), is_async(func))
         return self
 
     def add_metric(self, func):
@@ -51,25 +50,76 @@ class Rubric:
 
     def describe(self):
         """Names and weights, in order."""
-        return [{"name": n, "weight": w} for n, (_, w) in self._funcs.items()]
+        return [{"name": n, "weight": w} for n, (_, w, _, _) in self._funcs.items()]
 
     async def score(self, name, kwargs):
         """Runs one function; returns its value or raises RewardError."""
-        entry = self._funcs.get(name)
-        if entry is None:
-            raise RewardError(f"no reward function named {name!r}")
-        func = entry[0]
-        try:
-            value = await call_user(func, kwargs, self.timeout_s)
-        except asyncio.TimeoutError:
-            raise RewardError(f"{name} did not return within {self.timeout_s:g} s") from None
-        except Exception as e:  # the user's code: any failure is this rollout's reward error
-            raise RewardError(f"{name} raised {type(e).__name__}: {e}") from None
-        if isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, (int, float)) or inspect.isawaitable(value):
-            raise RewardError(f"{name} returned {type(value).__name__} {value!r:.80}, expected a number")
-        value = float(value)
-        if not math.isfinite(value):
-            raise RewardError(f"{name} returned a non-finite value {value}")
+        value, error = (await self.score_all([name], kwargs))[0]
+        if error is not None:
+            raise RewardError(error)
         return value
+
+    async def score_all(self, names, kwargs):
+        """Runs the named functions on one rollout: `[(value, None) | (None, error message)]`.
+
+        Async functions run concurrently, each with the timeout; sync ones run one after another in
+        one worker thread (a single hand-off per rollout), sharing the timeout; a sync function
+        still running when it expires keeps its thread, and it and the ones after it time out.
+        """
+        results = {}
+        sync = []
+        pending = []
+        for name in names:
+            entry = self._funcs.get(name)
+            if entry is None:
+                results[name] = (None, f"no reward function named {name!r}")
+            elif entry[3]:
+                pending.append(self._run_async(name, entry, kwargs, results))
+            else:
+                sync.append((name, entry))
+        if sync:
+            pending.append(self._run_sync(sync, kwargs, results))
+        if len(pending) == 1:
+            await pending[0]
+        elif pending:
+            await asyncio.gather(*pending)
+        return [results[n] for n in names]
+
+    async def _run_async(self, name, entry, kwargs, results):
+        func, _, accepted, _ = entry
+        try:
+            value = await asyncio.wait_for(func(**wanted_kwargs(func, kwargs, accepted)), self.timeout_s)
+            results[name] = checked(name, value)
+        except asyncio.TimeoutError:
+            results[name] = (None, f"{name} did not return within {self.timeout_s:g} s")
+        except Exception as e:  # the user's code: any failure is this rollout's reward error
+            results[name] = (None, f"{name} raised {type(e).__name__}: {e}")
+
+    async def _run_sync(self, entries, kwargs, results):
+        done = {}
+
+        def run_all():
+            for name, (func, _, accepted, _) in entries:
+                try:
+                    done[name] = checked(name, func(**wanted_kwargs(func, kwargs, accepted)))
+                except Exception as e:  # the user's code: any failure is this rollout's reward error
+                    done[name] = (None, f"{name} raised {type(e).__name__}: {e}")
+
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(POOL, run_all), self.timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        for name, _ in entries:
+            results[name] = done.get(name) or (None, f"{name} did not return within {self.timeout_s:g} s")
+
+
+def checked(name, value):
+    """(value, None) for a finite number (bool counts as 0/1), else (None, why not)."""
+    if isinstance(value, bool):
+        return float(value), None
+    if not isinstance(value, (int, float)):
+        return None, f"{name} returned {type(value).__name__} {value!r:.80}, expected a number"
+    value = float(value)
+    if not math.isfinite(value):
+        return None, f"{name} returned a non-finite value {value}"
+    return value, None

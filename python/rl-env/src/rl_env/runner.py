@@ -7,28 +7,40 @@ import inspect
 
 # Sync user functions run here so a slow one never blocks other rollouts. A function that hangs
 # keeps its thread; the pool is large so a few of those do not starve the rest.
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="rl-env-user")
+POOL = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="rl-env-user")
 
 
-def wanted_kwargs(func, available):
-    """The subset of `available` that `func` accepts (all of it with **kwargs)."""
+def accepted_names(func):
+    """The keyword arguments `func` accepts, or None when it takes **kwargs (everything)."""
     try:
         params = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
-        return dict(available)
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def wanted_kwargs(func, available, names=...):
+    """The subset of `available` that `func` accepts (`names` from `accepted_names`, if known)."""
+    if names is ...:
+        names = accepted_names(func)
+    if names is None:
         return dict(available)
-    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return {k: v for k, v in available.items() if k in names}
 
 
-async def call_user(func, available, timeout_s):
+def is_async(func):
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+async def call_user(func, available, timeout_s, names=...):
     """Calls `func` with the arguments it names; raises asyncio.TimeoutError after `timeout_s`."""
-    kwargs = wanted_kwargs(func, available)
-    if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+    kwargs = wanted_kwargs(func, available, names)
+    if is_async(func):
         return await asyncio.wait_for(func(**kwargs), timeout_s)
     loop = asyncio.get_running_loop()
-    result = await asyncio.wait_for(loop.run_in_executor(_POOL, functools.partial(func, **kwargs)), timeout_s)
+    result = await asyncio.wait_for(loop.run_in_executor(POOL, functools.partial(func, **kwargs)), timeout_s)
     if inspect.isawaitable(result):
         result = await asyncio.wait_for(result, timeout_s)
     return result
@@ -39,7 +51,7 @@ async def call_exact(func, kwargs, timeout_s):
     if inspect.iscoroutinefunction(func):
         return await asyncio.wait_for(func(**kwargs), timeout_s)
     loop = asyncio.get_running_loop()
-    result = await asyncio.wait_for(loop.run_in_executor(_POOL, functools.partial(func, **kwargs)), timeout_s)
+    result = await asyncio.wait_for(loop.run_in_executor(POOL, functools.partial(func, **kwargs)), timeout_s)
     if inspect.isawaitable(result):
         result = await asyncio.wait_for(result, timeout_s)
     return result

@@ -6,7 +6,7 @@ imports the user's code, calls its `load_environment(**args)`, and writes one JS
 or `{"event": "error", "message": ...}`. Then it answers requests, one JSON object per line, any
 number in flight: `{"id": N, "method": M, "params": {...}}` -> `{"id": N, "result": ...}` or
 `{"id": N, "error": {"kind": "env" | "reward" | "bad_request", "message": ...}}`. Methods:
-`prompt`, `env_response`, `score`, `ping`. The user's prints go to stderr, never into the protocol.
+`prompt`, `env_response`, `score` (every rubric function, or those named, in one call), `ping`. The user's prints go to stderr, never into the protocol.
 """
 
 import argparse
@@ -135,6 +135,7 @@ class Worker:
         return {"done": False, "messages": check_messages(reply, "env_response()"), "state": self.kept(state)}
 
     async def do_score(self, params):
+        """Scores one rollout with the named functions (all when `functions` is absent), concurrently."""
         task = params["task"]
         messages = params["messages"]
         prompt = self.env.format_prompt(task)
@@ -153,7 +154,12 @@ class Worker:
             "training_context": params.get("training_context"),
             "models": models,
         }
-        return {"value": await self.env.rubric.score(params["function"], available)}
+        names = params.get("functions")
+        if names is None:
+            names = [f["name"] for f in self.env.rubric.describe()]
+
+        scored = await self.env.rubric.score_all(names, available)
+        return {"results": [{"value": v} if e is None else {"error": e} for v, e in scored]}
 
 
 def main(argv=None):
