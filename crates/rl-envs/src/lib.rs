@@ -1,11 +1,12 @@
 //! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text`,
-//! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent); and `python`, which hosts an
-//! environment written with the `rl_env` Python package. [`load`] builds one by id from its `args` table.
+//! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent); `dataset`, single-turn tasks
+//! from JSONL files; and `python`, which hosts an environment written with the `rl_env` Python package. [`load`] builds one by id from its `args` table.
 //!
 //! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
 
 mod alphabet_sort;
 mod args;
+mod dataset;
 mod debate;
 pub mod difflib;
 mod python;
@@ -17,6 +18,7 @@ mod wiki_nav;
 use std::sync::Arc;
 
 pub use alphabet_sort::{AlphabetSort, NEW_MARK, score as alphabet_sort_reward};
+pub use dataset::FileDataset;
 pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, verdict};
 pub use python::PythonEnv;
 pub use reverse_text::{
@@ -30,7 +32,7 @@ pub use wiki_nav::{
 };
 
 /// Ids of the built-in environments.
-pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "python"];
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "dataset", "python"];
 
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
@@ -54,6 +56,7 @@ pub async fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environ
         "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
         "wiki-nav" => Ok(Arc::new(WikiNav::new(args)?)),
         "debate" => Ok(Arc::new(Debate::new(args)?)),
+        "dataset" => Ok(Arc::new(FileDataset::new(args)?)),
         _ => Err(Error::bad_request("env.id", format!("unknown environment {id:?}; built in: {}", ENV_IDS.join(", ")))),
     }
 }

@@ -2,6 +2,7 @@
 //! token ids, masks and logprobs carried into traces; rewards; the step-aware format penalty.
 
 mod alphabet_sort;
+mod dataset;
 mod python;
 mod reverse_text;
 mod wiki_nav;

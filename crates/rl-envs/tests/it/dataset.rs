@@ -1,0 +1,109 @@
+//! The JSONL dataset env: tasks from a file, prompts with system and few-shot turns, the built-in
+//! matchers as rewards, train/eval splits, and errors naming the file, line and field.
+
+use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest};
+use rl_serve::pb;
+use serde_json::{Value, json};
+
+use crate::{actor, example, serve};
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn math_file(dir: &tempfile::TempDir) -> String {
+    let rows: Vec<String> = (0..10)
+        .map(|i| json!({"problem": format!("What is {i} * 7?"), "solution": i * 7, "info": {"id": i}}).to_string())
+        .collect();
+    write(dir, "math.jsonl", &format!("{}\n\n", rows.join("\n")))
+}
+
+#[tokio::test]
+async fn a_math_file_trains_through_the_dataset_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = json!({
+        "path": math_file(&dir),
+        "prompt_field": "problem",
+        "answer_field": "solution",
+        "system_prompt": "Put the final answer in \\boxed{}.",
+        "few_shot": [{"user": "What is 1 * 2?", "assistant": "\\boxed{2}"}],
+        "reward": "boxed",
+        "eval_fraction": 0.2,
+        "seed": 3,
+    });
+    let h = serve("dataset", args).await;
+    let info = h.client.info().await.unwrap();
+    let sizes: Vec<(String, u64)> = info.splits.iter().map(|s| (s.name.clone(), s.size)).collect();
+    assert_eq!(sizes, [(String::from("train"), 8), (String::from("test"), 2)]);
+    // Right for even numbers (as 1,000-style text when large), wrong for odd, unboxed every other call.
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let n: i64 = r.last_user().split_whitespace().nth(2).unwrap().parse().unwrap();
+        let answer = if n % 2 == 0 { n * 7 } else { n * 7 + 1 };
+        FakeReply::Text(match r.body["seed"].as_u64() {
+            Some(7) => format!("{n} times 7 is \\boxed{{{answer}}}"),
+            _ => format!("{answer}"),
+        })
+    })
+    .await;
+    let mut rewards = Vec::new();
+    for index in 0..8 {
+        let resp = h
+            .client
+            .run_group(pb::RunGroupRequest {
+                example: example("train", index),
+                group_size: 2,
+                actor: Some(actor(&model, "0")),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let (boxed, plain) = (&resp.episodes[0].traces[0], &resp.episodes[1].traces[0]);
+        let roles: Vec<&str> = boxed.nodes.iter().map(|n| n.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
+        assert_eq!(boxed.metrics["extracted"], 1.0);
+        assert_eq!((plain.metrics["extracted"], plain.reward), (0.0, 0.0));
+        let task: Value = serde_json::from_str(&boxed.task_json).unwrap();
+        let n = task["info"]["id"].as_i64().unwrap();
+        rewards.push((n, boxed.reward));
+    }
+    assert!(rewards.iter().all(|(n, r)| *r == if n % 2 == 0 { 1.0 } else { 0.0 }), "{rewards:?}");
+}
+
+#[tokio::test]
+async fn bad_files_and_args_name_the_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = |args: Value| async move {
+        rl_envs::load("dataset", args.as_object().unwrap()).await.err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    let missing = write(&dir, "missing.jsonl", "{\"question\": \"q\", \"answer\": \"a\"}\n{\"question\": \"q2\"}\n");
+    let e = err(json!({"path": missing})).await;
+    assert!(e.contains("missing.jsonl:2: missing field `answer` (the row has: question)"), "{e}");
+    let broken = write(&dir, "broken.jsonl", "{\"question\": \"q\", \"answer\": \"a\"}\n{\"question\": \n");
+    let e = err(json!({"path": broken})).await;
+    assert!(e.contains("broken.jsonl:2: not valid JSON"), "{e}");
+    let typed = write(&dir, "typed.jsonl", "{\"question\": [1], \"answer\": \"a\"}\n");
+    let e = err(json!({"path": typed})).await;
+    assert!(e.contains("typed.jsonl:1: field `question` must be a string or a number"), "{e}");
+    let e = err(json!({"path": dir.path().join("nope.jsonl")})).await;
+    assert!(e.contains("env.args.path") && e.contains("cannot read"), "{e}");
+    let good = math_file(&dir);
+    let fields = |extra: Value| {
+        let mut a = json!({"path": good, "prompt_field": "problem", "answer_field": "solution"});
+        a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        a
+    };
+    let e = err(fields(json!({"reward": "regex"}))).await;
+    assert!(e.contains("env.args.pattern") && e.contains("needs a `pattern`"), "{e}");
+    let e = err(fields(json!({"reward": "exact", "tolerance": 0.1}))).await;
+    assert!(e.contains("env.args.tolerance"), "{e}");
+    let e = err(fields(json!({"reward": "fuzzy"}))).await;
+    assert!(e.contains("env.args.reward") && e.contains("exact, normalized, difflib, regex, boxed, numeric"), "{e}");
+    let e = err(fields(json!({"few_shot": [{"user": "x"}]}))).await;
+    assert!(e.contains("env.args.few_shot[0]"), "{e}");
+    let e = err(fields(json!({"eval_fraction": 0.5, "eval_path": good}))).await;
+    assert!(e.contains("not both"), "{e}");
+    let e = err(json!({"path": write(&dir, "data.parquet", "")})).await;
+    assert!(e.contains("parquet is read by the Python SDK"), "{e}");
+}
