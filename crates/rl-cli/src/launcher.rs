@@ -27,7 +27,7 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 fn watch_signals() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     std::thread::Builder::new().name(String::from("signals")).spawn(move || {
-        rt.block_on(crate::env_server::shutdown_signal());
+        rt.block_on(rl_serve::shutdown_signal());
         INTERRUPTED.store(true, Ordering::SeqCst);
     })?;
     Ok(())
@@ -40,17 +40,26 @@ struct Proc {
 }
 
 impl Drop for Proc {
+    /// SIGTERM to the child's process group (it leads its own: anything it started, a Python
+    /// worker or the binary behind a `cargo run` command, goes too), SIGKILL after 10 s.
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let signal = |sig: &str| {
+            let _ = Command::new("kill").args([sig, "--", &group]).stderr(Stdio::null()).status();
+        };
         if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            signal("-TERM");
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(10) {
                 if let Ok(Some(_)) = self.child.try_wait() {
+                    // Whatever it started must not outlive it (the group id cannot have been
+                    // reused yet: the group's members keep it).
+                    signal("-KILL");
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = self.child.kill();
+            signal("-KILL");
             let _ = self.child.wait();
         }
     }
@@ -62,11 +71,13 @@ fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Spawns `rl <args>` logging to `<run>/logs/<name>.log`; with `wait_line`, returns the first stdout
-/// line (the server's `listening` event) and forwards the rest of stdout to the log.
+/// Spawns `rl <args>` (or `program <args>`) logging to `<run>/logs/<name>.log`; with `wait_line`,
+/// returns the first stdout line (the server's `listening` event) and forwards the rest of stdout
+/// to the log.
 fn spawn(
     run: &RunDir,
     name: &str,
+    program: Option<&[String]>,
     args: &[&str],
     wait_line: bool,
 ) -> anyhow::Result<(Proc, Option<serde_json::Value>)> {
@@ -78,12 +89,21 @@ fn spawn(
         .append(true)
         .open(&log)
         .with_context(|| format!("cannot create {}", log.display()))?;
-    let exe = std::env::current_exe().context("cannot find the rl executable")?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = match program {
+        Some([exe, first_args @ ..]) => {
+            let mut cmd = Command::new(exe);
+            cmd.args(first_args);
+            cmd
+        }
+        _ => Command::new(std::env::current_exe().context("cannot find the rl executable")?),
+    };
     // Own process group: a terminal Ctrl-C reaches the launcher, which stops children in order.
     cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null()).process_group(0);
     cmd.stdout(if wait_line { Stdio::piped() } else { Stdio::from(err_file) });
-    let mut child = cmd.spawn().with_context(|| format!("cannot start {name}"))?;
+    let mut child = cmd.spawn().with_context(|| match program {
+        Some(p) => format!("cannot start {name}: `{}`", p.join(" ")),
+        None => format!("cannot start {name}"),
+    })?;
     let mut event = None;
     if wait_line {
         let stdout = child.stdout.take().expect("piped stdout");
@@ -164,7 +184,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     watch_signals()?;
     if config.inference.is_some() {
-        let (p, event) = spawn(&run, "inference", &["inference", "@", &cfg_path("inference.json")], true)?;
+        let (p, event) = spawn(&run, "inference", None, &["inference", "@", &cfg_path("inference.json")], true)?;
         orchestrator.model.base_url = event
             .and_then(|e| e["base_url"].as_str().map(str::to_owned))
             .context("inference did not report base_url")?;
@@ -177,7 +197,12 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
             "train" => format!("env-{}", part.name),
             split => format!("env-{split}-{}", part.name),
         };
-        let (p, event) = spawn(&run, &name, &["env-server", "@", &cfg_path(&rel)], true)?;
+        // A user's own env-server binary takes the same config as `rl env-server`.
+        let cfg = cfg_path(&rel);
+        let (p, event) = match &part.command {
+            Some(command) => spawn(&run, &name, Some(command), &["@", &cfg], true)?,
+            None => spawn(&run, &name, None, &["env-server", "@", &cfg], true)?,
+        };
         addresses.insert(
             (part.split, part.name.clone()),
             event
@@ -203,8 +228,8 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     write_json_atomic(&configs_dir.join("orchestrator.json"), &rl_configs::to_json(&orchestrator))?;
     write_json_atomic(&configs_dir.join("trainer.json"), &rl_configs::to_json(&trainer))?;
-    procs.push(spawn(&run, "trainer", &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
-    procs.push(spawn(&run, "orchestrator", &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
+    procs.push(spawn(&run, "trainer", None, &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
+    procs.push(spawn(&run, "orchestrator", None, &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
     let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0));
     if let Err(e) = rl_curves(&run) {
         tracing::warn!("could not draw the run's curves: {e:#}");

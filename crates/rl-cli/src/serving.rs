@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::Context;
 use rl_configs::InferenceConfig;
 
-use crate::env_server::shutdown_signal;
+use rl_serve::shutdown_signal;
 
 /// Loads the model, binds, reports the address, serves until SIGINT or SIGTERM.
 pub(crate) fn inference(_command: &str, config: &InferenceConfig) -> anyhow::Result<()> {

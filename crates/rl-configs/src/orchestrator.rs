@@ -183,6 +183,11 @@ pub struct TrainEnvConfig {
     /// Address of an already running env server (`host:port`); unset: the launcher spawns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// The program (and its first arguments) the launcher runs instead of `rl env-server` for this
+    /// env: a user's own env-server binary (built with `rl_serve::env_server_main`). It is given
+    /// `@ <the env-server config>` and must print the `listening` line. Not with `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
     /// Settings of the spawned env server.
     #[serde(default)]
     pub serve: ServeConfig,
@@ -205,6 +210,7 @@ impl TrainEnvConfig {
             algorithms: None,
             curriculum: CurriculumConfig::default(),
             address: None,
+            command: None,
             serve: ServeConfig::default(),
         }
     }
@@ -274,9 +280,31 @@ pub struct EvalEnvConfig {
     /// Address of an already running env server; unset: the launcher spawns one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// The program (and its first arguments) the launcher runs instead of `rl env-server` (see
+    /// `orchestrator.train.env.command`). Not with `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
     /// Settings of the spawned env server.
     #[serde(default)]
     pub serve: ServeConfig,
+}
+
+/// A custom env-server command: a non-empty program, and not together with `address`.
+fn validate_command(ek: &str, command: Option<&[String]>, address: Option<&str>) -> Result<()> {
+    let Some(command) = command else { return Ok(()) };
+    if command.first().is_none_or(|p| p.trim().is_empty()) {
+        return Err(ConfigError::invalid(
+            format!("{ek}.command"),
+            "must name a program first, e.g. [\"./target/release/my-env-server\"]",
+        ));
+    }
+    if address.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{ek}.command"),
+            "an env is either started by the launcher (`command`) or already running (`address`), not both",
+        ));
+    }
+    Ok(())
 }
 
 fn default_eval_split() -> String {
@@ -432,6 +460,7 @@ impl OrchestratorConfig {
             self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
         }
         env.curriculum.validate(&format!("{ek}.curriculum"))?;
+        validate_command(&ek, env.command.as_deref(), env.address.as_deref())?;
         if env.address.is_none() {
             env.serve.validate(&format!("{ek}.serve"))?;
         }
@@ -524,6 +553,7 @@ impl OrchestratorConfig {
                 return Err(ConfigError::invalid(format!("{ek}.k"), "must be at least 1, got 0"));
             }
             base.merged(&env.sampling).validate(&format!("{ek}.sampling"))?;
+            validate_command(&ek, env.command.as_deref(), env.address.as_deref())?;
             if env.address.is_none() {
                 env.serve.validate(&format!("{ek}.serve"))?;
             }

@@ -183,6 +183,8 @@ pub struct EnvServerPart {
     pub name: String,
     /// Its config.
     pub config: EnvServerConfig,
+    /// The program to run instead of `rl env-server` (a user's env-server binary), with its first args.
+    pub command: Option<Vec<String>>,
 }
 
 /// The configs of every process a resolved `RlConfig` launches.
@@ -354,6 +356,7 @@ impl RlConfig {
                     split: "train",
                     name: env.display_name().to_owned(),
                     config: self.env_server(&env.id, env.name.clone(), &env.args, &env.serve),
+                    command: env.command.clone(),
                 });
             }
         }
@@ -364,6 +367,7 @@ impl RlConfig {
                         split: "eval",
                         name: env.display_name().to_owned(),
                         config: self.env_server(&env.id, env.name.clone(), &env.args, &env.serve),
+                        command: env.command.clone(),
                     });
                 }
             }

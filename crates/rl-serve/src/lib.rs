@@ -17,6 +17,7 @@ mod multi_rollout;
 mod rollout;
 mod rubric;
 mod server;
+mod standalone;
 mod trace;
 mod types;
 
@@ -31,6 +32,7 @@ pub use rl_proto::env::v1 as pb;
 pub use rollout::{RolloutRequest, run_episode};
 pub use rubric::{BatchRewardFn, FnReward, RewardFn, Rubric, RubricGroup, Scores, ScoringContext, reward_fn};
 pub use server::{DRAIN_TIMEOUT, EnvService, MAX_GROUP_SIZE, bind, serve};
+pub use standalone::{StandaloneError, announce_and_serve, env_server_main, shutdown_signal};
 pub use trace::{Branch, branches, check_trace};
 pub use types::{
     DEFAULT_MODEL_TIMEOUT, Message, ModelRuntime, Role, Sampling, Task, ToolCall, ToolSpec, TrainingContext,
