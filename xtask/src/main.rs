@@ -1,10 +1,11 @@
 //! Project automation, the one entry point for CI: `cargo xtask ci` runs fmt, tidy, dependency
-//! rules and unused dependencies, clippy (CPU and `cuda` feature), every test and the Python SDK's tests; `cargo xtask bench` runs the benchmarks;
+//! rules and unused dependencies, clippy (CPU and `cuda` feature), every test, the Python SDK's tests and the example env crate (its tests, then two RL steps on it); `cargo xtask bench` runs the benchmarks;
 //! `cargo xtask build-cuda` links a GPU binary from PyPI's CUDA wheels.
 
 mod bench;
 mod cuda;
 mod deps;
+mod example_env;
 mod python;
 mod tidy;
 mod unused_deps;
@@ -36,7 +37,11 @@ fn run() -> anyhow::Result<()> {
         Some("bench") => bench::run(&args[1..]),
         Some("build-cuda") => cuda::build(),
         Some("clippy-cuda") => cuda::clippy(),
-        _ => bail!("usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda>"),
+        Some("python-sdk") => python::test(),
+        Some("example-env") => example_env::check(),
+        _ => bail!(
+            "usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda | python-sdk | example-env>"
+        ),
     }
 }
 
@@ -66,6 +71,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         }
     })?;
     step("python sdk tests", python::test)?;
+    step("example env crate", example_env::check)?;
     // Last, being the slowest on a clean machine: the GPU code compiles everywhere (the CUDA
     // compiler comes from PyPI wheels; candle's kernels compile to PTX).
     step("clippy (cuda feature)", cuda::clippy)?;
@@ -87,8 +93,14 @@ fn has_nextest() -> bool {
 
 /// Runs cargo with `args`, failing on a non-zero exit.
 pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    cargo_env(args, &[])
+}
+
+/// Runs cargo with `args` and extra environment variables, failing on a non-zero exit.
+pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &Path)]) -> anyhow::Result<()> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")))
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .with_context(|| format!("cannot run cargo {}", args.join(" ")))?;
     if !status.success() {

@@ -216,13 +216,14 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     for env in &mut orchestrator.train.env {
         if let Some(a) = addresses.get(&("train", env.display_name().to_owned())) {
-            env.address = Some(a.clone());
+            // Started: the orchestrator connects to it (how it was started is the launcher's business).
+            (env.address, env.command) = (Some(a.clone()), None);
         }
     }
     if let Some(eval) = &mut orchestrator.eval {
         for env in &mut eval.env {
             if let Some(a) = addresses.get(&("eval", env.display_name().to_owned())) {
-                env.address = Some(a.clone());
+                (env.address, env.command) = (Some(a.clone()), None);
             }
         }
     }

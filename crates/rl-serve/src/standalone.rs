@@ -61,7 +61,8 @@ where
         let config = rl_configs::load::<EnvServerConfig>(&args)?.config;
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         runtime.block_on(async {
-            let env = build(&config.env).map_err(|source| StandaloneError::Build { id: config.env.id.clone(), source })?;
+            let env =
+                build(&config.env).map_err(|source| StandaloneError::Build { id: config.env.id.clone(), source })?;
             announce_and_serve(env, &config.serve, &config.env.id, shutdown_signal()).await
         })
     })();

@@ -164,3 +164,24 @@ fn env_names_cannot_be_paths() {
     assert_eq!(invalid_key(err), "run.name");
     assert!(rl_with(&["--orchestrator.train.env.0.name", "rt-2"]).is_ok());
 }
+
+#[test]
+fn a_custom_env_server_command_names_a_program_and_excludes_an_address() {
+    let f = Files::new();
+    let with = |env: &str| {
+        let path = f.write(
+            "env.toml",
+            &format!("max_steps = 5\n[model]\npath = \"m/tiny\"\n[[orchestrator.train.env]]\n{env}\n"),
+        );
+        load_args::<RlConfig>(&["@", path.as_str()]).map(|l| l.config)
+    };
+    let c = with("id = \"word-count\"\ncommand = [\"./my-env\", \"--verbose\"]").unwrap();
+    let part = &c.parts().env_servers[0];
+    assert_eq!(part.command.as_deref(), Some(&[String::from("./my-env"), String::from("--verbose")][..]));
+    assert_eq!(part.config.env.id, "word-count", "the binary gets the same env-server config");
+    assert_eq!(invalid_key(with("id = \"w\"\ncommand = []").unwrap_err()), "orchestrator.train.env.0.command");
+    assert_eq!(
+        invalid_key(with("id = \"w\"\ncommand = [\"./e\"]\naddress = \"127.0.0.1:1\"").unwrap_err()),
+        "orchestrator.train.env.0.command"
+    );
+}

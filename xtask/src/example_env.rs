@@ -1,0 +1,45 @@
+//! The example env crate outside the workspace (`examples/rust-env`): its own tests, then `rl rl`
+//! trains on it for two steps, the launcher starting its binary through the env's `command`.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+const MANIFEST: &str = "examples/rust-env/Cargo.toml";
+
+/// Tests the example crate and trains on its env for two steps.
+pub(crate) fn check() -> anyhow::Result<()> {
+    let root = crate::project_root();
+    let target = root.join("target");
+    // The workspace's target dir: the example reuses the workspace's compiled dependencies.
+    crate::cargo_env(&["test", "--locked", "--manifest-path", MANIFEST], &[("CARGO_TARGET_DIR", &target)])?;
+    crate::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    let rl = target.join("debug/rl");
+    let out = target.join("example-env");
+    let model = out.join("tiny");
+    run(Command::new(&rl).args(["model", "init", "--force", "--out"]).arg(&model), "rl model init")?;
+    run(
+        Command::new(&rl)
+            .args(["rl", "@", "examples/rust-env/rl.toml", "--clean", "--max-steps", "2", "--model.path"])
+            .arg(&model)
+            .arg("--output-dir")
+            .arg(&out)
+            .env("CARGO_TARGET_DIR", &target),
+        "rl rl @ examples/rust-env/rl.toml",
+    )?;
+    let metrics = out.join("word-count/metrics.jsonl");
+    let rows = std::fs::read_to_string(&metrics).with_context(|| format!("cannot read {}", metrics.display()))?;
+    if rows.lines().count() != 2 {
+        bail!("{} has {} rows, expected one per step (2)", metrics.display(), rows.lines().count());
+    }
+    Ok(())
+}
+
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.current_dir(crate::project_root()).status().with_context(|| format!("cannot run {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status}); logs under {}", Path::new("target/example-env").display());
+    }
+    Ok(())
+}
