@@ -49,6 +49,9 @@ pub(crate) struct StepTally {
     truncated: usize,
     prompt_tokens: usize,
     member_rewards: BTreeMap<String, Vec<f64>>,
+    /// Per env: `env/<env>/reward`, `env/<env>/reward/<function>` (its unweighted score),
+    /// `env/<env>/metric/<name>`, `env/<env>/reward_errors` (rollouts with a failed function).
+    per_env: BTreeMap<String, Vec<f64>>,
 }
 
 impl StepTally {
@@ -57,6 +60,16 @@ impl StepTally {
         self.rewards.push(rollout.reward());
         if multi_agent {
             self.member_rewards.entry(format!("{env}/{}", rollout.trace.member_id)).or_default().push(rollout.reward());
+        }
+        let t = &rollout.trace;
+        let mut push = |key: String, value: f64| self.per_env.entry(key).or_default().push(value);
+        push(format!("env/{env}/reward"), rollout.reward());
+        push(format!("env/{env}/reward_errors"), f64::from(u8::from(!t.reward_errors.is_empty())));
+        for (name, r) in &t.rewards {
+            push(format!("env/{env}/reward/{name}"), r.score);
+        }
+        for (name, value) in &t.metrics {
+            push(format!("env/{env}/metric/{name}"), *value);
         }
         self.truncated += usize::from(rollout.trace.is_truncated);
         let sampled = rollout.sampled_tokens();
@@ -91,12 +104,13 @@ impl StepTally {
             ..RolloutMetrics::default()
         };
         fill(&mut m);
-        let members = self
+        let mut keyed: BTreeMap<String, Value> = self
             .member_rewards
             .into_iter()
             .map(|(k, v)| (format!("reward/member/{k}"), json!(stats(&v).mean)))
             .collect();
-        (m, members)
+        keyed.extend(self.per_env.into_iter().map(|(k, v)| (k, json!(stats(&v).mean))));
+        (m, keyed)
     }
 }
 

@@ -4,6 +4,7 @@
 mod dry_run;
 mod e2e;
 mod env_server;
+mod guide;
 mod recipes;
 mod sft;
 
