@@ -460,7 +460,7 @@ impl OrchestratorConfig {
             self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
         }
         env.curriculum.validate(&format!("{ek}.curriculum"))?;
-        validate_command(&ek, env.command.as_deref(), env.address.as_deref())?;
+        validate_command(ek, env.command.as_deref(), env.address.as_deref())?;
         if env.address.is_none() {
             env.serve.validate(&format!("{ek}.serve"))?;
         }
