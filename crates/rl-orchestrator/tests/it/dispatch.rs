@@ -278,6 +278,7 @@ async fn online_eval_reports_avg_and_pass_at_k() {
         k: None,
         sampling: Default::default(),
         address: Some(eval_address),
+        command: None,
         serve: ServeConfig::default(),
     };
     eval_env.sampling.seed = Some(1);
