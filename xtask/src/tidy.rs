@@ -29,9 +29,12 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
             problems.push(format!("{}: must open with a `//!` line saying what the file is for", rel(root, &file)));
         }
     }
-    for manifest in
-        files(root, "toml").into_iter().filter(|p| p.ends_with("Cargo.toml") && p != &root.join("Cargo.toml"))
-    {
+    // Workspace members only: `examples/` holds crates with workspaces of their own (a user's
+    // crate cannot inherit this workspace's versions or lints).
+    let member = |p: &PathBuf| {
+        p.ends_with("Cargo.toml") && p != &root.join("Cargo.toml") && !p.starts_with(root.join("examples"))
+    };
+    for manifest in files(root, "toml").into_iter().filter(member) {
         let text = std::fs::read_to_string(&manifest)?;
         problems.extend(manifest_problems(&text).into_iter().map(|p| format!("{}: {p}", rel(root, &manifest))));
     }

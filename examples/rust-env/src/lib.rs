@@ -30,7 +30,8 @@ impl WordCount {
         let mut num = 200;
         let mut seed = 0;
         for (key, value) in args {
-            let n = value.as_u64().ok_or_else(|| Error::bad_request(format!("env.args.{key}"), "expects an integer"))?;
+            let n =
+                value.as_u64().ok_or_else(|| Error::bad_request(format!("env.args.{key}"), "expects an integer"))?;
             match key.as_str() {
                 "num_examples" => num = n,
                 "seed" => seed = n,
@@ -45,7 +46,9 @@ impl WordCount {
         };
         let mut sentences = |count: u64| -> Vec<String> {
             (0..count)
-                .map(|_| (0..1 + next(6)).map(|_| WORDS[next(WORDS.len() as u64) as usize]).collect::<Vec<_>>().join(" "))
+                .map(|_| {
+                    (0..1 + next(6)).map(|_| WORDS[next(WORDS.len() as u64) as usize]).collect::<Vec<_>>().join(" ")
+                })
                 .collect()
         };
         let (train, test) = (sentences(num), sentences(num / 10 + 1));

@@ -30,7 +30,8 @@ async fn right_counts_score_one_and_wrong_counts_zero() {
     let example = pb::ExampleRef {
         source: Some(pb::example_ref::Source::Dataset(pb::DatasetIndex { split: String::from("train"), index: 3 })),
     };
-    let request = pb::RunGroupRequest { example: Some(example), group_size: 2, actor: Some(actor), ..Default::default() };
+    let request =
+        pb::RunGroupRequest { example: Some(example), group_size: 2, actor: Some(actor), ..Default::default() };
     let response = client.run_group(request).await.unwrap();
     let rewards: Vec<f64> = response.episodes.iter().map(|e| e.traces[0].reward).collect();
     assert_eq!(rewards, [1.0, 0.0]);
