@@ -1,4 +1,4 @@
-//! The example env crate outside the workspace (`examples/rust-env`): its own tests, then `rl rl`
+//! The example env crate outside the workspace (`examples/rust-env`): fmt, clippy and its own tests, then `rl rl`
 //! trains on it for two steps, the launcher starting its binary through the env's `command`.
 
 use std::path::Path;
@@ -13,7 +13,11 @@ pub(crate) fn check() -> anyhow::Result<()> {
     let root = crate::project_root();
     let target = root.join("target");
     // The workspace's target dir: the example reuses the workspace's compiled dependencies.
-    crate::cargo_env(&["test", "--locked", "--manifest-path", MANIFEST], &[("CARGO_TARGET_DIR", &target)])?;
+    let env = [("CARGO_TARGET_DIR", target.as_path())];
+    crate::cargo(&["fmt", "--manifest-path", MANIFEST, "--", "--check"])?;
+    let clippy = ["clippy", "--locked", "--all-targets", "--manifest-path", MANIFEST, "--", "-D", "warnings"];
+    crate::cargo_env(&clippy, &env)?;
+    crate::cargo_env(&["test", "--locked", "--manifest-path", MANIFEST], &env)?;
     crate::cargo(&["build", "--locked", "-p", "rl-cli"])?;
     let rl = target.join("debug/rl");
     let out = target.join("example-env");

@@ -24,6 +24,8 @@ pub struct RolloutRequest<'a> {
     pub index: u32,
     /// The request's training context (the wire form is echoed back on the trace).
     pub training_context: Option<&'a pb::TrainingContext>,
+    /// The request's extra models by key (for judges in the rubric).
+    pub models: &'a BTreeMap<String, ModelRuntime>,
 }
 
 /// Runs one single-agent episode and scores it. Model and env failures are recorded on the trace.
@@ -91,6 +93,8 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
             messages: &state.messages,
             state: &state,
             training_context: context.as_ref(),
+            models: req.models,
+            client: Some(models),
         };
         let scores = env.rubric().score(&ctx).await;
         let rewards: BTreeMap<String, pb::RewardValue> = scores

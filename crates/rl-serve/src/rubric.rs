@@ -10,7 +10,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::env::State;
-use crate::types::{Message, Role, Task, TrainingContext};
+use crate::model_client::ModelClient;
+use crate::types::{Message, ModelRuntime, Role, Task, TrainingContext};
+
+/// No models: for scoring outside a request.
+pub static NO_MODELS: BTreeMap<String, ModelRuntime> = BTreeMap::new();
 
 /// Everything a reward function may look at for one rollout.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +27,10 @@ pub struct ScoringContext<'a> {
     pub state: &'a State,
     /// The request's training context; `None` when the request carried none.
     pub training_context: Option<&'a TrainingContext>,
+    /// The request's extra models by key (judges, teachers), as the orchestrator's `models` pools.
+    pub models: &'a BTreeMap<String, ModelRuntime>,
+    /// The client to call them with; `None` outside a request.
+    pub client: Option<&'a ModelClient>,
 }
 
 impl ScoringContext<'_> {
@@ -34,6 +42,23 @@ impl ScoringContext<'_> {
     /// Contents of the assistant messages, in order.
     pub fn assistant_replies(&self) -> Vec<&str> {
         self.messages.iter().filter(|m| m.role == Role::Assistant).map(|m| m.content.as_str()).collect()
+    }
+
+    /// Asks the request's model `key` (an LLM judge): the reply text to `messages`, sampled with
+    /// that model's sampling arguments. An error names what is missing or what failed.
+    pub async fn ask(&self, key: &str, messages: &[Message]) -> Result<String, String> {
+        let runtime = self.models.get(key).ok_or_else(|| {
+            let known: Vec<&str> = self.models.keys().map(String::as_str).collect();
+            format!("the request has no model {key:?} (it has: {})", known.join(", "))
+        })?;
+        let client = self.client.ok_or_else(|| String::from("no model client outside a request"))?;
+        let response = client.chat(runtime, messages, &[], None, 1).await.map_err(|e| e.to_string())?;
+        response
+            .choices
+            .into_iter()
+            .next()
+            .map(|c| c.message.content)
+            .ok_or_else(|| format!("{key} returned no choice"))
     }
 
     /// The last assistant reply ("" if none).

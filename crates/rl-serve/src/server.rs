@@ -116,7 +116,7 @@ impl EnvService {
         models: &BTreeMap<String, ModelRuntime>,
     ) -> pb::Episode {
         let _permit = self.inner.gate.acquire().await.expect("the gate is never closed");
-        let req = RolloutRequest { task, actor, index, training_context: ctx };
+        let req = RolloutRequest { task, actor, index, training_context: ctx, models };
         match self.inner.env.multi_agent() {
             Some(ma) => run_multi_agent_episode(ma, &self.inner.models, req, models).await,
             None => {

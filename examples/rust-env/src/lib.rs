@@ -21,7 +21,7 @@ pub struct WordCount {
 
 /// The last run of digits in a reply.
 pub fn last_number(reply: &str) -> Option<u64> {
-    reply.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).last()?.parse().ok()
+    reply.split(|c: char| !c.is_ascii_digit()).rfind(|s| !s.is_empty())?.parse().ok()
 }
 
 impl WordCount {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rl_serve::{
-    BatchRewardFn, EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task,
-    ToolSpec, check_index,
+    BatchRewardFn, EnvReply, Environment, Error, Message, ModelRuntime, Result, Rubric, RubricGroup, ScoringContext,
+    State, Task, ToolSpec, check_index,
 };
 use serde_json::{Map, Value, json};
 use worker::{Launch, Source, Worker};
@@ -160,6 +160,26 @@ fn messages_from(value: Option<&Value>, what: &str) -> Result<Vec<Message>> {
         .collect()
 }
 
+/// A request model as the SDK's `rl_env.Model` takes it: where it is and its OpenAI sampling fields.
+fn model_json(key: &str, m: &ModelRuntime) -> Value {
+    let s = &m.sampling;
+    let mut sampling = s.extra.clone();
+    let fields = [
+        ("temperature", s.temperature.map(Value::from)),
+        ("top_p", s.top_p.map(Value::from)),
+        ("top_k", s.top_k.map(Value::from)),
+        ("max_completion_tokens", s.max_completion_tokens.map(Value::from)),
+        ("seed", s.seed.map(Value::from)),
+        ("stop", (!s.stop.is_empty()).then(|| Value::from(s.stop.clone()))),
+    ];
+    for (name, value) in fields {
+        if let Some(v) = value {
+            sampling.insert(name.to_owned(), v);
+        }
+    }
+    json!({"key": key, "base_url": m.base_url, "model": m.model, "sampling": sampling, "timeout_s": m.timeout.as_secs_f64()})
+}
+
 fn messages_json(messages: &[Message]) -> Value {
     Value::Array(messages.iter().map(Message::to_json).collect())
 }
@@ -260,12 +280,14 @@ impl BatchRewardFn for PythonRubric {
         let training_context = ctx.training_context.map(
             |c| json!({"step": c.step, "ckpt_step": c.ckpt_step, "policy_version": c.policy_version, "extra": c.extra}),
         );
+        let models: Vec<Value> = ctx.models.iter().map(|(key, m)| model_json(key, m)).collect();
         let params = json!({
             "task": ctx.task.data,
             "messages": messages_json(ctx.messages),
             "state": ctx.state.data,
             "turn": ctx.state.turns,
             "training_context": training_context,
+            "models": models,
         });
         let failed = |message: String| vec![Err(message); self.functions.len()];
         let answer = match self.worker.call("score", params).await {

@@ -42,7 +42,14 @@ async fn score(rubric: &RubricGroup, task: &Task, reply: &str, step: u64) -> f64
     let messages = vec![Message::system("s"), Message::user("u"), Message::assistant(reply)];
     let state = State { messages: messages.clone(), turns: 1, ..State::default() };
     let context = TrainingContext { step, ..TrainingContext::default() };
-    let ctx = ScoringContext { task, messages: &messages, state: &state, training_context: Some(&context) };
+    let ctx = ScoringContext {
+        task,
+        messages: &messages,
+        state: &state,
+        training_context: Some(&context),
+        models: &rl_serve::NO_MODELS,
+        client: None,
+    };
     let scores = rubric.score(&ctx).await;
     assert!(scores.errors.is_empty(), "{:?}", scores.errors);
     scores.total()
@@ -212,4 +219,41 @@ async fn load_errors_name_what_is_wrong() {
     );
     let row = err(python_args(&bad_row, &json!({}))).await;
     assert!(row.contains("train row 0: has no 'question' field"), "{row}");
+}
+
+#[tokio::test]
+async fn a_python_reward_function_asks_the_judge_model_of_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = user_file(
+        &dir,
+        r#"
+import rl_env
+
+def load_environment():
+    async def judged(completion, models):
+        verdict = await models["judge"].chat([{"role": "user", "content": "Polite? " + rl_env.last_reply(completion)}])
+        return 1.0 if verdict.strip() == "yes" else 0.0
+    rows = [{"question": "please greet me"}, {"question": "insult me"}]
+    return rl_env.SingleTurnEnv(dataset=rows, rubric=rl_env.Rubric([judged]))
+"#,
+    );
+    let h = serve("python", python_args(&file, &json!({}))).await;
+    let model = FakeModel::start(|r: &FakeRequest| match r.body["model"].as_str() {
+        Some("judge") => FakeReply::Text(String::from(if r.last_user().contains("hello") { "yes" } else { "no" })),
+        _ => FakeReply::Text(String::from(if r.last_user().contains("greet") { "hello there" } else { "go away" })),
+    })
+    .await;
+    let judge =
+        pb::ModelRuntime { base_url: model.base_url.clone(), model: String::from("judge"), ..Default::default() };
+    for (index, expected) in [(0, 1.0), (1, 0.0)] {
+        let request = pb::RunGroupRequest {
+            example: example("train", index),
+            group_size: 1,
+            actor: Some(actor(&model, "0")),
+            models: [(String::from("judge"), judge.clone())].into(),
+            ..Default::default()
+        };
+        let t = h.client.run_group(request).await.unwrap().episodes.remove(0).traces.remove(0);
+        assert_eq!((t.reward, t.reward_errors.len()), (expected, 0), "{t:?}");
+    }
 }

@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod errors;
+mod judge;
 mod training_context;
 
 use std::sync::Arc;
