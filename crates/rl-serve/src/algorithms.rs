@@ -72,19 +72,25 @@ impl EnvAlgorithm for Rloo {
                 if !t.errors.is_empty() {
                     return Vec::new();
                 }
-                let adv = if n > 1.0 { t.reward - (sum - t.reward) / (n - 1.0) } else { 0.0 } as f32;
-                branches(t)
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, b)| BranchOutput {
-                        branch_index: i as u32,
-                        advantages: b.mask.iter().map(|m| if *m { adv } else { 0.0 }).collect(),
-                        mask: b.mask,
-                    })
-                    .collect()
+                let adv = if n > 1.0 { t.reward - (sum - t.reward) / (n - 1.0) } else { 0.0 };
+                on_sampled_tokens(t, adv as f32)
             })
             .collect())
     }
+}
+
+/// One value on every sampled token of every branch of `trace` (what most trace-level algorithms
+/// write: RLOO, or an env's own baseline given as one number per trace).
+pub fn on_sampled_tokens(trace: &pb::Trace, value: f32) -> Vec<BranchOutput> {
+    branches(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| BranchOutput {
+            branch_index: i as u32,
+            advantages: b.mask.iter().map(|m| if *m { value } else { 0.0 }).collect(),
+            mask: b.mask,
+        })
+        .collect()
 }
 
 /// The algorithms every env server offers.

@@ -69,6 +69,12 @@ pub trait Environment: Send + Sync + 'static {
         BTreeMap::new()
     }
 
+    /// Advantage algorithms this env offers through `RunAlgorithms`, next to the server's
+    /// built-in ones (an env's algorithm replaces a built-in of the same id).
+    fn algorithms(&self) -> Vec<std::sync::Arc<dyn crate::algorithms::EnvAlgorithm>> {
+        Vec::new()
+    }
+
     /// A multi-agent environment returns its member model here; its episodes then run through
     /// the multi-agent kernel (one trace per member) instead of `env_response`.
     fn multi_agent(&self) -> Option<&dyn crate::multi_agent::MultiAgent> {

@@ -21,7 +21,7 @@ mod standalone;
 mod trace;
 mod types;
 
-pub use algorithms::{BranchOutput, EnvAlgorithm, Rloo, default_algorithms};
+pub use algorithms::{BranchOutput, EnvAlgorithm, Rloo, default_algorithms, on_sampled_tokens};
 pub use client::{ClientOptions, EnvClient};
 pub use env::{EnvReply, Environment, State, check_index};
 pub use error::{Error, Result};

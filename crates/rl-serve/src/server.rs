@@ -59,6 +59,10 @@ impl std::fmt::Debug for EnvService {
 impl EnvService {
     /// A service for `env` with the limits of `config`.
     pub fn new(env: Arc<dyn Environment>, config: &ServeConfig) -> Self {
+        let mut algorithms = default_algorithms();
+        for algorithm in env.algorithms() {
+            algorithms.insert(algorithm.id().to_owned(), algorithm);
+        }
         EnvService {
             inner: Arc::new(Inner {
                 env,
@@ -67,7 +71,7 @@ impl EnvService {
                 max_concurrent: config.max_concurrent,
                 request_timeout: Duration::from_secs_f64(config.request_timeout_s),
                 max_message_bytes: usize::try_from(config.max_message_bytes).unwrap_or(usize::MAX),
-                algorithms: default_algorithms(),
+                algorithms,
             }),
         }
     }

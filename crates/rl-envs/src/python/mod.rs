@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rl_serve::{
-    BatchRewardFn, EnvReply, Environment, Error, Message, ModelRuntime, Result, Rubric, RubricGroup, ScoringContext,
-    State, Task, ToolSpec, check_index,
+    BatchRewardFn, BranchOutput, EnvAlgorithm, EnvReply, Environment, Error, Message, ModelRuntime, Result, Rubric,
+    RubricGroup, ScoringContext, State, Task, ToolSpec, check_index, on_sampled_tokens, pb,
 };
 use serde_json::{Map, Value, json};
 use worker::{Launch, Source, Worker};
@@ -32,6 +32,8 @@ pub struct PythonEnv {
     single_turn: bool,
     rubric: RubricGroup,
     metadata: BTreeMap<String, String>,
+    /// Names of the env's own advantage algorithms.
+    algorithms: Vec<String>,
     worker: Arc<Worker>,
 }
 
@@ -130,6 +132,13 @@ impl PythonEnv {
             functions.push((name.to_owned(), weight));
         }
         let rubric = Rubric::new().batch(Arc::new(PythonRubric { functions, worker: worker.clone() }));
+        let algorithms = d
+            .get("algorithms")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("algorithms"))?
+            .iter()
+            .map(|name| name.as_str().map(str::to_owned).ok_or_else(|| bad("algorithms")))
+            .collect::<Result<Vec<_>>>()?;
         let metadata = d
             .get("metadata")
             .and_then(Value::as_object)
@@ -144,6 +153,7 @@ impl PythonEnv {
             single_turn,
             rubric: RubricGroup::new(vec![rubric]),
             metadata,
+            algorithms,
             worker,
         })
     }
@@ -257,6 +267,11 @@ impl Environment for PythonEnv {
         &self.rubric
     }
 
+    fn algorithms(&self) -> Vec<Arc<dyn EnvAlgorithm>> {
+        let algorithm = |name: &String| PythonAlgorithm { name: name.clone(), worker: self.worker.clone() };
+        self.algorithms.iter().map(|name| Arc::new(algorithm(name)) as Arc<dyn EnvAlgorithm>).collect()
+    }
+
     fn metadata(&self) -> BTreeMap<String, String> {
         let mut m = self.metadata.clone();
         m.insert(String::from("runtime"), String::from("python"));
@@ -307,5 +322,56 @@ impl BatchRewardFn for PythonRubric {
                 (None, None) => Err(String::from("neither a value nor an error")),
             })
             .collect()
+    }
+}
+
+/// An advantage algorithm the Python env registered: one value per trace, on its sampled tokens.
+struct PythonAlgorithm {
+    name: String,
+    worker: Arc<Worker>,
+}
+
+#[async_trait]
+impl EnvAlgorithm for PythonAlgorithm {
+    fn id(&self) -> &str {
+        &self.name
+    }
+
+    fn loss(&self) -> pb::LossChannel {
+        pb::LossChannel::Rl
+    }
+
+    async fn run(
+        &self,
+        traces: &[pb::Trace],
+        fields: &Map<String, Value>,
+        _models: &BTreeMap<String, ModelRuntime>,
+    ) -> Result<Vec<Vec<BranchOutput>>> {
+        let traces_json: Vec<Value> = traces
+            .iter()
+            .map(|t| {
+                json!({
+                    "reward": t.reward,
+                    "rewards": t.rewards.iter().map(|(k, r)| (k.clone(), json!(r.score))).collect::<Map<String, Value>>(),
+                    "metrics": t.metrics,
+                    "failed": !t.errors.is_empty(),
+                    "task": serde_json::from_str::<Value>(&t.task_json).unwrap_or(Value::Null),
+                    "messages": t.nodes.iter().map(|n| json!({"role": n.role, "content": n.content})).collect::<Vec<_>>(),
+                    "member_id": t.member_id,
+                })
+            })
+            .collect();
+        let params = json!({"name": self.name, "traces": traces_json, "fields": fields});
+        let answer = self.worker.call("algorithm", params).await?;
+        let values = answer
+            .get("advantages")
+            .and_then(Value::as_array)
+            .filter(|v| v.len() == traces.len())
+            .ok_or_else(|| Error::Env(format!("algorithm {} answered no advantage list", self.name)))?;
+        Ok(traces
+            .iter()
+            .zip(values)
+            .map(|(t, v)| v.as_f64().map_or_else(Vec::new, |a| on_sampled_tokens(t, a as f32)))
+            .collect())
     }
 }

@@ -257,3 +257,50 @@ def load_environment():
         assert_eq!((t.reward, t.reward_errors.len()), (expected, 0), "{t:?}");
     }
 }
+
+#[tokio::test]
+async fn a_python_env_registers_its_own_advantage_algorithm() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = user_file(
+        &dir,
+        r#"
+import rl_env
+
+def load_environment():
+    def length(completion):
+        return len(rl_env.last_reply(completion))
+    def centered(traces, fields):
+        scale = fields.get("scale", 1.0)
+        rewards = [t["reward"] for t in traces if not t["failed"]]
+        mean = sum(rewards) / len(rewards)
+        return [None if t["failed"] else scale * (t["reward"] - mean) for t in traces]
+    return rl_env.SingleTurnEnv(dataset=[{"question": "q"}], rubric=rl_env.Rubric([length]), algorithms=[centered])
+"#,
+    );
+    let h = serve("python", python_args(&file, &json!({}))).await;
+    // Replies of 1, 2 and 6 characters (by the seed of each rollout in the group).
+    let model = FakeModel::start(|r: &FakeRequest| {
+        FakeReply::Text("abcdef"[..[1, 2, 6][r.body["seed"].as_u64().unwrap_or(7) as usize - 7]].to_owned())
+    })
+    .await;
+    let request = pb::RunGroupRequest {
+        example: example("train", 0),
+        group_size: 3,
+        actor: Some(actor(&model, "0")),
+        ..Default::default()
+    };
+    let traces: Vec<pb::Trace> =
+        h.client.run_group(request).await.unwrap().episodes.into_iter().map(|mut e| e.traces.remove(0)).collect();
+    let info = h.client.info().await.unwrap();
+    assert!(info.algorithms.contains(&String::from("centered")) && info.algorithms.contains(&String::from("rloo")));
+    let spec = pb::AlgorithmSpec { id: String::from("centered"), fields_json: String::from(r#"{"scale": 2.0}"#) };
+    let request = pb::RunAlgorithmsRequest { algorithms: vec![spec], traces: traces.clone(), ..Default::default() };
+    let resp = h.client.run_algorithms(request).await.unwrap();
+    // Rewards 1, 2, 6 (mean 3), scaled by 2: -4, -2, 6 on every sampled token.
+    for (trace, (out, want)) in traces.iter().zip(resp.traces.iter().zip([-4.0f32, -2.0, 6.0])) {
+        let b = &branches(trace)[0];
+        let o = &out.branches[0];
+        assert_eq!(o.mask, b.mask);
+        assert!(o.advantages.iter().zip(&o.mask).all(|(a, m)| *a == if *m { want } else { 0.0 }), "{o:?}");
+    }
+}

@@ -17,6 +17,11 @@ class EnvError(Exception):
 class Environment:
     """Base class. Splits are `train` and `test` (from `eval_dataset`, or `eval_fraction` of `dataset`).
 
+    `algorithms` are advantage algorithms the orchestrator may select for this env (`env-owned`
+    in its config, by function name): `f(traces, fields)` gets a group's traces as dicts (`reward`,
+    `rewards`, `metrics`, `failed`, `task`, `messages`, `member_id`) and returns one number per
+    trace (its advantage on every sampled token) or None for a trace to leave out.
+
     A row is a dict. Its prompt is its `prompt` field when that is a list of messages, else
     `system_prompt`, then the `few_shot` messages, then a user message with `row[question_key]`.
     Reward functions see `answer` = `row[answer_key]` and `info` = `row["info"]`.
@@ -37,6 +42,7 @@ class Environment:
         seed=0,
         env_id=None,
         metadata=None,
+        algorithms=(),
     ):
         rows = load_dataset(dataset)
         evals = load_dataset(eval_dataset)
@@ -57,6 +63,14 @@ class Environment:
         self.env_id = env_id or type(self).__name__
         self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self.splits = {"train": rows, "test": evals}
+        self.algorithms = {}
+        for f in algorithms:
+            name = getattr(f, "__name__", None)
+            if not callable(f) or not name:
+                raise TypeError(f"algorithms must be named functions, got {f!r}")
+            if name in self.algorithms:
+                raise ValueError(f"two algorithms are named {name!r}")
+            self.algorithms[name] = f
         for split, split_rows_ in self.splits.items():
             for i, row in enumerate(split_rows_):
                 self._check_row(split, i, row)
@@ -124,6 +138,7 @@ class Environment:
             "max_turns": self.max_turns,
             "single_turn": self.single_turn(),
             "rubric": self.rubric.describe(),
+            "algorithms": list(self.algorithms),
             "metadata": self.metadata,
         }
 

@@ -6,7 +6,8 @@ imports the user's code, calls its `load_environment(**args)`, and writes one JS
 or `{"event": "error", "message": ...}`. Then it answers requests, one JSON object per line, any
 number in flight: `{"id": N, "method": M, "params": {...}}` -> `{"id": N, "result": ...}` or
 `{"id": N, "error": {"kind": "env" | "reward" | "bad_request", "message": ...}}`. Methods:
-`prompt`, `env_response`, `score` (every rubric function, or those named, in one call), `ping`. The user's prints go to stderr, never into the protocol.
+`prompt`, `env_response`, `score` (every rubric function, or those named, in one call),
+`algorithm` (an env-owned advantage algorithm on a group), `ping`. The user's prints go to stderr, never into the protocol.
 """
 
 import argparse
@@ -14,6 +15,7 @@ import asyncio
 import importlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import threading
@@ -160,6 +162,26 @@ class Worker:
 
         scored = await self.env.rubric.score_all(names, available)
         return {"results": [{"value": v} if e is None else {"error": e} for v, e in scored]}
+
+
+    async def do_algorithm(self, params):
+        """One env-owned algorithm on a group: one advantage (or None) per trace."""
+        name = params["name"]
+        func = self.env.algorithms.get(name)
+        if func is None:
+            raise BadRequest(f"this env has no algorithm {name!r}")
+        traces = params["traces"]
+        result = func(traces, params.get("fields") or {})
+        if asyncio.iscoroutine(result):
+            result = await result
+        if not isinstance(result, (list, tuple)) or len(result) != len(traces):
+            raise EnvError(f"algorithm {name} must return a list of {len(traces)} numbers or None, got {result!r:.100}")
+        out = []
+        for i, value in enumerate(result):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+                raise EnvError(f"algorithm {name}: the value for trace {i} is {value!r}, expected a finite number or None")
+            out.append(None if value is None else float(value))
+        return {"advantages": out}
 
 
 def main(argv=None):
