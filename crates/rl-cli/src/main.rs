@@ -9,6 +9,7 @@ mod orchestrating;
 mod plot;
 mod serving;
 mod sft;
+mod sft_data;
 mod training;
 
 use std::io::Write;

@@ -1,7 +1,8 @@
 //! `rl sft`: supervised fine-tuning on a built-in task generator (the RL tasks' own format) or a
-//! JSONL file of `{"messages": [...]}`; writes `<run>/model` as an HF-format directory.
+//! JSONL file (`sft_data.rs`: messages or prompt/completion rows); writes `<run>/model` as an
+//! HF-format directory.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -9,7 +10,7 @@ use rl_configs::{RunDir, SftConfig, SftDataConfig, SftTask};
 use rl_model::TemplateMessage;
 use rl_trainer::{SftExample, SftTrainer, tokenize};
 
-type Conversation = Vec<TemplateMessage>;
+use crate::sft_data::SftConversation;
 
 /// Runs SFT to the end and saves the model.
 pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
@@ -20,8 +21,12 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;
-    let encode = |cs: &[Conversation]| -> anyhow::Result<Vec<SftExample>> {
-        cs.iter().map(|c| tokenize(&tok, &template, c, &config.loss_mask).map_err(anyhow::Error::from)).collect()
+    let encode = |cs: &[SftConversation]| -> anyhow::Result<Vec<SftExample>> {
+        cs.iter()
+            .map(|c| {
+                tokenize(&tok, &template, &c.messages, c.first_trained, &config.loss_mask).map_err(anyhow::Error::from)
+            })
+            .collect()
     };
     let (train, val) = (encode(&train)?, encode(&val)?);
     let trained: usize = train.iter().map(|e| e.mask.iter().filter(|m| **m).count()).sum();
@@ -78,7 +83,7 @@ pub(crate) fn prepare_run_dir(run_dir: &Path, config: &SftConfig) -> anyhow::Res
     std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))
 }
 
-fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<Conversation>, Vec<Conversation>)> {
+fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Vec<SftConversation>)> {
     let val_n = config.val.as_ref().map_or(0, |v| v.num_examples as usize);
     match &config.data {
         SftDataConfig::Task { task, num_examples, seed, args } => {
@@ -90,50 +95,26 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<Conversation>, Vec<C
             a.insert(String::from("num_examples"), serde_json::json!(num_examples));
             a.insert(String::from("test_examples"), serde_json::json!(val_n));
             a.insert(String::from("seed"), serde_json::json!(seed));
-            let convert = |split: &str| -> anyhow::Result<Vec<Conversation>> {
+            let convert = |split: &str| -> anyhow::Result<Vec<SftConversation>> {
                 Ok(rl_envs::sft_conversations(id, &a, split)?
                     .into_iter()
-                    .map(|c| {
-                        c.into_iter()
+                    .map(|c| SftConversation {
+                        messages: c
+                            .into_iter()
                             .map(|m| TemplateMessage {
                                 role: m.role.as_str().to_owned(),
                                 content: m.content,
                                 tool_calls: vec![],
                             })
-                            .collect()
+                            .collect(),
+                        first_trained: 0,
                     })
                     .collect())
             };
             Ok((convert("train")?, convert("test")?))
         }
         SftDataConfig::Jsonl { path } => {
-            let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-            let mut all = Vec::new();
-            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.with_context(|| format!("cannot read {}", path.display()))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let v: serde_json::Value =
-                    serde_json::from_str(&line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-                let msgs = v["messages"]
-                    .as_array()
-                    .with_context(|| format!("{}:{}: expected {{\"messages\": [...]}}", path.display(), i + 1))?;
-                let conv = msgs
-                    .iter()
-                    .map(|m| {
-                        let role = m["role"]
-                            .as_str()
-                            .with_context(|| format!("{}:{}: a message has no role", path.display(), i + 1))?;
-                        Ok(TemplateMessage {
-                            role: role.to_owned(),
-                            content: m["content"].as_str().unwrap_or("").to_owned(),
-                            tool_calls: vec![],
-                        })
-                    })
-                    .collect::<anyhow::Result<Conversation>>()?;
-                all.push(conv);
-            }
+            let mut all = crate::sft_data::read_jsonl(path)?;
             if all.len() <= val_n {
                 bail!(
                     "{} has {} conversations; need more than the {val_n} held out for validation",

@@ -107,7 +107,9 @@ pub enum SftDataConfig {
         #[serde(default)]
         args: Table,
     },
-    /// A JSONL file: one `{"messages": [{"role": ..., "content": ...}, ...]}` per line.
+    /// A JSONL file, one conversation per line: `{"messages": [{"role", "content", "tool_calls"?}, ...]}`,
+    /// or `{"prompt": ..., "completion": ...}` (each a string or a message list; only the
+    /// completion is trained).
     Jsonl {
         /// The file.
         path: PathBuf,

@@ -36,17 +36,19 @@ fn trains(role: &str, m: &LossMaskConfig) -> bool {
     }
 }
 
-/// Tokenizes a conversation and marks the tokens of the roles `mask` selects.
+/// Tokenizes a conversation and marks the tokens of the roles `mask` selects, from message
+/// `first_trained` on (earlier messages are a prompt: context only, whatever their role).
 pub fn tokenize(
     tok: &Tok,
     template: &ChatTemplate,
     msgs: &[TemplateMessage],
+    first_trained: usize,
     mask: &LossMaskConfig,
 ) -> Result<SftExample> {
     let ids = tok.encode(&template.render(msgs, &[], false)?)?;
     let mut trained = vec![false; ids.len()];
     let end_ids = &tok.stop_ids;
-    for (k, m) in msgs.iter().enumerate() {
+    for (k, m) in msgs.iter().enumerate().skip(first_trained) {
         if !trains(&m.role, mask) {
             continue;
         }

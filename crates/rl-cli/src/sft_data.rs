@@ -1,0 +1,161 @@
+//! SFT data from JSONL: `{"messages": [...]}` rows (tool calls kept) or prompt/completion rows
+//! (`{"prompt": ..., "completion": ...}`, each a string or a message list; only the completion is
+//! trained). Errors name the file, the line and the field.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
+use serde_json::Value;
+
+/// One training conversation: its messages, and the first one that may be trained.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SftConversation {
+    pub(crate) messages: Vec<TemplateMessage>,
+    pub(crate) first_trained: usize,
+}
+
+/// Every row of a JSONL file.
+pub(crate) fn read_jsonl(path: &Path) -> anyhow::Result<Vec<SftConversation>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = format!("{}:{}", path.display(), i + 1);
+        let row: Value = serde_json::from_str(line).with_context(|| format!("{at}: not valid JSON"))?;
+        out.push(conversation(&row).with_context(|| at.clone())?);
+    }
+    Ok(out)
+}
+
+/// One row as a conversation.
+pub(crate) fn conversation(row: &Value) -> anyhow::Result<SftConversation> {
+    if let Some(messages) = row.get("messages") {
+        return Ok(SftConversation { messages: message_list(messages, "messages")?, first_trained: 0 });
+    }
+    match (row.get("prompt"), row.get("completion")) {
+        (Some(prompt), Some(completion)) => {
+            let mut messages = turns(prompt, "prompt", "user")?;
+            let first_trained = messages.len();
+            messages.extend(turns(completion, "completion", "assistant")?);
+            Ok(SftConversation { messages, first_trained })
+        }
+        _ => bail!("expected {{\"messages\": [...]}} or {{\"prompt\": ..., \"completion\": ...}}"),
+    }
+}
+
+/// A string (one message of `role`) or a message list.
+fn turns(v: &Value, field: &str, role: &str) -> anyhow::Result<Vec<TemplateMessage>> {
+    match v {
+        Value::String(text) => {
+            Ok(vec![TemplateMessage { role: role.to_owned(), content: text.clone(), tool_calls: vec![] }])
+        }
+        _ => message_list(v, field),
+    }
+}
+
+fn message_list(v: &Value, field: &str) -> anyhow::Result<Vec<TemplateMessage>> {
+    let items = v.as_array().with_context(|| format!("`{field}` must be a list of messages"))?;
+    items.iter().enumerate().map(|(i, m)| message(m, &format!("{field}[{i}]"))).collect()
+}
+
+fn message(m: &Value, field: &str) -> anyhow::Result<TemplateMessage> {
+    let role = m.get("role").and_then(Value::as_str).with_context(|| format!("`{field}.role` is missing"))?;
+    if !["system", "user", "assistant", "tool"].contains(&role) {
+        bail!("`{field}.role` must be system, user, assistant or tool, got {role:?}");
+    }
+    let content = match m.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => bail!("`{field}.content` must be a string"),
+    };
+    let tool_calls = match m.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(calls)) => calls
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                let f = c.get("function").with_context(|| format!("`{field}.tool_calls[{j}].function` is missing"))?;
+                let name = f.get("name").and_then(Value::as_str);
+                let name = name.with_context(|| format!("`{field}.tool_calls[{j}].function.name` is missing"))?;
+                let arguments = match f.get("arguments") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::from("{}"),
+                };
+                Ok(TemplateToolCall {
+                    kind: String::from("function"),
+                    function: TemplateFunction { name: name.to_owned(), arguments },
+                })
+            })
+            .collect::<anyhow::Result<_>>()?,
+        Some(_) => bail!("`{field}.tool_calls` must be a list"),
+    };
+    Ok(TemplateMessage { role: role.to_owned(), content, tool_calls })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn messages_keep_their_tool_calls() {
+        let row = json!({"messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "4"},
+            {"role": "assistant", "content": "4"}]});
+        let c = conversation(&row).unwrap();
+        assert_eq!(c.first_trained, 0);
+        assert_eq!(c.messages.len(), 4);
+        let call = &c.messages[1].tool_calls[0];
+        assert_eq!((call.function.name.as_str(), call.function.arguments.as_str()), ("add", r#"{"a":2,"b":2}"#));
+    }
+
+    #[test]
+    fn prompt_completion_rows_train_only_the_completion() {
+        let plain = conversation(&json!({"prompt": "2+2?", "completion": "4"})).unwrap();
+        let roles: Vec<&str> = plain.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!((roles, plain.first_trained), (vec!["user", "assistant"], 1));
+        let chat = json!({
+            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "1+1?"},
+                       {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2?"}],
+            "completion": [{"role": "assistant", "content": "4"}]});
+        assert_eq!(conversation(&chat).unwrap().first_trained, 4, "the prompt's assistant turn is context");
+    }
+
+    #[test]
+    fn the_prompt_of_a_prompt_completion_row_is_never_trained() {
+        let dir = tempfile::tempdir().unwrap();
+        rl_model::init_model(dir.path(), rl_model::Preset::Tiny, 0, false).unwrap();
+        let (tok, template) =
+            (rl_model::Tok::load(dir.path()).unwrap(), rl_model::ChatTemplate::load(dir.path()).unwrap());
+        let row = json!({"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                                    {"role": "user", "content": "2+2?"}], "completion": "4"});
+        let c = conversation(&row).unwrap();
+        let mask = rl_configs::LossMaskConfig::default();
+        let as_prompt = rl_trainer::tokenize(&tok, &template, &c.messages, c.first_trained, &mask).unwrap();
+        let as_messages = rl_trainer::tokenize(&tok, &template, &c.messages, 0, &mask).unwrap();
+        let trained = |m: &[bool]| m.iter().filter(|t| **t).count();
+        // "4" plus the end-of-turn token (char-level tokenizer); as plain messages "yo" is trained too.
+        assert_eq!(trained(&as_prompt.mask), 2);
+        assert_eq!(trained(&as_messages.mask), 5, "\"yo\" + its end-of-turn token as well");
+        assert!(as_prompt.mask[..as_prompt.mask.len() - 3].iter().all(|t| !t));
+    }
+
+    #[test]
+    fn bad_rows_name_the_field() {
+        let err = |row: Value| format!("{:#}", conversation(&row).unwrap_err());
+        assert!(err(json!({"text": "x"})).contains("expected {\"messages\""));
+        assert!(err(json!({"messages": [{"content": "x"}]})).contains("`messages[0].role` is missing"));
+        assert!(err(json!({"prompt": "p", "completion": [{"role": "bot"}]})).contains("`completion[0].role` must be"));
+        assert!(
+            err(json!({"messages": [{"role": "assistant", "tool_calls": [{}]}]})).contains("tool_calls[0].function")
+        );
+    }
+}
