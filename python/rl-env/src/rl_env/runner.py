@@ -1,4 +1,4 @@
-"""Calling user functions: only the keyword arguments they ask for, async or in a worker thread, with a timeout."""
+"""Calling user functions: the keyword arguments they accept, async or on a worker thread, with a timeout."""
 
 import asyncio
 import concurrent.futures
@@ -34,21 +34,9 @@ def is_async(func):
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
 
 
-async def call_user(func, available, timeout_s, names=...):
-    """Calls `func` with the arguments it names; raises asyncio.TimeoutError after `timeout_s`."""
-    kwargs = wanted_kwargs(func, available, names)
-    if is_async(func):
-        return await asyncio.wait_for(func(**kwargs), timeout_s)
-    loop = asyncio.get_running_loop()
-    result = await asyncio.wait_for(loop.run_in_executor(POOL, functools.partial(func, **kwargs)), timeout_s)
-    if inspect.isawaitable(result):
-        result = await asyncio.wait_for(result, timeout_s)
-    return result
-
-
 async def call_exact(func, kwargs, timeout_s):
     """Calls `func(**kwargs)` (a tool: the model chose the arguments); raises asyncio.TimeoutError."""
-    if inspect.iscoroutinefunction(func):
+    if is_async(func):
         return await asyncio.wait_for(func(**kwargs), timeout_s)
     loop = asyncio.get_running_loop()
     result = await asyncio.wait_for(loop.run_in_executor(POOL, functools.partial(func, **kwargs)), timeout_s)
