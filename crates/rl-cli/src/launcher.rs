@@ -95,7 +95,12 @@ fn spawn(
             cmd.args(first_args);
             cmd
         }
-        _ => Command::new(std::env::current_exe().context("cannot find the rl executable")?),
+        _ => {
+            let mut cmd = Command::new(std::env::current_exe().context("cannot find the rl executable")?);
+            // Our own children exit if the launcher dies without stopping them (see orphan.rs).
+            cmd.env(crate::orphan::LAUNCHER_PID, std::process::id().to_string());
+            cmd
+        }
     };
     // Own process group: a terminal Ctrl-C reaches the launcher, which stops children in order.
     cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null()).process_group(0);

@@ -6,6 +6,7 @@ mod env_server;
 mod launcher;
 mod logging;
 mod orchestrating;
+mod orphan;
 mod plot;
 mod serving;
 mod sft;
@@ -22,6 +23,7 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn main() -> ExitCode {
+    orphan::exit_with_launcher();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match commands::run(&args) {
         Ok(()) => ExitCode::SUCCESS,

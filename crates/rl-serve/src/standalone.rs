@@ -97,24 +97,29 @@ pub async fn announce_and_serve(
     Ok(())
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
+/// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed terminal or ssh session stops a server or the
+/// launcher the same way as SIGTERM).
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let on = |kind: tokio::signal::unix::SignalKind| async move {
+        match tokio::signal::unix::signal(kind) {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
+    #[cfg(unix)]
+    let (term, hangup) =
+        (on(tokio::signal::unix::SignalKind::terminate()), on(tokio::signal::unix::SignalKind::hangup()));
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
+    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+        () = hangup => {}
     }
 }

@@ -1,6 +1,7 @@
 //! The launcher end to end on a very small config: `rl model init`, then `rl rl` for 3 steps with
 //! the embedded inference server, an env server, the trainer and the orchestrator as processes;
-//! then `--resume` from the step-2 checkpoint; and Ctrl-C stopping every process.
+//! then `--resume` from the step-2 checkpoint; Ctrl-C stopping every process; and the children
+//! exiting by themselves when the launcher is killed with SIGKILL.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -85,6 +86,47 @@ fn rl_runs_three_steps_across_all_processes() {
     assert!(stdout(&o).contains("final model (after step 4)"), "{}", stdout(&o));
 }
 
+/// Processes whose command line names `path` (from /proc: no pgrep needed).
+fn pids_naming(path: &std::path::Path) -> Vec<String> {
+    let needle = path.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn children_exit_when_the_launcher_is_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "1000", "--run.name", "killed"])
+        .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    let configs = tmp.path().join("killed").join("configs");
+    assert!(!pids_naming(&configs).is_empty(), "the children run");
+    // SIGKILL: the launcher cannot stop anyone; its children must notice on their own.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    while !pids_naming(&configs).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "children outlived the killed launcher");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn ctrl_c_stops_every_process_and_exits_non_zero() {
     let tmp = tempfile::tempdir().unwrap();
@@ -102,19 +144,7 @@ fn ctrl_c_stops_every_process_and_exits_non_zero() {
     let first = lines.next().unwrap().unwrap();
     assert!(first.starts_with("step 1/1000"), "{first}");
     let run = tmp.path().join("interrupted");
-    // Processes whose command line names this run's config `name` (from /proc: no pgrep needed).
-    let pids = |name: &str| -> Vec<String> {
-        let needle = run.join("configs").join(name).display().to_string();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-            .filter(|e| {
-                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-            })
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    };
+    let pids = |name: &str| pids_naming(&run.join("configs").join(name));
     assert_eq!(pids("trainer.json").len(), 1, "the trainer runs");
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let start = Instant::now();
