@@ -29,8 +29,37 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "error: {e:#}");
+            let _ = writeln!(err, "error: {}", error_text(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// The error and its causes on one line, each said once: library errors often include their
+/// source's text in their own message, which `{:#}` would then print a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn causes_already_in_the_message_are_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
+        let e = anyhow::Error::new(io).context("cannot read x.toml: No such file or directory (os error 2)");
+        assert_eq!(super::error_text(&e), "cannot read x.toml: No such file or directory (os error 2)");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::error_text(&e), "outer: inner");
     }
 }

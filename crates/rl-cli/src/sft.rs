@@ -12,6 +12,35 @@ use rl_trainer::{SftExample, SftTrainer, tokenize};
 
 use crate::sft_data::SftConversation;
 
+/// Drops training examples that would train nothing within `seq_len` tokens (their trained part
+/// lies beyond it), warning with counts; fails when none is left. Returns the kept examples and a
+/// note for the start line.
+fn fit_to_seq_len(train: Vec<SftExample>, seq_len: usize) -> anyhow::Result<(Vec<SftExample>, String)> {
+    let fit = rl_trainer::fit(&train, seq_len);
+    if fit.untrainable == train.len() {
+        bail!(
+            "none of the {} training examples has a trained token within seq_len = {seq_len} (the longest has {} \
+             tokens): raise `seq_len` or shorten the data",
+            train.len(),
+            fit.longest
+        );
+    }
+    if fit.truncated == 0 {
+        return Ok((train, String::new()));
+    }
+    tracing::warn!(
+        "{} of {} training examples are longer than seq_len = {seq_len} (the longest has {} tokens) and are \
+         truncated; {} of them have no trained token left and are dropped",
+        fit.truncated,
+        train.len(),
+        fit.longest,
+        fit.untrainable
+    );
+    let kept: Vec<SftExample> =
+        train.into_iter().filter(|ex| rl_trainer::fit(std::slice::from_ref(ex), seq_len).untrainable == 0).collect();
+    Ok((kept, format!(" ({} truncated to seq_len, {} dropped)", fit.truncated, fit.untrainable)))
+}
+
 /// Runs SFT to the end and saves the model.
 pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
@@ -33,10 +62,11 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     if trained == 0 {
         bail!("no trainable tokens: check `loss_mask` (which roles are trained) against the data");
     }
+    let (train, fit_note) = fit_to_seq_len(train, config.seq_len as usize)?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "sft: {} training / {} validation conversations, run dir {}",
+        "sft: {} training / {} validation conversations{fit_note}, run dir {}",
         train.len(),
         val.len(),
         run_dir.display()

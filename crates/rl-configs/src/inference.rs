@@ -32,8 +32,11 @@ pub struct InferenceConfig {
     pub max_pending_requests: u32,
     /// Largest accepted request body, in bytes.
     pub max_request_bytes: u64,
-    /// Per-request timeout, in seconds.
+    /// Per-request timeout, in seconds (also the limit for reading a weight update).
     pub request_timeout_s: f64,
+    /// `/health` answers 503 ("stuck") when the engine has had work but finished no step for this
+    /// many seconds (one step is one forward call for the whole batch).
+    pub stuck_after_s: f64,
     /// Where to run.
     pub device: Device,
     /// Precision the model computes in: f32 on the CPU runs the fused CPU kernels; bf16/f16 (or
@@ -61,6 +64,7 @@ impl Default for InferenceConfig {
             max_pending_requests: 1024,
             max_request_bytes: 8 * 1024 * 1024,
             request_timeout_s: 600.0,
+            stuck_after_s: 300.0,
             device: Device::Cpu,
             dtype: Dtype::F32,
             seed: 0,
@@ -99,6 +103,7 @@ impl InferenceConfig {
             return Err(ConfigError::invalid(k("max_request_bytes"), "must be at least 1024"));
         }
         positive(&k("request_timeout_s"), self.request_timeout_s)?;
+        positive(&k("stuck_after_s"), self.stuck_after_s)?;
         if !TOOL_CALL_PARSERS.contains(&self.tool_call_parser.as_str()) {
             return Err(ConfigError::invalid(
                 k("tool_call_parser"),

@@ -129,7 +129,12 @@ fn read_file(path: &Path) -> Result<Value> {
         return if v.is_object() { Ok(v) } else { Err(parse_err(String::from("the top level must be an object"))) };
     }
     let table: toml::Table = toml::from_str(&text).map_err(|e| parse_err(e.to_string().trim_end().to_owned()))?;
-    let mut v = from_toml(toml::Value::Table(table));
+    let mut v = from_toml(toml::Value::Table(table)).map_err(|key| {
+        ConfigError::invalid(
+            key,
+            format!("must be a finite number (in {}); nan and inf are not accepted", path.display()),
+        )
+    })?;
     none_strings_to_null(&mut v);
     Ok(v)
 }

@@ -123,9 +123,17 @@ pub(crate) fn propagate_shared(root: &mut Value) -> Result<()> {
         }
     }
     for (shared, targets) in SHARED_KEYS {
-        let Some(value) = get(root, shared).filter(|v| !v.is_null()).cloned() else { continue };
+        let Some(value) = get(root, shared).cloned() else { continue };
         for target in *targets {
             if target.starts_with("inference.") && !has_inference {
+                continue;
+            }
+            // An explicit "None" (e.g. `ckpt.keep_last = "None"`: keep every checkpoint) fills
+            // parts that do not set the key, and conflicts with none.
+            if value.is_null() {
+                if get(root, target).is_none() {
+                    set(root, target, Value::Null);
+                }
                 continue;
             }
             match get(root, target) {

@@ -223,9 +223,17 @@ fn scalar(nav: &SchemaNav<'_>, schema: Option<&Value>, v: &str, arg: &str) -> Re
     }
     if (has("number") || any)
         && let Ok(f) = v.parse::<f64>()
-        && let Some(n) = serde_json::Number::from_f64(f)
     {
-        return Ok(Value::Number(n));
+        if let Some(n) = serde_json::Number::from_f64(f) {
+            return Ok(Value::Number(n));
+        }
+        // "nan" or "inf" where only a number fits (free-form keys keep it as a string).
+        if !any && !has("string") {
+            return Err(ConfigError::Cli {
+                arg: arg.to_owned(),
+                message: format!("must be a finite number, got {v:?}; nan and inf are not accepted"),
+            });
+        }
     }
     if (has("boolean") || any) && (v == "true" || v == "false") {
         return Ok(Value::Bool(v == "true"));

@@ -97,17 +97,40 @@ pub(crate) fn none_strings_to_null(v: &mut Value) {
     }
 }
 
-/// Converts parsed TOML into the JSON tree (datetimes become strings).
-pub(crate) fn from_toml(v: toml::Value) -> Value {
-    match v {
-        toml::Value::String(s) => Value::String(s),
-        toml::Value::Integer(i) => Value::from(i),
-        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
-        toml::Value::Boolean(b) => Value::Bool(b),
-        toml::Value::Datetime(d) => Value::String(d.to_string()),
-        toml::Value::Array(items) => Value::Array(items.into_iter().map(from_toml).collect()),
-        toml::Value::Table(t) => Value::Object(t.into_iter().map(|(k, v)| (k, from_toml(v))).collect()),
+/// Converts parsed TOML into the JSON tree (datetimes become strings). JSON has no NaN or
+/// infinity, so a non-finite float is an error carrying its dotted key (`a.b.0.c`) rather than a
+/// `null` that would later be blamed on the wrong key.
+pub(crate) fn from_toml(v: toml::Value) -> std::result::Result<Value, String> {
+    fn go(v: toml::Value, path: &mut Vec<String>) -> std::result::Result<Value, String> {
+        Ok(match v {
+            toml::Value::String(s) => Value::String(s),
+            toml::Value::Integer(i) => Value::from(i),
+            toml::Value::Float(f) => {
+                serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| path.join("."))?
+            }
+            toml::Value::Boolean(b) => Value::Bool(b),
+            toml::Value::Datetime(d) => Value::String(d.to_string()),
+            toml::Value::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.into_iter().enumerate() {
+                    path.push(i.to_string());
+                    out.push(go(item, path)?);
+                    path.pop();
+                }
+                Value::Array(out)
+            }
+            toml::Value::Table(t) => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in t {
+                    path.push(k.clone());
+                    out.insert(k, go(v, path)?);
+                    path.pop();
+                }
+                Value::Object(out)
+            }
+        })
     }
+    go(v, &mut Vec::new())
 }
 
 /// Where each key of the merged tree came from (a file, or the command line).

@@ -34,7 +34,7 @@ pub(crate) struct Sampling {
     #[serde(default = "one")]
     pub(crate) n: u32,
     #[serde(default)]
-    pub(crate) temperature: Option<f32>,
+    pub(crate) temperature: Option<f64>,
     #[serde(default)]
     pub(crate) top_p: Option<f32>,
     #[serde(default)]
@@ -154,9 +154,8 @@ impl Sampling {
             return Err(Error::BadRequest(format!("n must be in 1..={}, got {}", limits.max_n, self.n)));
         }
         let temperature = self.temperature.unwrap_or(1.0);
-        if !(0.0..=2.0).contains(&temperature) {
-            return Err(Error::BadRequest(format!("temperature must be in [0, 2], got {temperature}")));
-        }
+        rl_configs::check_temperature(temperature).map_err(|m| Error::BadRequest(format!("temperature {m}")))?;
+        let temperature = temperature as f32;
         let top_p = self.top_p.unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(Error::BadRequest(format!("top_p must be in (0, 1], got {top_p}")));

@@ -5,9 +5,13 @@
 //! and the prompt cache lets requests starting with a recent prompt prefill only the rest.
 //! Weight swaps happen between steps (and empty the prompt cache).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use candle_core::Tensor;
 
 use rl_model::{CpuRuntime, Qwen3, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
 use tokio::sync::oneshot;
@@ -90,7 +94,7 @@ pub struct GenOutput {
 #[derive(Debug)]
 pub(crate) enum Command {
     Generate(GenRequest, oneshot::Sender<Result<GenOutput>>),
-    UpdateWeights(PathBuf, oneshot::Sender<Result<u64>>),
+    UpdateWeights(PathBuf, HashMap<String, Tensor>, oneshot::Sender<Result<u64>>),
     Pause(oneshot::Sender<()>),
     Resume(oneshot::Sender<()>),
 }
@@ -99,6 +103,32 @@ pub(crate) enum Command {
 #[derive(Debug, Clone)]
 pub struct Engine {
     tx: mpsc::Sender<Command>,
+    beat: Arc<Heartbeat>,
+}
+
+/// What the engine thread says about itself, read by `/health`: whether it is alive, whether it is
+/// waiting for work, and when it last went round its loop (one step at most per round).
+#[derive(Debug)]
+struct Heartbeat {
+    start: Instant,
+    alive: AtomicBool,
+    idle: AtomicBool,
+    last_ms: AtomicU64,
+}
+
+impl Heartbeat {
+    fn beat(&self) {
+        self.last_ms.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Marks the engine dead when its thread ends, panics included.
+struct AliveGuard(Arc<Heartbeat>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.alive.store(false, Ordering::Relaxed);
+    }
 }
 
 struct Running {
@@ -124,20 +154,44 @@ impl Engine {
     /// keeping up to `prefix_cache_bytes` of prompt keys and values.
     pub fn start(model: &Qwen3, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let beat = Arc::new(Heartbeat {
+            start: Instant::now(),
+            alive: AtomicBool::new(true),
+            idle: AtomicBool::new(true),
+            last_ms: AtomicU64::new(0),
+        });
+        let guard = AliveGuard(beat.clone());
         // f32 on the CPU runs the slice kernels; any other device or dtype candle's ops.
         let cpu = model.device().is_cpu() && model.compute_dtype() == candle_core::DType::F32;
         let run: Box<dyn FnOnce() + Send> = if cpu {
             let rt = CpuRuntime::new(model)?;
-            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
+            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx, &guard.0))
         } else {
             let rt = TensorRuntime::new(model)?;
-            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx))
+            Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx, &guard.0))
         };
         std::thread::Builder::new()
             .name(String::from("rl-inference-engine"))
             .spawn(run)
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
-        Ok(Engine { tx })
+        Ok(Engine { tx, beat })
+    }
+
+    /// `Err` with the reason when the engine cannot serve: its thread has ended, or it has had
+    /// work but has not come round its loop for `stuck_after` (a hung forward call or device).
+    pub fn health(&self, stuck_after: Duration) -> std::result::Result<(), String> {
+        if !self.beat.alive.load(Ordering::Relaxed) {
+            return Err(String::from("the engine thread has stopped"));
+        }
+        if self.beat.idle.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let now = self.beat.start.elapsed().as_millis() as u64;
+        let silent = Duration::from_millis(now.saturating_sub(self.beat.last_ms.load(Ordering::Relaxed)));
+        if silent > stuck_after {
+            return Err(format!("the engine has had work but finished no step for {:.0}s", silent.as_secs_f64()));
+        }
+        Ok(())
     }
 
     pub(crate) async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
@@ -151,9 +205,24 @@ impl Engine {
         self.call(|tx| Command::Generate(req, tx)).await?
     }
 
-    /// Loads the weights in `dir` and swaps them in between steps; returns the new version.
-    pub async fn update_weights(&self, dir: PathBuf) -> Result<u64> {
-        self.call(|tx| Command::UpdateWeights(dir, tx)).await?
+    /// Loads the weights in `dir` and swaps them in between steps; returns the new version. The
+    /// files are read on a blocking thread while generation goes on, within `limit`: a stuck disk
+    /// fails this call, never the engine.
+    pub async fn update_weights(&self, dir: PathBuf, limit: Duration) -> Result<u64> {
+        let source = dir.clone();
+        let read = tokio::task::spawn_blocking(move || rl_model::read_weights(&source, &candle_core::Device::Cpu));
+        let tensors = match tokio::time::timeout(limit, read).await {
+            Err(_) => {
+                return Err(Error::Timeout(format!(
+                    "reading the weights in {} took longer than {:.0}s",
+                    dir.display(),
+                    limit.as_secs_f64()
+                )));
+            }
+            Ok(Err(e)) => return Err(Error::Engine(format!("the weight reader failed: {e}"))),
+            Ok(Ok(read)) => read.map_err(|e| Error::BadRequest(format!("cannot load weights: {e}")))?,
+        };
+        self.call(|tx| Command::UpdateWeights(dir, tensors, tx)).await?
     }
 
     /// Stops admitting and decoding until [`Engine::resume`].
@@ -202,11 +271,17 @@ impl<R: Runtime> EngineLoop<R> {
         }
     }
 
-    fn run(mut self, rx: &mpsc::Receiver<Command>) {
+    fn run(mut self, rx: &mpsc::Receiver<Command>, beat: &Heartbeat) {
         loop {
+            beat.beat();
             let idle = self.paused || (self.seqs.is_empty() && self.waiting.is_empty());
             if idle {
-                match rx.recv() {
+                beat.idle.store(true, Ordering::Relaxed);
+                let cmd = rx.recv();
+                // Beat before saying busy, so a long wait never reads as a stuck step.
+                beat.beat();
+                beat.idle.store(false, Ordering::Relaxed);
+                match cmd {
                     Ok(cmd) => self.handle(cmd),
                     Err(_) => return,
                 }
@@ -230,16 +305,14 @@ impl<R: Runtime> EngineLoop<R> {
     fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Generate(req, tx) => self.waiting.push_back((req, tx)),
-            Command::UpdateWeights(dir, tx) => {
-                let result = self.rt.reload(&dir).map(|rt| {
+            Command::UpdateWeights(dir, tensors, tx) => {
+                let result = self.rt.with_weights(&dir, tensors).map(|rt| {
                     self.rt = rt;
                     self.prompts.clear();
                     self.version += 1;
                     self.version
                 });
-                let _ = tx.send(
-                    result.map_err(|e| Error::BadRequest(format!("cannot load weights from {}: {e}", dir.display()))),
-                );
+                let _ = tx.send(result.map_err(|e| Error::BadRequest(format!("cannot load weights: {e}"))));
             }
             Command::Pause(tx) => {
                 self.paused = true;
@@ -326,9 +399,14 @@ impl<R: Runtime> EngineLoop<R> {
             }
             prefilled.push((req, tx, cache, cached, req_rows));
         }
+        let mut broken = Vec::new();
         for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
             let (id, logprob) = seq.sampler.sample(row);
+            if !logprob.is_finite() {
+                broken.push(seq.slot);
+                continue;
+            }
             let top = if req.top_logprobs > 0 {
                 top_k(&log_softmax(row, req.temperature), req.top_logprobs as usize)
             } else {
@@ -338,11 +416,22 @@ impl<R: Runtime> EngineLoop<R> {
             seq.tokens.push(id);
             seq.logprobs.push(TokenLogprob { id, logprob, top });
         }
+        for slot in broken {
+            self.fail_slot(slot, non_finite());
+        }
         for (req, tx, cache, cached, req_rows) in prefilled {
             self.start_choices(req, tx, cache, cached, &req_rows);
         }
         self.finish_done();
         Ok(())
+    }
+
+    /// Answers a running request with `e` and drops its sequences.
+    fn fail_slot(&mut self, slot: usize, e: Error) {
+        if let Some(run) = self.running[slot].take() {
+            let _ = run.tx.send(Err(e));
+        }
+        self.seqs.retain(|s| s.slot != slot);
     }
 
     /// After a prompt's prefill: answers a scoring-only request, or starts its `n` choices.
@@ -362,6 +451,11 @@ impl<R: Runtime> EngineLoop<R> {
             }
             out
         });
+        let finite = |lp: &Option<TokenLogprob>| lp.as_ref().is_none_or(|t| t.logprob.is_finite());
+        if prompt_logprobs.as_ref().is_some_and(|lps| !lps.iter().all(finite)) {
+            let _ = tx.send(Err(non_finite()));
+            return;
+        }
         let n = req.n as usize;
         if req.max_tokens == 0 {
             // Scoring only: no completion tokens.
@@ -393,6 +487,11 @@ impl<R: Runtime> EngineLoop<R> {
         for choice in (0..n).rev() {
             let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64));
             let (id, logprob) = sampler.sample(last);
+            if !logprob.is_finite() {
+                self.seqs.retain(|s| s.slot != slot);
+                let _ = tx.send(Err(non_finite()));
+                return;
+            }
             let top = top_k(&log_softmax(last, req.temperature), req.top_logprobs as usize);
             self.seqs.push(Seq {
                 slot,
@@ -464,6 +563,12 @@ impl<R: Runtime> EngineLoop<R> {
             let _ = run.tx.send(Err(e.clone()));
         }
     }
+}
+
+/// A NaN or infinite log-probability is never served: the request fails instead (a model with
+/// broken weights, or values that overflow), so a client never trains on or reads garbage.
+fn non_finite() -> Error {
+    Error::Engine(String::from("the model produced non-finite logits (NaN or infinity) for this request"))
 }
 
 /// The part of a prompt the prompt cache keeps: all but its last token.

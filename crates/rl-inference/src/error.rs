@@ -21,6 +21,9 @@ pub enum Error {
     /// Too many requests are pending (503).
     #[error("{0}")]
     Overloaded(String),
+    /// The engine cannot serve: stopped or stuck (503 from `/health`).
+    #[error("{0}")]
+    Unhealthy(String),
     /// The request took too long (504).
     #[error("{0}")]
     Timeout(String),
@@ -53,6 +56,7 @@ impl IntoResponse for Error {
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error"),
             Error::UnknownModel(_) => (StatusCode::NOT_FOUND, "model_not_found"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Error::Unhealthy(_) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             Error::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         };

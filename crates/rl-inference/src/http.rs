@@ -30,6 +30,7 @@ pub(crate) struct AppState {
     pub(crate) limits: Limits,
     pub(crate) pending: Arc<Semaphore>,
     pub(crate) timeout: Duration,
+    pub(crate) stuck_after: Duration,
     pub(crate) tool_parser: String,
     pub(crate) counter: Arc<AtomicU64>,
 }
@@ -49,8 +50,11 @@ pub(crate) fn router(state: AppState, max_body: usize) -> Router {
         .with_state(state)
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// 200 while the engine can serve; 503 with the reason when its thread has stopped or it is stuck
+/// (has work but finished no step for `stuck_after_s`), so a supervisor sees what clients feel.
+async fn health(State(s): State<AppState>) -> Result<Json<Value>> {
+    s.engine.health(s.stuck_after).map_err(Error::Unhealthy)?;
+    Ok(Json(json!({"status": "ok"})))
 }
 
 async fn models(State(s): State<AppState>) -> Json<Value> {
@@ -68,7 +72,7 @@ async fn update_weights(State(s): State<AppState>, body: Option<Json<UpdateWeigh
     let Some(Json(body)) = body else {
         return Err(Error::BadRequest(String::from("expected a JSON body {\"weight_dir\": \"...\"}")));
     };
-    let version = s.engine.update_weights(body.weight_dir.clone()).await?;
+    let version = s.engine.update_weights(body.weight_dir.clone(), s.timeout).await?;
     tracing::info!(dir = %body.weight_dir.display(), version, "weights updated");
     Ok(Json(json!({"status": "ok", "version": version})))
 }

@@ -57,6 +57,7 @@ impl Server {
             limits: api::Limits { model_name, max_model_len, max_n: config.max_batch_size, default_seed: config.seed },
             pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),
             timeout: Duration::from_secs_f64(config.request_timeout_s),
+            stuck_after: Duration::from_secs_f64(config.stuck_after_s),
             tool_parser: config.tool_call_parser.clone(),
             counter: Arc::new(AtomicU64::new(1)),
         };

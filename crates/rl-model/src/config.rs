@@ -153,8 +153,27 @@ impl Qwen3Config {
         if self.attention_bias {
             return Err(String::from("attention_bias = true is not supported (Qwen3 has no attention biases)"));
         }
-        if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
-            return Err(String::from("vocab_size, hidden_size and num_hidden_layers must be positive"));
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be positive"));
+        }
+        // Values that load fine but make every logit NaN or meaningless: refuse them here.
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
+            return Err(format!("rms_norm_eps must be in (0, 1), got {}", self.rms_norm_eps));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return Err(format!("rope_theta must be a finite number > 1, got {}", self.rope_theta));
+        }
+        if let Some(id) = self.bos_token_id.filter(|id| *id as usize >= self.vocab_size) {
+            return Err(format!("bos_token_id ({id}) must be below vocab_size ({})", self.vocab_size));
         }
         Ok(())
     }
@@ -189,5 +208,27 @@ mod tests {
         assert!((590_000_000..600_000_000).contains(&params), "{params}");
         assert!((430_000_000..450_000_000).contains(&(params - c.vocab_size * h)), "{params}");
         assert_eq!((c.head_dim, c.max_position_embeddings, c.rope_theta), (128, 40_960, 1e6));
+    }
+
+    #[test]
+    fn non_physical_values_are_refused_naming_the_field() {
+        let good = Qwen3Config::preset(Preset::Tiny, 64);
+        good.check().unwrap();
+        type Tweak = fn(&mut Qwen3Config);
+        let cases: [(&str, Tweak); 7] = [
+            ("rope_theta", |c| c.rope_theta = -10_000.0),
+            ("rope_theta", |c| c.rope_theta = f64::INFINITY),
+            ("rms_norm_eps", |c| c.rms_norm_eps = -1e-6),
+            ("rms_norm_eps", |c| c.rms_norm_eps = 0.0),
+            ("intermediate_size", |c| c.intermediate_size = 0),
+            ("max_position_embeddings", |c| c.max_position_embeddings = 0),
+            ("bos_token_id", |c| c.bos_token_id = Some(64)),
+        ];
+        for (field, tweak) in cases {
+            let mut c = good.clone();
+            tweak(&mut c);
+            let e = c.check().expect_err(field);
+            assert!(e.contains(field), "{e}");
+        }
     }
 }

@@ -44,6 +44,9 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
         vec![single]
     } else {
         let index = dir.join("model.safetensors.index.json");
+        if !std::fs::metadata(&index).is_ok_and(|m| m.is_file()) {
+            return Err(Error::bad_dir(dir, "has neither model.safetensors nor model.safetensors.index.json"));
+        }
         let text = std::fs::read_to_string(&index)
             .map_err(|_| Error::bad_dir(dir, "has neither model.safetensors nor model.safetensors.index.json"))?;
         let v: serde_json::Value =
@@ -65,6 +68,11 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
     };
     let mut out = HashMap::new();
     for file in files {
+        // Only regular files (after symlinks): a FIFO or device would block the read forever.
+        if !std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+            let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(Error::bad_dir(dir, format!("{name} is not a regular file")));
+        }
         let tensors = candle_core::safetensors::load(&file, device)
             .map_err(|e| Error::bad_dir(dir, format!("cannot read {}: {e}", file.display())))?;
         for (name, t) in tensors {
@@ -105,7 +113,17 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<Qwen3> {
 /// Loads the weights in `dir` (a weight broadcast: `model.safetensors` without a config) into a
 /// model of architecture `cfg`; names and shapes must match exactly.
 pub fn load_weights_for(cfg: &Qwen3Config, dir: &Path, device: &Device) -> Result<Qwen3> {
-    let tensors = read_weights(dir, device)?;
+    model_from_weights(cfg, dir, read_weights(dir, device)?, device)
+}
+
+/// A model of architecture `cfg` from tensors [`read_weights`] read out of `dir` (named in
+/// errors); names and shapes must match exactly. Tensors are moved to `device` as needed.
+pub fn model_from_weights(
+    cfg: &Qwen3Config,
+    dir: &Path,
+    tensors: HashMap<String, Tensor>,
+    device: &Device,
+) -> Result<Qwen3> {
     check_names(dir, cfg, &tensors)?;
     Qwen3::new(cfg, &VarBuilder::from_tensors(tensors, DType::F32, device))
         .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))

@@ -83,8 +83,13 @@ fn check_micro(mb: &MicroBatch, envs: usize) -> std::result::Result<(), String> 
              otherwise (token {i})"
         ));
     }
-    if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t > 0.0)) {
-        return Err(format!("temperatures: {t} is not > 0 (greedy rollouts cannot be trained on)"));
+    // Batches carry temperatures as f32: compare with the floor in f32 (0.01 is not exact).
+    let floor = rl_configs::MIN_TEMPERATURE as f32;
+    if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t >= floor && **t <= 2.0)) {
+        return Err(format!(
+            "temperatures: {t} is not in [{floor}, 2] (greedy rollouts cannot be trained on, and lower \
+             temperatures overflow logits / T)"
+        ));
     }
     if mb.advantages.iter().chain(&mb.inference_logprobs).any(|x| !x.is_finite()) {
         return Err(String::from("advantages/inference_logprobs: not finite"));

@@ -71,6 +71,31 @@ pub fn tokenize(
     Ok(SftExample { ids, mask: trained })
 }
 
+/// How examples fit rows of `seq_len` tokens: longer ones are truncated, and those whose trained
+/// tokens all lie beyond `seq_len` would train nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fit {
+    /// Examples longer than `seq_len`.
+    pub truncated: usize,
+    /// Examples with no trained token within their first `seq_len` tokens.
+    pub untrainable: usize,
+    /// The longest example, in tokens.
+    pub longest: usize,
+}
+
+/// Counts what [`pack`] will truncate, and the examples left with nothing to train.
+pub fn fit(examples: &[SftExample], seq_len: usize) -> Fit {
+    let mut f = Fit::default();
+    for ex in examples {
+        f.longest = f.longest.max(ex.ids.len());
+        f.truncated += usize::from(ex.ids.len() > seq_len);
+        // `pack` never trains position 0 (nothing predicts it).
+        let kept = &ex.mask[..ex.mask.len().min(seq_len)];
+        f.untrainable += usize::from(!kept.iter().skip(1).any(|m| *m));
+    }
+    f
+}
+
 /// Packs examples in order into rows of at most `seq_len` tokens (longer examples are truncated).
 pub fn pack(examples: &[SftExample], seq_len: usize) -> Vec<MicroBatch> {
     let mut rows: Vec<MicroBatch> = Vec::new();

@@ -95,6 +95,10 @@ fn eval_without_eval_envs_and_unknown_commands_fail_loudly() {
     assert!(stderr(&o).contains("unknown command"), "{}", stderr(&o));
     let o = rl(&["--version"]);
     assert!(o.status.success() && stdout(&o).starts_with("rl "), "{}", stdout(&o));
+    // An OS error is said once, not once by the error and again by its cause.
+    let o = rl(&["sft", "@", "/nonexistent/sft.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).matches("os error 2").count(), 1, "{}", stderr(&o));
 }
 
 #[test]

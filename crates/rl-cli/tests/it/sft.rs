@@ -98,3 +98,40 @@ fn sft_lowers_validation_loss_and_raises_greedy_reward() {
         rl(&["sft", "@", "configs/reverse_text/sft.toml", "--output-dir", out, "--model.path", base.to_str().unwrap()]);
     assert!(!again.status.success() && stderr(&again).contains("--clean"), "a fresh run refuses a non-empty run dir");
 }
+
+/// Examples whose trained part lies beyond `seq_len` are counted and dropped with a warning; a
+/// dataset with nothing trainable within `seq_len` fails instead of training nothing.
+#[test]
+fn examples_beyond_seq_len_are_reported_and_none_fitting_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let data = tmp.path().join("data.jsonl");
+    let long = r#"{"prompt": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "completion": "b"}"#;
+    let run_sft = |lines: &[&str]| {
+        std::fs::write(&data, lines.join("\n")).unwrap();
+        rl(&[
+            "sft",
+            "--output-dir",
+            tmp.path().to_str().unwrap(),
+            "--model.path",
+            base.to_str().unwrap(),
+            "--data",
+            &format!(r#"{{"type": "jsonl", "path": {:?}}}"#, data.to_str().unwrap()),
+            "--seq-len",
+            "64",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "2",
+        ])
+    };
+    let o = run_sft(&[long, long]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("none of the 2 training examples") && stderr(&o).contains("seq_len"), "{}", stderr(&o));
+    let o = run_sft(&[long, r#"{"prompt": "hi", "completion": "yo"}"#]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all = format!("{}{}", crate::stdout(&o), stderr(&o));
+    assert!(all.contains("1 of 2 training examples are longer than seq_len"), "{all}");
+    assert!(all.contains("(1 truncated to seq_len, 1 dropped)"), "{all}");
+}

@@ -125,6 +125,34 @@ fn greedy_training_rollouts_are_rejected_naming_the_key_that_set_them() {
     assert_eq!(invalid_key(err), "orchestrator.train.sampling.temperature");
     let err = rl_with(&["--orchestrator.train.env.0.sampling.temperature", "0"]).unwrap_err();
     assert_eq!(invalid_key(err), "orchestrator.train.env.0.sampling.temperature");
+    // Between 0 and the floor, logits / T overflow: refused everywhere, eval included.
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let eval =
+        f.write("eval.toml", "[orchestrator.eval]\ninterval = 2\n[[orchestrator.eval.env]]\nid = \"reverse-text\"\n");
+    let args = ["@", rl.as_str(), "@", eval.as_str(), "--orchestrator.eval.sampling.temperature"];
+    load_args::<RlConfig>(&[&args[..], &["0"]].concat()).expect("greedy eval is fine");
+    let err = load_args::<RlConfig>(&[&args[..], &["0.001"]].concat()).unwrap_err();
+    assert!(invalid_key(err).ends_with("sampling.temperature"));
+    let err = rl_with(&["--orchestrator.train.sampling.temperature", "1e-40"]).unwrap_err();
+    assert!(err.to_string().contains("0.01"), "{err}");
+}
+
+#[test]
+fn non_finite_numbers_are_refused_naming_their_key() {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    for (file, key) in [
+        ("[trainer.optim]\nlr = nan\n", "trainer.optim.lr"),
+        ("[trainer.optim]\nlr = inf\n", "trainer.optim.lr"),
+        ("[orchestrator.train.sampling]\ntop_p = -nan\n", "orchestrator.train.sampling.top_p"),
+    ] {
+        let extra = f.write("extra.toml", file);
+        let err = load_args::<RlConfig>(&["@", rl.as_str(), "@", extra.as_str()]).unwrap_err().to_string();
+        assert!(err.contains(key) && !err.contains("null"), "{file}: {err}");
+    }
+    let err = rl_with(&["--trainer.optim.lr", "nan"]).unwrap_err().to_string();
+    assert!(err.contains("trainer.optim.lr") && !err.contains("null"), "{err}");
 }
 
 #[test]
@@ -184,4 +212,16 @@ fn a_custom_env_server_command_names_a_program_and_excludes_an_address() {
         invalid_key(with("id = \"w\"\ncommand = [\"./e\"]\naddress = \"127.0.0.1:1\"").unwrap_err()),
         "orchestrator.train.env.0.command"
     );
+}
+
+#[test]
+fn checkpoints_keep_the_last_three_by_default_and_none_keeps_all_through_resolved_configs() {
+    let mut c = rl_with(&["--ckpt.interval", "2"]).unwrap();
+    assert_eq!(c.trainer.ckpt.as_ref().unwrap().keep_last, Some(rl_configs::DEFAULT_KEEP_LAST));
+    c = rl_with(&["--ckpt.interval", "2", "--ckpt.keep-last", "None"]).unwrap();
+    let ckpt = c.orchestrator.ckpt.unwrap();
+    assert_eq!(ckpt.keep_last, None);
+    // What a child process reads back from the launcher's resolved JSON.
+    let back: rl_configs::CkptConfig = serde_json::from_value(serde_json::to_value(&ckpt).unwrap()).unwrap();
+    assert_eq!(back.keep_last, None, "keep all survives the resolved config");
 }

@@ -70,3 +70,47 @@ async fn models_and_health() {
     let h = srv.http.get(format!("{}/health", srv.base)).send().await.unwrap();
     assert!(h.status().is_success());
 }
+
+/// A weight directory whose file is a FIFO (or anything but a regular file) is refused at once
+/// instead of blocking the engine on a read that never ends; generation goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_weights_refuses_what_is_not_a_regular_file() {
+    let srv = start(|_| {}).await;
+    let fifo_dir = srv.dir.path().join("fifo");
+    std::fs::create_dir_all(&fifo_dir).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(fifo_dir.join("model.safetensors")).status().unwrap();
+    assert!(made.success());
+    let answer =
+        tokio::time::timeout(Duration::from_secs(20), srv.post("/update_weights", json!({"weight_dir": fifo_dir})))
+            .await
+            .expect("answered, not blocked on the FIFO");
+    assert_eq!(answer.0, 400, "{}", answer.1);
+    assert!(answer.1["error"]["message"].as_str().unwrap().contains("not a regular file"), "{}", answer.1);
+    assert_eq!(srv.greedy("still serving").await.len(), 10);
+}
+
+/// `/health` is 503 while the engine has work but has not finished a step for `stuck_after_s`
+/// (here 1 ms, so a long prefill reads as stuck), and 200 again once it is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_an_engine_that_stopped_finishing_steps() {
+    let srv = start(|c| c.stuck_after_s = 0.001).await;
+    let url = format!("{}/v1/completions", srv.base);
+    let http = srv.http.clone();
+    let long = tokio::spawn(async move {
+        let body = json!({"prompt": "abcdefgh".repeat(120), "max_tokens": 1, "prompt_logprobs": 5, "n": 1});
+        http.post(url).json(&body).send().await.unwrap().status().as_u16()
+    });
+    let mut stuck = None;
+    while !long.is_finished() {
+        let h = srv.http.get(format!("{}/health", srv.base)).send().await.unwrap();
+        if h.status().as_u16() == 503 {
+            stuck = Some(h.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+    }
+    let stuck = stuck.expect("a 503 while the long step ran");
+    assert!(stuck["error"]["message"].as_str().unwrap().contains("finished no step"), "{stuck}");
+    assert_eq!(long.await.unwrap(), 200);
+    let h = srv.http.get(format!("{}/health", srv.base)).send().await.unwrap();
+    assert_eq!(h.status().as_u16(), 200, "idle again");
+}

@@ -182,3 +182,37 @@ async fn the_prompt_cache_changes_no_token_and_no_logprob() {
         }
     }
 }
+
+#[tokio::test]
+async fn temperatures_below_the_floor_are_refused_and_nan_is_never_served() {
+    let srv = start(|_| {}).await;
+    let chat = |t: f64| json!({"messages": [{"role": "user", "content": "hi"}], "temperature": t, "max_tokens": 4});
+    for t in [1e-40, 1e-3, -0.5] {
+        let (s, v) = srv.post("/v1/chat/completions", chat(t)).await;
+        assert_eq!(s, 400, "temperature {t}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("0.01"), "{v}");
+    }
+    let (s, v) = srv.post("/v1/chat/completions", chat(0.01)).await;
+    assert_eq!(s, 200, "the floor itself is served: {v}");
+
+    // A model whose final norm is NaN: every logit is NaN, and the request fails instead of a 200
+    // with null logprobs.
+    let weights = srv.model_dir().join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&weights, &candle_core::Device::Cpu).unwrap();
+    let norm = tensors.get_mut("model.norm.weight").expect("final norm weight");
+    *norm = (norm.ones_like().unwrap() * f64::NAN).unwrap();
+    let nan_dir = srv.dir.path().join("nan");
+    std::fs::create_dir_all(&nan_dir).unwrap();
+    for f in std::fs::read_dir(srv.model_dir()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, nan_dir.join(f.file_name().unwrap())).unwrap();
+    }
+    candle_core::safetensors::save(&tensors, nan_dir.join("model.safetensors")).unwrap();
+    let nan = start(|c| c.model.path = Some(nan_dir)).await;
+    for body in [chat(1.0), chat(0.0), json!({"prompt": "ab", "max_tokens": 0, "prompt_logprobs": 1})] {
+        let path = if body.get("prompt").is_some() { "/v1/completions" } else { "/v1/chat/completions" };
+        let (s, v) = nan.post(path, body).await;
+        assert_eq!(s, 500, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("non-finite"), "{v}");
+    }
+}

@@ -42,8 +42,14 @@ pub trait Runtime: Send + Sized + 'static {
 
     /// The architecture.
     fn config(&self) -> &Qwen3Config;
-    /// The same runtime over the weights of `dir` (a weight update).
-    fn reload(&self, dir: &std::path::Path) -> Result<Self>;
+    /// The same runtime over `tensors`, read by [`crate::read_weights`] from `dir` (a weight
+    /// update; `dir` names the source in errors). Reading happens elsewhere so a slow disk never
+    /// stalls the thread that owns the runtime.
+    fn with_weights(
+        &self,
+        dir: &std::path::Path,
+        tensors: std::collections::HashMap<String, candle_core::Tensor>,
+    ) -> Result<Self>;
     /// An empty cache continuing `prefix`, with room for `capacity` own tokens.
     fn new_cache(&self, prefix: Option<&Self::Prefix>, capacity: usize) -> Self::Cache;
     /// Tokens in a cache (prefix included).
@@ -87,8 +93,12 @@ impl Runtime for CpuRuntime {
     fn config(&self) -> &Qwen3Config {
         &self.cfg
     }
-    fn reload(&self, dir: &std::path::Path) -> Result<Self> {
-        CpuRuntime::new(&crate::load_weights_for(&self.cfg, dir, &candle_core::Device::Cpu)?)
+    fn with_weights(
+        &self,
+        dir: &std::path::Path,
+        tensors: std::collections::HashMap<String, candle_core::Tensor>,
+    ) -> Result<Self> {
+        CpuRuntime::new(&crate::model_from_weights(&self.cfg, dir, tensors, &candle_core::Device::Cpu)?)
     }
     fn new_cache(&self, prefix: Option<&SharedPrefix>, capacity: usize) -> SeqCache {
         CpuRuntime::new_cache(self, prefix, capacity)

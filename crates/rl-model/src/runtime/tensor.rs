@@ -254,8 +254,12 @@ impl Runtime for TensorRuntime {
         &self.cfg
     }
 
-    fn reload(&self, dir: &std::path::Path) -> Result<Self> {
-        let model = crate::load_weights_for(&self.cfg, dir, &self.device)?.with_compute_dtype(self.dtype);
+    fn with_weights(
+        &self,
+        dir: &std::path::Path,
+        tensors: std::collections::HashMap<String, candle_core::Tensor>,
+    ) -> Result<Self> {
+        let model = crate::model_from_weights(&self.cfg, dir, tensors, &self.device)?.with_compute_dtype(self.dtype);
         TensorRuntime::new(&model)
     }
 

@@ -203,6 +203,14 @@ fn malformed_batches_are_rejected_naming_the_field() {
     b.micro_batches[0].position_ids[7] = 3;
     write_batch(run, &b);
     assert!(rl_trainer::read_batch(&RunDir::new(run), 2).unwrap_err().to_string().contains("position_ids"));
+    // Below the temperature floor, logits / T overflow: refused like a greedy (T = 0) token.
+    for t in [0.0, 1e-30] {
+        let mut b = synthetic_batch(3);
+        b.micro_batches[0].temperatures[2] = t;
+        write_batch(run, &b);
+        let err = rl_trainer::read_batch(&RunDir::new(run), 3).unwrap_err().to_string();
+        assert!(err.contains("temperatures") && err.contains("0.01"), "{err}");
+    }
 }
 
 /// `dtype = "bf16"` (the GPU recipe, here on CPU through the composed ops): the forward and
