@@ -49,6 +49,8 @@ impl Drop for Proc {
         };
         if let Ok(None) = self.child.try_wait() {
             signal("-TERM");
+            // A stopped child handles TERM only once continued.
+            signal("-CONT");
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(10) {
                 if let Ok(Some(_)) = self.child.try_wait() {
@@ -236,7 +238,11 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     write_json_atomic(&configs_dir.join("trainer.json"), &rl_configs::to_json(&trainer))?;
     procs.push(spawn(&run, "trainer", None, &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
     procs.push(spawn(&run, "orchestrator", None, &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
-    let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0));
+    let watch = Liveness {
+        stall_timeout: Duration::from_secs_f64(config.run.stall_timeout_s),
+        inference: config.inference.as_ref().and(crate::liveness::host_port(&orchestrator.model.base_url)),
+    };
+    let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0), &watch);
     if let Err(e) = rl_curves(&run) {
         tracing::warn!("could not draw the run's curves: {e:#}");
     }
@@ -286,8 +292,17 @@ fn export_final_model(run: &RunDir, config: &RlConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How long without a finished step before the launcher says so (and again as often).
+/// How long without a finished step before the launcher says what each child is doing (and
+/// again as often).
 const STALL_NOTICE: Duration = Duration::from_secs(120);
+
+/// What the monitor checks when no step finishes.
+struct Liveness<'a> {
+    /// No step for this long stops the run (`run.stall_timeout_s`).
+    stall_timeout: Duration,
+    /// `host:port` of the launched inference server, for its `/health`.
+    inference: Option<&'a str>,
+}
 
 /// How monitoring ended without a failure.
 enum Finished {
@@ -295,10 +310,24 @@ enum Finished {
     Interrupted,
 }
 
+/// Looks at every child (and the inference server's health).
+fn look(watch: &mut crate::liveness::Watch, procs: &[Proc], inference: Option<&str>) -> crate::liveness::Report {
+    let children: Vec<crate::liveness::Child<'_>> =
+        procs.iter().map(|p| crate::liveness::Child { name: &p.name, pid: p.child.id() }).collect();
+    watch.look(&children, inference)
+}
+
 /// Shows one line per orchestrator step after `shown` (steps up to it were shown by an earlier
 /// launch when resuming) until the trainer and the orchestrator both finish.
-fn monitor(run: &RunDir, procs: &mut [Proc], max_steps: Option<u64>, mut shown: u64) -> anyhow::Result<Finished> {
+fn monitor(
+    run: &RunDir,
+    procs: &mut [Proc],
+    max_steps: Option<u64>,
+    mut shown: u64,
+    liveness: &Liveness<'_>,
+) -> anyhow::Result<Finished> {
     let started = Instant::now();
+    let mut watch = crate::liveness::Watch::default();
     let mut kl = std::collections::BTreeMap::new();
     let mut out = std::io::stdout().lock();
     // When the last step line (or the start) was printed, and when we last said we are waiting.
@@ -343,14 +372,34 @@ fn monitor(run: &RunDir, procs: &mut [Proc], max_steps: Option<u64>, mut shown: 
         }
         if new_rows {
             progressed = Instant::now();
-        } else if progressed.elapsed() >= STALL_NOTICE && nagged.elapsed() >= STALL_NOTICE {
-            // A stopped or stuck process must not look like a slow step forever.
-            writeln!(
-                out,
-                "no step finished in the last {:.0}s (waiting for step {}); the processes' logs are in {}",
+        } else if progressed.elapsed() >= liveness.stall_timeout {
+            // Past the limit: stop, naming who cannot be making progress and showing their logs.
+            let report = look(&mut watch, procs, liveness.inference);
+            let blamed: Vec<&Proc> = procs.iter().filter(|p| report.suspects.contains(&p.name)).collect();
+            let shown_logs = if blamed.is_empty() { procs.iter().rev().take(2).collect() } else { blamed };
+            let logs: Vec<String> = shown_logs
+                .iter()
+                .map(|p| format!("last lines of {}:\n{}", p.log.display(), tail(&p.log, 20)))
+                .collect();
+            bail!(
+                "no step finished in {:.0}s (run.stall_timeout_s), waiting for step {}; stopping the run \
+                 (--resume continues from the latest checkpoint).\n{}\n{}",
                 progressed.elapsed().as_secs_f64(),
                 shown + 1,
-                run.logs().display()
+                report.lines.join("\n"),
+                logs.join("\n")
+            );
+        } else if progressed.elapsed().min(nagged.elapsed()) >= STALL_NOTICE.min(liveness.stall_timeout / 2) {
+            // A stopped or stuck process must not look like a slow step: say what each one does.
+            let report = look(&mut watch, procs, liveness.inference);
+            writeln!(
+                out,
+                "no step finished in the last {:.0}s (waiting for step {}; the run stops after {:.0}s); logs in {}:\n  {}",
+                progressed.elapsed().as_secs_f64(),
+                shown + 1,
+                liveness.stall_timeout.as_secs_f64(),
+                run.logs().display(),
+                report.lines.join("\n  ")
             )?;
             nagged = Instant::now();
         }

@@ -4,6 +4,7 @@
 mod commands;
 mod env_server;
 mod launcher;
+mod liveness;
 mod logging;
 mod orchestrating;
 mod orphan;

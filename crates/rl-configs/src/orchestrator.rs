@@ -52,6 +52,9 @@ pub struct OrchestratorConfig {
     pub rollout_timeout_s: f64,
     /// How long to wait for env servers and the model endpoint to become healthy, in seconds.
     pub wait_for_ready_s: f64,
+    /// Longest wait for the trainer's next weights (the async gate, a resume), in seconds; past
+    /// it the orchestrator stops with an error naming the missing broadcast.
+    pub trainer_timeout_s: f64,
     /// Online evaluation on held-out splits (off when unset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval: Option<EvalConfig>,
@@ -85,6 +88,7 @@ impl Default for OrchestratorConfig {
             seed: 0,
             rollout_timeout_s: 600.0,
             wait_for_ready_s: 300.0,
+            trainer_timeout_s: 1800.0,
             eval: None,
             ckpt: None,
             resume: None,
@@ -389,6 +393,7 @@ impl OrchestratorConfig {
         }
         positive(&k("rollout_timeout_s"), self.rollout_timeout_s)?;
         positive(&k("wait_for_ready_s"), self.wait_for_ready_s)?;
+        positive(&k("trainer_timeout_s"), self.trainer_timeout_s)?;
         self.train.sampling.validate(&k("train.sampling"))?;
         self.validate_algorithms(&k("algorithms"), &self.algorithms)?;
         let mut names = BTreeSet::new();

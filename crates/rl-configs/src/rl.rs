@@ -71,18 +71,29 @@ impl Default for RlConfig {
     }
 }
 
-/// Identity of a run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Identity of a run, and the launcher's liveness limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// Run name (default: `<env names>--<model name>`); the run directory's name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The launcher stops the run when no step has finished for this many seconds, naming the
+    /// children that cannot be making progress (stopped, an unhealthy inference server) with their
+    /// logs' last lines. Every two minutes before that it reports what each child is doing.
+    pub stall_timeout_s: f64,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig { name: None, stall_timeout_s: 3600.0 }
+    }
 }
 
 impl RunConfig {
     /// The name must be usable as one directory name.
     pub fn validate(&self, key: &str) -> Result<()> {
+        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)?;
         match &self.name {
             Some(name) => crate::shared::plain_name(&format!("{key}.name"), name),
             None => Ok(()),

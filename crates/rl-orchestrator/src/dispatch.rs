@@ -45,6 +45,8 @@ pub(crate) struct Dispatch<'a> {
     pub ckpt_step: u64,
     /// Groups sampled with a policy older than this are run again (`None`: never stale).
     pub oldest_version: Option<u64>,
+    /// Longest wait for the trainer's weights before running stale groups again.
+    pub trainer_timeout: std::time::Duration,
 }
 
 /// The traces of each job (in job order), the policy version each was sampled with, and the
@@ -174,7 +176,7 @@ impl Dispatch<'_> {
                 again.push(j);
             }
             if stale && let Some(oldest) = self.oldest_version {
-                policy.wait_for(self.models, oldest, None).await?;
+                policy.wait_for(self.models, oldest, self.trainer_timeout).await?;
             }
             pending = again;
         }

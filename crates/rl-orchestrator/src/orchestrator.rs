@@ -153,7 +153,7 @@ impl Orchestrator {
                 // The trainer broadcasts its checkpoint's weights first; the policy must serve them.
                 self.policy = PolicyVersion::new(self.run.clone(), s.saturating_sub(1));
                 let limit = Duration::from_secs_f64(self.cfg.wait_for_ready_s);
-                self.policy.wait_for(&self.models, s, Some(limit)).await?;
+                self.policy.wait_for(&self.models, s, limit).await?;
                 s + 1
             }
             None => {
@@ -174,12 +174,17 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// The longest wait for the trainer's next weights.
+    fn trainer_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.trainer_timeout_s)
+    }
+
     /// One step, as prime-rl describes it.
     async fn step(&mut self, step: u64) -> Result<MetricsRow> {
         let started = Instant::now();
         // The async gate: at most `max_async_level` steps ahead of the trainer.
         let gate = step.saturating_sub(1 + u64::from(self.cfg.max_async_level));
-        self.policy.wait_for(&self.models, gate, None).await?;
+        self.policy.wait_for(&self.models, gate, self.trainer_timeout()).await?;
         let wait_s = started.elapsed().as_secs_f64();
         let mut keyed = self.evaluate_if_due(step).await?;
         let generating = Instant::now();
@@ -245,6 +250,7 @@ impl Orchestrator {
             step,
             ckpt_step: self.ckpt_step,
             oldest_version: oldest,
+            trainer_timeout: self.trainer_timeout(),
         };
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
         let traces = std::mem::take(&mut collected.groups);
@@ -339,6 +345,7 @@ impl Orchestrator {
             step,
             ckpt_step: self.ckpt_step,
             oldest_version: None,
+            trainer_timeout: self.trainer_timeout(),
         };
         evaluate(&self.eval_envs, dispatch, &mut self.policy).await
     }

@@ -41,7 +41,7 @@ impl PolicyVersion {
     }
 
     /// Loads broadcasts until the version is at least `version`, waiting at most `limit`.
-    pub(crate) async fn wait_for(&mut self, models: &Models, version: u64, limit: Option<Duration>) -> Result<()> {
+    pub(crate) async fn wait_for(&mut self, models: &Models, version: u64, limit: Duration) -> Result<()> {
         let start = Instant::now();
         let mut next_warning = WAIT_WARNING;
         loop {
@@ -49,10 +49,13 @@ impl PolicyVersion {
             if self.version >= version {
                 return Ok(());
             }
-            if let Some(l) = limit.filter(|l| start.elapsed() > *l) {
+            if start.elapsed() > limit {
                 return Err(Error::Checkpoint {
                     path: self.run.broadcast(version).display().to_string(),
-                    message: format!("the trainer did not broadcast these weights within {l:?}"),
+                    message: format!(
+                        "the trainer did not broadcast these weights within {:.0}s (is it running? see its log)",
+                        limit.as_secs_f64()
+                    ),
                 });
             }
             // Never silent: a stopped or stuck trainer shows up in the log while we wait.

@@ -163,3 +163,43 @@ fn ctrl_c_stops_every_process_and_exits_non_zero() {
         assert!(pids(name).is_empty(), "{name}: its process outlived the launcher");
     }
 }
+
+/// A stopped trainer (SIGSTOP) does not freeze the run silently: past `run.stall_timeout_s` the
+/// launcher stops it, naming the stopped child and showing its log, and no child survives.
+#[test]
+fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "1000", "--run.name", "stalled"])
+        .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .args(["--run.stall-timeout-s", "4"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    let configs = tmp.path().join("stalled").join("configs");
+    let trainer = pids_naming(&configs.join("trainer.json"));
+    assert_eq!(trainer.len(), 1);
+    assert!(Command::new("kill").args(["-STOP", &trainer[0]]).status().unwrap().success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "the stalled run was not stopped");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("run.stall_timeout_s"), "{err}");
+    assert!(err.contains(&format!("trainer (pid {}): STOPPED", trainer[0])), "{err}");
+    assert!(err.contains("inference /health: ok"), "{err}");
+    assert!(err.contains("last lines of") && err.contains("trainer.log"), "{err}");
+    assert!(pids_naming(&configs).is_empty(), "every child was stopped");
+}
