@@ -43,8 +43,8 @@ pub use rng::SplitMix64;
 pub use run_dir::{RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
-    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MIN_TEMPERATURE, ModelConfig, ResumeConfig,
-    SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
+    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MIN_TEMPERATURE, ModelConfig,
+    RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
 };
 pub use trainer::{LossConfig, OptimConfig, SchedulerConfig, TrainerConfig, TrainerModelConfig};
 

@@ -124,9 +124,31 @@ pub struct SamplingConfig {
     /// Base sampling seed (each rollout derives its own from it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
-    /// Extra request fields passed through to the model server unchanged.
+    /// Extra request fields passed through to the model server unchanged (not the fields the
+    /// client sets itself, [`RESERVED_REQUEST_FIELDS`]).
     pub extra: Table,
 }
+
+/// Chat-request fields the rollout client sets itself: sampling `extra` may not name them (a
+/// temperature set there would not be the one the trainer divides by; `stream` or `n` would change
+/// the response the client parses).
+pub const RESERVED_REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "n",
+    "logprobs",
+    "return_token_ids",
+    "cache_salt",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_completion_tokens",
+    "max_tokens",
+    "stop",
+    "seed",
+];
 
 impl Default for SamplingConfig {
     fn default() -> Self {
@@ -156,6 +178,12 @@ impl SamplingConfig {
         }
         if self.max_completion_tokens == Some(0) {
             return Err(ConfigError::invalid(format!("{key}.max_completion_tokens"), "must be at least 1, got 0"));
+        }
+        if let Some(k) = self.extra.keys().find(|k| RESERVED_REQUEST_FIELDS.contains(&k.as_str())) {
+            return Err(ConfigError::invalid(
+                format!("{key}.extra.{k}"),
+                "is set by the rollout client itself; use the sampling key of that name",
+            ));
         }
         Ok(())
     }

@@ -270,12 +270,9 @@ impl ModelRuntime {
         }
         let s = m.sampling.clone().unwrap_or_default();
         if let Some(t) = s.temperature
-            && !(0.0..=2.0).contains(&t)
+            && let Err(m) = rl_configs::check_temperature(t)
         {
-            return Err(Error::bad_request(
-                format!("{field}.sampling.temperature"),
-                format!("must be in [0, 2], got {t}"),
-            ));
+            return Err(Error::bad_request(format!("{field}.sampling.temperature"), m));
         }
         if let Some(p) = s.top_p
             && !(p > 0.0 && p <= 1.0)
@@ -295,6 +292,13 @@ impl ModelRuntime {
                 }
             }
         };
+        // Fields the client sets itself cannot be overridden (nor smuggled in when unset).
+        if let Some(k) = extra.keys().find(|k| rl_configs::RESERVED_REQUEST_FIELDS.contains(&k.as_str())) {
+            return Err(Error::bad_request(
+                format!("{field}.sampling.extra_json.{k}"),
+                "is a field the env server sets itself",
+            ));
+        }
         if !(m.timeout_s >= 0.0 && m.timeout_s.is_finite()) {
             return Err(Error::bad_request(format!("{field}.timeout_s"), "must be >= 0"));
         }

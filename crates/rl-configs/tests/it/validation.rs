@@ -225,3 +225,10 @@ fn checkpoints_keep_the_last_three_by_default_and_none_keeps_all_through_resolve
     let back: rl_configs::CkptConfig = serde_json::from_value(serde_json::to_value(&ckpt).unwrap()).unwrap();
     assert_eq!(back.keep_last, None, "keep all survives the resolved config");
 }
+
+#[test]
+fn sampling_extra_cannot_name_fields_the_client_sets() {
+    let err = rl_with(&["--orchestrator.train.sampling.extra", r#"{"min_p": 0.1, "n": 4}"#]).unwrap_err();
+    assert!(invalid_key(err).ends_with("sampling.extra.n"));
+    rl_with(&["--orchestrator.train.sampling.extra", r#"{"min_p": 0.1}"#]).unwrap();
+}

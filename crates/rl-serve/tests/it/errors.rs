@@ -47,6 +47,16 @@ async fn malformed_requests_are_invalid_argument_and_the_server_keeps_serving() 
         req.actor.as_mut().unwrap().base_url = sideways.to_owned();
         assert!(bad_field(h.client.run_group(req).await.unwrap_err()).contains("actor.base_url"), "{sideways}");
     }
+    // extra_json cannot override (or fill in) a field the server sets, and temperatures keep the floor.
+    for (extra, temperature) in [(r#"{"n": 64}"#, None), (r#"{"temperature": 1e-9}"#, None), ("", Some(1e-9))] {
+        let mut req = group(dataset("train", 0), 1);
+        let sampling = req.actor.as_mut().unwrap().sampling.get_or_insert_with(Default::default);
+        sampling.extra_json = extra.to_owned();
+        sampling.temperature = temperature;
+        let e = bad_field(h.client.run_group(req).await.unwrap_err());
+        let key = if extra.is_empty() { "actor.sampling.temperature" } else { "actor.sampling.extra_json." };
+        assert!(e.contains(key), "{extra}: {e}");
+    }
 
     let huge = "x".repeat(6000);
     let big = group(
