@@ -1,6 +1,7 @@
 //! OpenAI request bodies (with the vLLM extensions) and their validation into engine requests.
 
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::engine::GenRequest;
@@ -66,15 +67,48 @@ fn one() -> u32 {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<ChatMessage>,
-    #[serde(default)]
     pub(crate) tools: Option<Vec<Value>>,
-    #[serde(default = "yes")]
     pub(crate) add_generation_prompt: bool,
-    #[serde(flatten)]
     pub(crate) sampling: Sampling,
+}
+
+// Requests are read field by field, never through `#[serde(flatten)]` or untagged enums: those
+// buffer the whole body in serde's generic `Content` first (a prompt of 4M token ids took 160 MB
+// that way). Only the small leftover fields are collected to become `Sampling`.
+impl<'de> Deserialize<'de> for ChatRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = ChatRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a chat completion request object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<ChatRequest, A::Error> {
+                let (mut messages, mut tools, mut add_generation_prompt) = (None, None, true);
+                let mut rest = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "messages" => messages = Some(map.next_value()?),
+                        "tools" => tools = map.next_value()?,
+                        "add_generation_prompt" => add_generation_prompt = map.next_value()?,
+                        _ => {
+                            rest.insert(key, map.next_value()?);
+                        }
+                    }
+                }
+                Ok(ChatRequest {
+                    messages: messages.ok_or_else(|| de::Error::missing_field("messages"))?,
+                    tools,
+                    add_generation_prompt,
+                    sampling: Sampling::deserialize(Value::Object(rest)).map_err(de::Error::custom)?,
+                })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 /// `POST /tokenize` (vLLM): chat messages through the template, or a text prompt, to token ids.
@@ -110,19 +144,71 @@ fn yes() -> bool {
 }
 
 /// `prompt` of a text completion: text or token ids.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub(crate) enum Prompt {
     Text(String),
     Ids(Vec<u32>),
 }
 
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct TextOrIds;
+        impl<'de> Visitor<'de> for TextOrIds {
+            type Value = Prompt;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of token ids")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Prompt, E> {
+                Ok(Prompt::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Prompt, E> {
+                Ok(Prompt::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Prompt, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(id) = seq.next_element::<u32>()? {
+                    ids.push(id);
+                }
+                Ok(Prompt::Ids(ids))
+            }
+        }
+        d.deserialize_any(TextOrIds)
+    }
+}
+
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub(crate) struct CompletionRequest {
     pub(crate) prompt: Prompt,
-    #[serde(flatten)]
     pub(crate) sampling: Sampling,
+}
+
+impl<'de> Deserialize<'de> for CompletionRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = CompletionRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a completion request object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<CompletionRequest, A::Error> {
+                let mut prompt = None;
+                let mut rest = serde_json::Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "prompt" {
+                        prompt = Some(map.next_value()?);
+                    } else {
+                        rest.insert(key, map.next_value()?);
+                    }
+                }
+                Ok(CompletionRequest {
+                    prompt: prompt.ok_or_else(|| de::Error::missing_field("prompt"))?,
+                    sampling: Sampling::deserialize(Value::Object(rest)).map_err(de::Error::custom)?,
+                })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 /// Limits a request is checked against.
