@@ -46,6 +46,15 @@ pub struct InferenceConfig {
     pub seed: u64,
     /// Tool-call parser: `auto` picks the one matching the model's chat template.
     pub tool_call_parser: String,
+    /// Name of an environment variable holding the API key: every route but `/health` then needs
+    /// `Authorization: Bearer <key>` (vLLM's `--api-key`). Keys never sit in config files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Name of an environment variable holding the admin key: `/update_weights`, `/pause` and
+    /// `/resume` then need it (the API key is not enough), so a client allowed to generate cannot
+    /// swap weights. Unset: admin routes take the API key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_key_env: Option<String>,
     /// Directory for dry-run output and logs.
     pub output_dir: PathBuf,
     /// Logging.
@@ -69,6 +78,8 @@ impl Default for InferenceConfig {
             dtype: Dtype::F32,
             seed: 0,
             tool_call_parser: String::from("auto"),
+            api_key_env: None,
+            admin_key_env: None,
             output_dir: PathBuf::from("outputs"),
             log: LogConfig::default(),
         }

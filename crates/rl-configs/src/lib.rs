@@ -45,6 +45,7 @@ pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
     CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MIN_TEMPERATURE, ModelConfig,
     RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
+    secret_from_env,
 };
 pub use trainer::{LossConfig, OptimConfig, SchedulerConfig, TrainerConfig, TrainerModelConfig};
 

@@ -113,6 +113,15 @@ pub struct PolicyModelConfig {
     pub base_url: String,
     /// Request timeout, in seconds.
     pub timeout_s: f64,
+    /// Name of the environment variable holding the server's API key (sent as a bearer token by
+    /// the orchestrator and, through each request, by env servers). `rl rl` copies
+    /// `inference.api_key_env` here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Name of the environment variable holding the admin key for `/update_weights` (unset: the API
+    /// key). `rl rl` copies `inference.admin_key_env` here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_key_env: Option<String>,
 }
 
 impl Default for PolicyModelConfig {
@@ -122,6 +131,8 @@ impl Default for PolicyModelConfig {
             name: None,
             base_url: String::from("http://127.0.0.1:8000/v1"),
             timeout_s: 600.0,
+            api_key_env: None,
+            admin_key_env: None,
         }
     }
 }
@@ -141,6 +152,10 @@ pub struct ModelEndpointConfig {
     /// Request timeout, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
+    /// Name of the environment variable holding the endpoint's API key (hosted judges and
+    /// opponents), sent as a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
 }
 
 fn default_timeout() -> f64 {

@@ -321,6 +321,11 @@ pub struct ServeConfig {
     pub max_message_bytes: u64,
     /// Per-request timeout, in seconds.
     pub request_timeout_s: f64,
+    /// Name of an environment variable holding a token every call but `Health` must carry (gRPC
+    /// metadata `authorization: Bearer <token>`). The orchestrator, as this server's client,
+    /// sends the token from the same variable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
 }
 
 impl Default for ServeConfig {
@@ -331,6 +336,7 @@ impl Default for ServeConfig {
             max_concurrent: 256,
             max_message_bytes: 64 * 1024 * 1024,
             request_timeout_s: 600.0,
+            token_env: None,
         }
     }
 }
@@ -351,6 +357,15 @@ impl ServeConfig {
             ));
         }
         positive(&format!("{key}.request_timeout_s"), self.request_timeout_s)
+    }
+}
+
+/// The secret in the environment variable `var`, which the config key `key` names: keys are read
+/// from the environment, never written in config files (resolved configs are saved in run dirs).
+pub fn secret_from_env(key: &str, var: &str) -> Result<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+        _ => Err(ConfigError::invalid(key, format!("names the environment variable {var}, which is not set or empty"))),
     }
 }
 

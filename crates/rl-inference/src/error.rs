@@ -21,6 +21,9 @@ pub enum Error {
     /// Too many requests are pending (503).
     #[error("{0}")]
     Overloaded(String),
+    /// A required API key is missing or wrong (401).
+    #[error("{0}")]
+    Unauthorized(String),
     /// The engine cannot serve: stopped or stuck (503 from `/health`).
     #[error("{0}")]
     Unhealthy(String),
@@ -55,6 +58,7 @@ impl IntoResponse for Error {
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error"),
             Error::UnknownModel(_) => (StatusCode::NOT_FOUND, "model_not_found"),
+            Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "authentication_error"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Error::Unhealthy(_) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),

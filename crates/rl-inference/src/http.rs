@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{DefaultBodyLimit, State};
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rl_model::{ChatTemplate, TemplateFunction, TemplateMessage, TemplateToolCall, Tok};
@@ -17,6 +18,7 @@ use tokio::sync::Semaphore;
 use crate::api::{
     ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling, TokenizeRequest, content_text,
 };
+use crate::auth::{self, Keys};
 use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 use crate::error::{ApiJson, Error, Result};
 use crate::tool_calls::parse_hermes;
@@ -35,17 +37,23 @@ pub(crate) struct AppState {
     pub(crate) counter: Arc<AtomicU64>,
 }
 
-/// The router with body-size limits.
-pub(crate) fn router(state: AppState, max_body: usize) -> Router {
-    Router::new()
-        .route("/health", get(health))
+/// The router with body-size limits; every route but `/health` behind its key.
+pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
+    let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/tokenize", post(tokenize))
+        .route_layer(from_fn_with_state(keys.api.clone(), auth::require));
+    let admin = Router::new()
         .route("/update_weights", post(update_weights))
         .route("/pause", post(pause))
         .route("/resume", post(resume))
+        .route_layer(from_fn_with_state(keys.admin_or_api(), auth::require));
+    Router::new()
+        .route("/health", get(health))
+        .merge(api)
+        .merge(admin)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }

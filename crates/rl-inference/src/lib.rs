@@ -6,6 +6,7 @@
 //! Depends on rl-model and rl-configs; it must never depend on the orchestrator or trainer.
 
 mod api;
+mod auth;
 mod engine;
 mod error;
 mod http;
@@ -26,6 +27,11 @@ use tokio::sync::Semaphore;
 pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 pub use error::{Error, Result};
 
+/// Whether `host` names only this machine.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// A ready server: the router and the engine behind it.
 #[derive(Debug)]
 pub struct Server {
@@ -37,6 +43,24 @@ pub struct Server {
 impl Server {
     /// Loads the model directory of `config` and starts the engine.
     pub fn build(config: &InferenceConfig) -> Result<Self> {
+        let secret = |key: &str, var: &Option<String>| -> Result<Option<Arc<str>>> {
+            var.as_deref()
+                .map(|v| {
+                    rl_configs::secret_from_env(key, v).map(Arc::from).map_err(|e| Error::BadRequest(e.to_string()))
+                })
+                .transpose()
+        };
+        let keys = auth::Keys {
+            api: secret("inference.api_key_env", &config.api_key_env)?,
+            admin: secret("inference.admin_key_env", &config.admin_key_env)?,
+        };
+        if keys.api.is_none() && !is_loopback(&config.host) {
+            tracing::warn!(
+                host = %config.host,
+                "serving beyond loopback without an API key: anyone who reaches the port can generate and \
+                 swap weights (set inference.api_key_env)"
+            );
+        }
         let dir = config
             .model
             .path
@@ -62,7 +86,7 @@ impl Server {
             counter: Arc::new(AtomicU64::new(1)),
         };
         let max_body = usize::try_from(config.max_request_bytes).unwrap_or(usize::MAX);
-        Ok(Server { router: http::router(state, max_body), engine })
+        Ok(Server { router: http::router(state, max_body, &keys), engine })
     }
 
     /// Serves on `listener` (TCP_NODELAY on every connection) until `shutdown` resolves.

@@ -79,6 +79,7 @@ pub(crate) fn runtime(models: &Models, key: &str, s: &SamplingConfig, version: u
         tokens: ep.tokens,
         cache_salt: (key == POLICY_KEY).then(|| version.to_string()),
         timeout: ep.timeout,
+        api_key: ep.api_key.clone(),
     })
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rl_configs::{EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, TrainEnvConfig};
+use rl_configs::{EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, ServeConfig, TrainEnvConfig};
 use rl_serve::{ClientOptions, EnvClient, pb};
 
 use crate::algorithms::{Algorithm, EnvInfo, build};
@@ -55,13 +55,23 @@ pub(crate) struct EvalEnv {
     pub sampling: SamplingConfig,
 }
 
-fn client(address: Option<&String>, name: &str, cfg: &OrchestratorConfig) -> Result<EnvClient> {
+/// A client of an env server; `serve` describes that server (its `token_env` names the token it
+/// requires, read from the same environment variable here).
+fn client(address: Option<&String>, name: &str, serve: &ServeConfig, cfg: &OrchestratorConfig) -> Result<EnvClient> {
     let address = address.ok_or_else(|| {
         Error::Config(format!(
             "env `{name}` has no address: start its server (rl env-server) and set `address`, or run under `rl rl`"
         ))
     })?;
-    let options = ClientOptions { timeout: Duration::from_secs_f64(cfg.rollout_timeout_s), ..ClientOptions::default() };
+    let token = match &serve.token_env {
+        Some(var) => Some(rl_serve::ApiKey(
+            rl_configs::secret_from_env(&format!("env `{name}` serve.token_env"), var)
+                .map_err(|e| Error::Config(e.to_string()))?,
+        )),
+        None => None,
+    };
+    let options =
+        ClientOptions { timeout: Duration::from_secs_f64(cfg.rollout_timeout_s), token, ..ClientOptions::default() };
     Ok(EnvClient::new(address, options)?)
 }
 
@@ -71,7 +81,7 @@ fn split_size(info: &pb::InfoResponse, split: &str) -> u64 {
 
 /// Connects to a training env, waits for its health and attaches its algorithms.
 pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, index: u32) -> Result<TrainEnv> {
-    let client = client(e.address.as_ref(), e.display_name(), cfg)?;
+    let client = client(e.address.as_ref(), e.display_name(), &e.serve, cfg)?;
     client.wait_for_health(Duration::from_secs_f64(cfg.wait_for_ready_s)).await?;
     let wire = client.info().await?;
     let train_size = split_size(&wire, "train");
@@ -104,7 +114,7 @@ pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, 
 
 /// Connects to an eval env and sizes its evaluation.
 pub(crate) async fn connect_eval(cfg: &OrchestratorConfig, eval: &EvalConfig, e: &EvalEnvConfig) -> Result<EvalEnv> {
-    let client = client(e.address.as_ref(), e.display_name(), cfg)?;
+    let client = client(e.address.as_ref(), e.display_name(), &e.serve, cfg)?;
     client.wait_for_health(Duration::from_secs_f64(cfg.wait_for_ready_s)).await?;
     let size = split_size(&client.info().await?, &e.split);
     if size == 0 {

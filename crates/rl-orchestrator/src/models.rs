@@ -22,12 +22,34 @@ pub struct Endpoint {
     pub tokens: bool,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// Bearer token for its routes.
+    pub api_key: Option<rl_serve::ApiKey>,
+    /// Bearer token for its admin routes (`/update_weights`), when it differs from `api_key`.
+    pub admin_key: Option<rl_serve::ApiKey>,
 }
 
 impl Endpoint {
     /// The server root (admin and `/tokenize` routes live there, beside `/v1`).
     pub fn root(&self) -> String {
         root_url(&self.base_url)
+    }
+}
+
+/// The key in the environment variable a config key names (none when the key is unset).
+fn secret(key: &str, var: Option<&str>) -> Result<Option<rl_serve::ApiKey>> {
+    var.map(|v| {
+        rl_configs::secret_from_env(&format!("orchestrator.{key}"), v)
+            .map(rl_serve::ApiKey)
+            .map_err(|e| Error::Config(e.to_string()))
+    })
+    .transpose()
+}
+
+/// Adds the bearer token, if any.
+fn authorized(request: reqwest::RequestBuilder, key: Option<&rl_serve::ApiKey>) -> reqwest::RequestBuilder {
+    match key {
+        Some(k) => request.bearer_auth(&k.0),
+        None => request,
     }
 }
 
@@ -59,6 +81,8 @@ impl Models {
                 model: policy.served_name(),
                 tokens: true,
                 timeout: Duration::from_secs_f64(cfg.model.timeout_s),
+                api_key: secret("model.api_key_env", cfg.model.api_key_env.as_deref())?,
+                admin_key: secret("model.admin_key_env", cfg.model.admin_key_env.as_deref())?,
             },
         );
         for (key, m) in &cfg.models {
@@ -69,6 +93,8 @@ impl Models {
                     model: m.name.clone(),
                     tokens: m.tokens,
                     timeout: Duration::from_secs_f64(m.timeout_s),
+                    api_key: secret(&format!("models.{key}.api_key_env"), m.api_key_env.as_deref())?,
+                    admin_key: None,
                 },
             );
         }
@@ -106,7 +132,12 @@ impl Models {
         let url = format!("{}/update_weights", self.endpoint(POLICY_KEY)?.root());
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
         let fail = |message: String| Error::Policy { url: url.clone(), message };
-        let r = self.http.post(&url).json(&json!({"weight_dir": dir})).send().await.map_err(|e| fail(e.to_string()))?;
+        let policy = self.endpoint(POLICY_KEY)?;
+        let request = self.http.post(&url).json(&json!({"weight_dir": dir}));
+        let r = authorized(request, policy.admin_key.as_ref().or(policy.api_key.as_ref()))
+            .send()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         if r.status().is_success() {
             return Ok(());
         }
@@ -118,8 +149,8 @@ impl Models {
     async fn post(&self, key: &str, url: String, body: Value) -> Result<Value> {
         let ep = self.endpoint(key)?;
         let fail = |message: String| Error::Scoring { model: key.to_owned(), url: url.clone(), message };
-        let resp =
-            self.http.post(&url).timeout(ep.timeout).json(&body).send().await.map_err(|e| fail(e.to_string()))?;
+        let request = self.http.post(&url).timeout(ep.timeout).json(&body);
+        let resp = authorized(request, ep.api_key.as_ref()).send().await.map_err(|e| fail(e.to_string()))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| fail(e.to_string()))?;
         if !status.is_success() {

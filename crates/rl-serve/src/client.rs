@@ -20,6 +20,8 @@ pub struct ClientOptions {
     pub backoff: Duration,
     /// Largest message sent or received.
     pub max_message_bytes: usize,
+    /// The server's token, sent as `authorization: Bearer <token>` metadata on every call.
+    pub token: Option<crate::ApiKey>,
 }
 
 impl Default for ClientOptions {
@@ -29,6 +31,7 @@ impl Default for ClientOptions {
             retries: 3,
             backoff: Duration::from_millis(200),
             max_message_bytes: 64 * 1024 * 1024,
+            token: None,
         }
     }
 }
@@ -84,13 +87,17 @@ impl EnvClient {
 
     /// `Info`.
     pub async fn info(&self) -> Result<pb::InfoResponse> {
-        self.call(|mut c| async move { c.info(pb::InfoRequest {}).await }).await
+        self.call(|mut c| {
+            let req = self.request(pb::InfoRequest {});
+            async move { c.info(req).await }
+        })
+        .await
     }
 
     /// `RunGroup`, retrying retryable failures.
     pub async fn run_group(&self, req: pb::RunGroupRequest) -> Result<pb::RunGroupResponse> {
         self.call(|mut c| {
-            let req = req.clone();
+            let req = self.request(req.clone());
             async move { c.run_group(req).await }
         })
         .await
@@ -99,7 +106,7 @@ impl EnvClient {
     /// `RunRollout`, retrying retryable failures.
     pub async fn run_rollout(&self, req: pb::RunRolloutRequest) -> Result<pb::RunRolloutResponse> {
         self.call(|mut c| {
-            let req = req.clone();
+            let req = self.request(req.clone());
             async move { c.run_rollout(req).await }
         })
         .await
@@ -108,10 +115,21 @@ impl EnvClient {
     /// `RunAlgorithms`, retrying retryable failures.
     pub async fn run_algorithms(&self, req: pb::RunAlgorithmsRequest) -> Result<pb::RunAlgorithmsResponse> {
         self.call(|mut c| {
-            let req = req.clone();
+            let req = self.request(req.clone());
             async move { c.run_algorithms(req).await }
         })
         .await
+    }
+
+    /// `message` with the token's metadata, if any.
+    fn request<M>(&self, message: M) -> tonic::Request<M> {
+        let mut req = tonic::Request::new(message);
+        if let Some(token) = &self.options.token
+            && let Ok(value) = format!("Bearer {}", token.0).parse()
+        {
+            req.metadata_mut().insert("authorization", value);
+        }
+        req
     }
 
     async fn call<T, F, Fut>(&self, f: F) -> Result<T>
@@ -134,6 +152,11 @@ impl EnvClient {
             attempt += 1;
         }
     }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Up to half of `d`, from the clock (no RNG needed to spread retries).

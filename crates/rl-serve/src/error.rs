@@ -31,6 +31,9 @@ pub enum Error {
     /// A bug in the environment (not retryable).
     #[error("environment error: {0}")]
     Env(String),
+    /// The call lacks the server's token (not retryable).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
 }
 
 impl Error {
@@ -47,7 +50,7 @@ impl Error {
     /// The wire kind of this error.
     pub fn kind(&self) -> pb::ErrorKind {
         match self {
-            Error::BadRequest { .. } => pb::ErrorKind::BadRequest,
+            Error::BadRequest { .. } | Error::Unauthenticated(_) => pb::ErrorKind::BadRequest,
             Error::Infrastructure(_) => pb::ErrorKind::Infrastructure,
             Error::InvalidModelResponse(_) => pb::ErrorKind::InvalidModelResponse,
             Error::Timeout(_) => pb::ErrorKind::Timeout,
@@ -86,6 +89,7 @@ impl From<Error> for tonic::Status {
             Error::Timeout(_) => tonic::Status::deadline_exceeded(message),
             Error::OverlongPrompt(_) => tonic::Status::failed_precondition(message),
             Error::Env(_) => tonic::Status::internal(message),
+            Error::Unauthenticated(_) => tonic::Status::unauthenticated(message),
         }
     }
 }
@@ -104,6 +108,7 @@ impl From<tonic::Status> for Error {
             tonic::Code::Aborted => Error::InvalidModelResponse(m),
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => Error::Timeout(m),
             tonic::Code::FailedPrecondition => Error::OverlongPrompt(m),
+            tonic::Code::Unauthenticated => Error::Unauthenticated(m),
             _ => Error::Env(format!("{:?}: {m}", s.code())),
         }
     }

@@ -23,6 +23,8 @@ pub struct FakeRequest {
     pub body: Value,
     /// Choice index within the request (0..n).
     pub choice: u32,
+    /// Request headers (lower-case names).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 impl FakeRequest {
@@ -222,7 +224,15 @@ async fn update_weights(State(state): State<AppState>, axum::Json(body): axum::J
     axum::Json(json!({"status": "ok", "version": updates.len()}))
 }
 
-async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>) -> Response {
+async fn chat(
+    State(state): State<AppState>,
+    header_map: axum::http::HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    let headers = header_map
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect::<std::collections::BTreeMap<_, _>>();
     state.requests.lock().expect("requests lock").push(body.clone());
     let messages = messages_of(&body);
     let n = body["n"].as_u64().unwrap_or(1) as u32;
@@ -230,7 +240,7 @@ async fn chat(State(state): State<AppState>, axum::Json(body): axum::Json<Value>
     let prompt = render(&messages);
     let mut choices = Vec::new();
     for choice in 0..n {
-        let req = FakeRequest { messages: messages.clone(), body: body.clone(), choice };
+        let req = FakeRequest { messages: messages.clone(), body: body.clone(), choice, headers: headers.clone() };
         let mut reply = (state.script)(&req);
         while let FakeReply::Delayed(delay, inner) = reply {
             tokio::time::sleep(delay).await;

@@ -83,7 +83,11 @@ impl ModelClient {
     ) -> Result<ChatResponse> {
         let body = request_body(runtime, messages, tools, seed, n);
         let url = format!("{}/chat/completions", runtime.base_url);
-        let response = self.http.post(&url).timeout(runtime.timeout).json(&body).send().await.map_err(|e| {
+        let mut request = self.http.post(&url).timeout(runtime.timeout).json(&body);
+        if let Some(key) = &runtime.api_key {
+            request = request.bearer_auth(&key.0);
+        }
+        let response = request.send().await.map_err(|e| {
             // Name the timeout that fired: the connection one sends users to another knob.
             if e.is_connect() && e.is_timeout() {
                 Error::Timeout(format!("model endpoint {url} did not accept a connection within {CONNECT_TIMEOUT:?}"))
@@ -253,6 +257,7 @@ mod tests {
             tokens,
             cache_salt: Some(String::from("3")),
             timeout: Duration::from_secs(1),
+            api_key: None,
         }
     }
 

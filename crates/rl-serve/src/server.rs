@@ -48,6 +48,8 @@ struct Inner {
     request_timeout: Duration,
     max_message_bytes: usize,
     algorithms: BTreeMap<String, Arc<dyn EnvAlgorithm>>,
+    /// Every call but `Health` must carry it (`authorization: Bearer <token>`).
+    token: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for EnvService {
@@ -57,13 +59,20 @@ impl std::fmt::Debug for EnvService {
 }
 
 impl EnvService {
-    /// A service for `env` with the limits of `config`.
-    pub fn new(env: Arc<dyn Environment>, config: &ServeConfig) -> Self {
+    /// A service for `env` with the limits of `config` (its token read from `token_env`).
+    pub fn new(env: Arc<dyn Environment>, config: &ServeConfig) -> Result<Self> {
         let mut algorithms = default_algorithms();
         for algorithm in env.algorithms() {
             algorithms.insert(algorithm.id().to_owned(), algorithm);
         }
-        EnvService {
+        let token = match &config.token_env {
+            Some(var) => Some(Arc::from(
+                rl_configs::secret_from_env("serve.token_env", var)
+                    .map_err(|e| Error::bad_request("serve.token_env", e.to_string()))?,
+            )),
+            None => None,
+        };
+        Ok(EnvService {
             inner: Arc::new(Inner {
                 env,
                 models: ModelClient::new(),
@@ -72,7 +81,21 @@ impl EnvService {
                 request_timeout: Duration::from_secs_f64(config.request_timeout_s),
                 max_message_bytes: usize::try_from(config.max_message_bytes).unwrap_or(usize::MAX),
                 algorithms,
+                token,
             }),
+        })
+    }
+
+    /// Passes a call that carries the server's token (or any call when there is none).
+    fn authorize<T>(&self, req: &Request<T>) -> Result<()> {
+        let Some(token) = &self.inner.token else { return Ok(()) };
+        let given = req.metadata().get("authorization").and_then(|v| v.to_str().ok()).and_then(bearer);
+        match given {
+            Some(t) if crate::client::same_secret(t.as_bytes(), token.as_bytes()) => Ok(()),
+            Some(_) => Err(Error::Unauthenticated(String::from("wrong token"))),
+            None => Err(Error::Unauthenticated(String::from(
+                "this env server requires a token (metadata `authorization: Bearer <token>`)",
+            ))),
         }
     }
 
@@ -213,7 +236,8 @@ impl EnvServer for EnvService {
         Ok(Response::new(pb::HealthResponse { ok: true, env_id: self.inner.env.id().to_owned() }))
     }
 
-    async fn info(&self, _: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+    async fn info(&self, req: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        self.authorize(&req)?;
         let env = &self.inner.env;
         let mut metadata: std::collections::HashMap<String, String> = env.metadata().into_iter().collect();
         metadata.insert(String::from("max_concurrent"), self.inner.max_concurrent.to_string());
@@ -236,10 +260,12 @@ impl EnvServer for EnvService {
         &self,
         req: Request<pb::RunRolloutRequest>,
     ) -> Result<Response<pb::RunRolloutResponse>, Status> {
+        self.authorize(&req)?;
         Ok(Response::new(self.with_timeout(self.rollout(req.into_inner())).await?))
     }
 
     async fn run_group(&self, req: Request<pb::RunGroupRequest>) -> Result<Response<pb::RunGroupResponse>, Status> {
+        self.authorize(&req)?;
         Ok(Response::new(self.with_timeout(self.group(req.into_inner())).await?))
     }
 
@@ -247,8 +273,15 @@ impl EnvServer for EnvService {
         &self,
         req: Request<pb::RunAlgorithmsRequest>,
     ) -> Result<Response<pb::RunAlgorithmsResponse>, Status> {
+        self.authorize(&req)?;
         Ok(Response::new(self.with_timeout(self.algorithms(req.into_inner())).await?))
     }
+}
+
+/// The token of an `authorization: Bearer <token>` value.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// Binds the configured address (port 0 picks a free port; read it from the listener).
@@ -269,7 +302,14 @@ pub async fn serve(
 ) -> Result<()> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(env = env.id(), ?addr, "env server listening");
-    let service = EnvService::new(env, config).into_server();
+    if config.token_env.is_none() && addr.is_some_and(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            ?addr,
+            "serving beyond loopback without a token: anyone who reaches the port can run rollouts \
+             against your model endpoints (set serve.token_env)"
+        );
+    }
+    let service = EnvService::new(env, config)?.into_server();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     // tonic's builder-level `tcp_nodelay` applies only to sockets it binds itself: set it on the
     // accepted ones too, or responses sent after the handler awaited I/O stall ~40 ms on Nagle +

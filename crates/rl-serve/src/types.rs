@@ -242,6 +242,18 @@ pub struct ModelRuntime {
     pub cache_salt: Option<String>,
     /// Per-call timeout.
     pub timeout: Duration,
+    /// The endpoint's API key, sent as a bearer token.
+    pub api_key: Option<ApiKey>,
+}
+
+/// An API key: its `Debug` form never shows it, so logged requests do not leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(pub String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
 }
 
 /// Default per-call timeout when the request leaves it at 0.
@@ -317,6 +329,7 @@ impl ModelRuntime {
             tokens: m.tokens,
             cache_salt: Some(m.cache_salt.clone()).filter(|s| !s.is_empty()),
             timeout: if m.timeout_s > 0.0 { Duration::from_secs_f64(m.timeout_s) } else { DEFAULT_MODEL_TIMEOUT },
+            api_key: Some(m.api_key.trim()).filter(|k| !k.is_empty()).map(|k| ApiKey(k.to_owned())),
         })
     }
 
@@ -341,6 +354,7 @@ impl ModelRuntime {
             tokens: self.tokens,
             cache_salt: self.cache_salt.clone().unwrap_or_default(),
             timeout_s: self.timeout.as_secs_f64(),
+            api_key: self.api_key.as_ref().map(|k| k.0.clone()).unwrap_or_default(),
         }
     }
 }

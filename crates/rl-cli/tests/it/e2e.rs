@@ -203,3 +203,32 @@ fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
     assert!(err.contains("last lines of") && err.contains("trainer.log"), "{err}");
     assert!(pids_naming(&configs).is_empty(), "every child was stopped");
 }
+
+/// With `inference.api_key_env` and `admin_key_env` set, the launcher hands the key names to the
+/// orchestrator; rollouts (env server -> inference, the key travelling in each request), weight
+/// updates (admin key) and env-server calls (`serve.token_env`) go through, and the run finishes. Without the variables it fails at once,
+/// naming them.
+#[test]
+fn a_run_with_api_admin_and_env_keys_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let run = |with_keys: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl"));
+        cmd.args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "2", "--run.name", "keyed", "--clean"])
+            .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+            .args(["--inference.api-key-env", "RL_TEST_API_KEY", "--inference.admin-key-env", "RL_TEST_ADMIN_KEY"])
+            .args(["--orchestrator.train.env.0.serve.token-env", "RL_TEST_ENV_TOKEN"])
+            .current_dir(root());
+        if with_keys {
+            cmd.env("RL_TEST_API_KEY", "k-api").env("RL_TEST_ADMIN_KEY", "k-admin").env("RL_TEST_ENV_TOKEN", "k-env");
+        }
+        cmd.output().unwrap()
+    };
+    let o = run(true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("step 2/2"), "{}", stdout(&o));
+    let o = run(false);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("RL_TEST_API_KEY"), "{}", stderr(&o));
+}

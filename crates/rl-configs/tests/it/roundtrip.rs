@@ -189,6 +189,7 @@ prop_compose! {
             name: String::from("ref-model"),
             tokens: true,
             timeout_s: 30.0,
+            api_key_env: None,
         })]);
         if embedded {
             c.inference = Some(InferenceConfig { port, model: ModelConfig { path: Some(PathBuf::from("models/tiny")), name: None }, ..Default::default() });

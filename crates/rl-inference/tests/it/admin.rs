@@ -158,3 +158,44 @@ async fn oversized_prompts_are_refused_within_a_memory_bound() {
     // went through serde's buffered `flatten`/untagged path).
     assert!(grown < 200.0, "4 oversized requests raised the peak by {grown:.0} MiB");
 }
+
+/// With keys configured, every route but `/health` needs the API key and admin routes need the
+/// admin key (the API key is refused there). Keys come from environment variables; the test uses
+/// two that cargo sets for every test process.
+#[tokio::test]
+async fn api_and_admin_keys_guard_their_routes() {
+    let srv = start(|c| {
+        c.api_key_env = Some(String::from("CARGO_PKG_NAME"));
+        c.admin_key_env = Some(String::from("CARGO_PKG_VERSION"));
+    })
+    .await;
+    let (api, admin) = (env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    let send = |path: &str, key: Option<&str>| {
+        let mut r = srv.http.post(format!("{}{path}", srv.base)).json(&json!({
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "weight_dir": srv.model_dir()
+        }));
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        async move { r.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(srv.http.get(format!("{}/health", srv.base)).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(send("/v1/chat/completions", None).await, 401);
+    assert_eq!(send("/v1/chat/completions", Some("wrong")).await, 401);
+    assert_eq!(send("/v1/chat/completions", Some(api)).await, 200);
+    assert_eq!(send("/update_weights", Some(api)).await, 401, "the API key does not open admin routes");
+    assert_eq!(send("/update_weights", Some(admin)).await, 200);
+    assert_eq!(send("/pause", None).await, 401);
+    let r = srv.http.get(format!("{}/v1/models", srv.base)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+
+    let missing = rl_configs::InferenceConfig {
+        api_key_env: Some(String::from("RL_TEST_SURELY_UNSET_KEY")),
+        model: rl_configs::ModelConfig { path: Some(srv.model_dir()), name: None },
+        ..Default::default()
+    };
+    let e = rl_inference::Server::build(&missing).unwrap_err().to_string();
+    assert!(e.contains("inference.api_key_env") && e.contains("RL_TEST_SURELY_UNSET_KEY"), "{e}");
+}

@@ -327,6 +327,7 @@ async fn opd_scores_with_the_reference_model_with_bounded_concurrency() {
             name: String::from("ref"),
             tokens: true,
             timeout_s: 10.0,
+            api_key_env: None,
         },
     );
     let opd: AlgorithmConfig =

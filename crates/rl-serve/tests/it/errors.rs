@@ -170,3 +170,32 @@ async fn a_dropped_client_cancels_its_rollouts() {
     assert_eq!(resp.episodes[0].traces[0].errors, vec![]);
     assert!(start.elapsed() < Duration::from_secs(30));
 }
+
+/// With `token_env`, every call but `Health` needs the token (UNAUTHENTICATED otherwise), and the
+/// actor's `api_key` reaches the model endpoint as a bearer token. The test's secrets are two
+/// variables cargo sets for every test process.
+#[tokio::test]
+async fn a_token_guards_the_env_server_and_api_keys_reach_the_model() {
+    let model = FakeModel::start(|r: &FakeRequest| {
+        FakeReply::Text(r.headers.get("authorization").cloned().unwrap_or_default())
+    })
+    .await;
+    let config = ServeConfig { token_env: Some(String::from("CARGO_PKG_NAME")), ..Default::default() };
+    let token = Some(rl_serve::ApiKey(env!("CARGO_PKG_NAME").to_owned()));
+    let opts = |token| ClientOptions { retries: 0, token, ..Default::default() };
+    let h = start(Arc::new(StepEnv::new()), config, opts(token.clone())).await;
+    let mut actor = actor(&model);
+    actor.api_key = String::from("k-123");
+    let req =
+        pb::RunGroupRequest { example: dataset("train", 0), group_size: 1, actor: Some(actor), ..Default::default() };
+    let resp = h.client.run_group(req.clone()).await.unwrap();
+    let said = &resp.episodes[0].traces[0].nodes.last().unwrap().content;
+    assert!(said.contains("Bearer k-123"), "the model saw: {said}");
+
+    for wrong in [None, Some(rl_serve::ApiKey(String::from("nope")))] {
+        let other = EnvClient::new(h.client.address(), opts(wrong)).unwrap();
+        other.wait_for_health(Duration::from_secs(5)).await.expect("health needs no token");
+        assert!(matches!(other.info().await, Err(Error::Unauthenticated(_))));
+        assert!(matches!(other.run_group(req.clone()).await, Err(Error::Unauthenticated(_))));
+    }
+}
