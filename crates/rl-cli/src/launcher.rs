@@ -190,14 +190,11 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         writeln!(std::io::stdout().lock(), "resuming {} from checkpoint step {step}", run_dir.display())?;
     }
     watch_signals()?;
-    if let Some(inference) = &config.inference {
+    if config.inference.is_some() {
         let (p, event) = spawn(&run, "inference", None, &["inference", "@", &cfg_path("inference.json")], true)?;
         orchestrator.model.base_url = event
             .and_then(|e| e["base_url"].as_str().map(str::to_owned))
             .context("inference did not report base_url")?;
-        // The server's keys (names of environment variables the children inherit) go to its client.
-        orchestrator.model.api_key_env = orchestrator.model.api_key_env.or(inference.api_key_env.clone());
-        orchestrator.model.admin_key_env = orchestrator.model.admin_key_env.or(inference.admin_key_env.clone());
         procs.push(p);
     }
     let mut addresses = std::collections::BTreeMap::new();

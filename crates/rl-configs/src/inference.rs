@@ -55,6 +55,10 @@ pub struct InferenceConfig {
     /// swap weights. Unset: admin routes take the API key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_key_env: Option<String>,
+    /// `/update_weights` loads only directories under one of these (`rl rl`: the run's broadcast
+    /// directory). Empty: any directory the server can read (guard the route with
+    /// `admin_key_env` then).
+    pub weight_roots: Vec<PathBuf>,
     /// Directory for dry-run output and logs.
     pub output_dir: PathBuf,
     /// Logging.
@@ -80,6 +84,7 @@ impl Default for InferenceConfig {
             tool_call_parser: String::from("auto"),
             api_key_env: None,
             admin_key_env: None,
+            weight_roots: Vec::new(),
             output_dir: PathBuf::from("outputs"),
             log: LogConfig::default(),
         }

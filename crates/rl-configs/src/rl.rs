@@ -391,12 +391,19 @@ impl RlConfig {
                 }
             }
         }
-        RlParts {
-            trainer: self.trainer.clone(),
-            orchestrator: self.orchestrator.clone(),
-            inference: self.inference.clone(),
-            env_servers,
-        }
+        let mut orchestrator = self.orchestrator.clone();
+        let inference = self.inference.clone().map(|mut inference| {
+            // The embedded server loads weights from this run's broadcasts only, and its client
+            // (the orchestrator) gets the names of its key variables.
+            if inference.weight_roots.is_empty() {
+                inference.weight_roots = vec![crate::RunDir::new(self.run_dir()).broadcasts()];
+            }
+            let m = &mut orchestrator.model;
+            m.api_key_env = m.api_key_env.take().or_else(|| inference.api_key_env.clone());
+            m.admin_key_env = m.admin_key_env.take().or_else(|| inference.admin_key_env.clone());
+            inference
+        });
+        RlParts { trainer: self.trainer.clone(), orchestrator, inference, env_servers }
     }
 
     fn env_server(

@@ -33,6 +33,7 @@ pub(crate) struct AppState {
     pub(crate) pending: Arc<Semaphore>,
     pub(crate) timeout: Duration,
     pub(crate) stuck_after: Duration,
+    pub(crate) weight_roots: Arc<Vec<PathBuf>>,
     pub(crate) tool_parser: String,
     pub(crate) counter: Arc<AtomicU64>,
 }
@@ -80,9 +81,26 @@ async fn update_weights(State(s): State<AppState>, body: Option<Json<UpdateWeigh
     let Some(Json(body)) = body else {
         return Err(Error::BadRequest(String::from("expected a JSON body {\"weight_dir\": \"...\"}")));
     };
-    let version = s.engine.update_weights(body.weight_dir.clone(), s.timeout).await?;
+    let dir = within_roots(&body.weight_dir, &s.weight_roots)?;
+    let version = s.engine.update_weights(dir, s.timeout).await?;
     tracing::info!(dir = %body.weight_dir.display(), version, "weights updated");
     Ok(Json(json!({"status": "ok", "version": version})))
+}
+
+/// `dir` resolved (symlinks included) when it lies under one of `roots` (any directory when there
+/// are none). Errors do not say what exists where.
+fn within_roots(dir: &std::path::Path, roots: &[PathBuf]) -> Result<PathBuf> {
+    if roots.is_empty() {
+        return Ok(dir.to_owned());
+    }
+    let outside = || Error::BadRequest(String::from("weight_dir is not a directory under the server's weight roots"));
+    let real = std::fs::canonicalize(dir).map_err(|_| outside())?;
+    // Roots are resolved at each call: the run's broadcast directory appears after the server starts.
+    if roots.iter().filter_map(|r| std::fs::canonicalize(r).ok()).any(|r| real.starts_with(r)) {
+        Ok(real)
+    } else {
+        Err(outside())
+    }
 }
 
 async fn pause(State(s): State<AppState>) -> Result<Json<Value>> {

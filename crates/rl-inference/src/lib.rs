@@ -82,6 +82,7 @@ impl Server {
             pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),
             timeout: Duration::from_secs_f64(config.request_timeout_s),
             stuck_after: Duration::from_secs_f64(config.stuck_after_s),
+            weight_roots: Arc::new(config.weight_roots.clone()),
             tool_parser: config.tool_call_parser.clone(),
             counter: Arc::new(AtomicU64::new(1)),
         };

@@ -232,3 +232,25 @@ fn sampling_extra_cannot_name_fields_the_client_sets() {
     assert!(invalid_key(err).ends_with("sampling.extra.n"));
     rl_with(&["--orchestrator.train.sampling.extra", r#"{"min_p": 0.1}"#]).unwrap();
 }
+
+#[test]
+fn the_embedded_server_loads_weights_from_the_run_only_and_its_keys_reach_the_orchestrator() {
+    let c = rl_with(&[
+        "--inference.port",
+        "0",
+        "--inference.api-key-env",
+        "MY_KEY",
+        "--inference.admin-key-env",
+        "MY_ADMIN",
+        "--output-dir",
+        "/tmp/o",
+        "--run.name",
+        "r",
+    ])
+    .unwrap();
+    let parts = c.parts();
+    let inference = parts.inference.unwrap();
+    assert_eq!(inference.weight_roots, [std::path::PathBuf::from("/tmp/o/r/broadcasts")]);
+    assert_eq!(parts.orchestrator.model.api_key_env.as_deref(), Some("MY_KEY"));
+    assert_eq!(parts.orchestrator.model.admin_key_env.as_deref(), Some("MY_ADMIN"));
+}

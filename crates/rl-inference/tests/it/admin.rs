@@ -199,3 +199,24 @@ async fn api_and_admin_keys_guard_their_routes() {
     let e = rl_inference::Server::build(&missing).unwrap_err().to_string();
     assert!(e.contains("inference.api_key_env") && e.contains("RL_TEST_SURELY_UNSET_KEY"), "{e}");
 }
+
+/// With `weight_roots`, only directories under them load (a symlink out of a root does not count);
+/// the answer never says whether the path exists.
+#[tokio::test]
+async fn update_weights_stays_under_the_weight_roots() {
+    let roots = tempfile::tempdir().unwrap();
+    let root = roots.path().join("broadcasts");
+    let srv = start(|c| c.weight_roots = vec![root.clone()]).await;
+    let inside = root.join("step_1");
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::copy(srv.model_dir().join("model.safetensors"), inside.join("model.safetensors")).unwrap();
+    let (s, v) = srv.post("/update_weights", json!({"weight_dir": inside})).await;
+    assert_eq!(s, 200, "{v}");
+    let link = root.join("sideways");
+    std::os::unix::fs::symlink(srv.model_dir(), &link).unwrap();
+    for outside in [srv.model_dir(), link, root.join("../broadcasts/../x"), std::path::PathBuf::from("/etc")] {
+        let (s, v) = srv.post("/update_weights", json!({"weight_dir": outside})).await;
+        assert_eq!(s, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("not a directory under"), "{v}");
+    }
+}
