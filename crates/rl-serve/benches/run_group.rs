@@ -100,14 +100,14 @@ fn main() {
         let msgs = vec![Message::system("Reverse the text."), Message::user("hello")];
         // Warm up connections.
         for _ in 0..3 {
-            let _ = direct.chat(&rt_domain, &msgs, &[], None, 1).await;
+            let _ = direct.chat(&rt_domain, &msgs, &[], None, 1, None).await;
         }
         let direct_call = {
             let (direct, rt_domain, msgs) = (direct.clone(), rt_domain.clone(), msgs.clone());
             move || {
                 let (direct, rt_domain, msgs) = (direct.clone(), rt_domain.clone(), msgs.clone());
                 async move {
-                    direct.chat(&rt_domain, &msgs, &[], None, 1).await.expect("model call");
+                    direct.chat(&rt_domain, &msgs, &[], None, 1, None).await.expect("model call");
                     Duration::ZERO
                 }
             }

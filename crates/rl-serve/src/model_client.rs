@@ -72,7 +72,9 @@ impl ModelClient {
         ModelClient { http }
     }
 
-    /// Requests `n` completions of `messages` from `runtime`.
+    /// Requests `n` completions of `messages` from `runtime`. `session` (the rollout's id) is sent
+    /// as `X-Session-ID`, so a data-parallel router keeps a multi-turn rollout on one replica and
+    /// its prefix cache.
     pub async fn chat(
         &self,
         runtime: &ModelRuntime,
@@ -80,12 +82,16 @@ impl ModelClient {
         tools: &[ToolSpec],
         seed: Option<u64>,
         n: u32,
+        session: Option<&str>,
     ) -> Result<ChatResponse> {
         let body = request_body(runtime, messages, tools, seed, n);
         let url = format!("{}/chat/completions", runtime.base_url);
         let mut request = self.http.post(&url).timeout(runtime.timeout).json(&body);
         if let Some(key) = &runtime.api_key {
             request = request.bearer_auth(&key.0);
+        }
+        if let Some(id) = session {
+            request = request.header("X-Session-ID", id);
         }
         let response = request.send().await.map_err(|e| {
             // Name the timeout that fired: the connection one sends users to another knob.

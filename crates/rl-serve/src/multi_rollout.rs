@@ -40,12 +40,14 @@ pub async fn run_multi_agent_episode(
         }
     };
     let seed = req.actor.sampling.seed.map(|s| s.wrapping_add(u64::from(req.index)));
+    // Every member's calls carry the episode's id as their session (one conversation, one replica).
+    let episode_id = new_id();
     while let Some(k) = kernel.as_mut().filter(|k| !k.done() && errors.is_empty()) {
         let slot: Vec<String> = k.current().map(<[String]>::to_vec).unwrap_or_default();
         let views: Vec<_> = slot.iter().map(|m| k.view(m, &instructions[m])).collect();
         let calls = join_all(slot.iter().zip(&views).enumerate().map(|(i, (m, view))| {
             let s = seed.map(|s| s.wrapping_add(((k.slot() as u64) << 32) + i as u64));
-            client.chat(runtime(m), view, &[], s, 1)
+            client.chat(runtime(m), view, &[], s, 1, Some(episode_id.as_str()))
         }))
         .await;
         // All-or-nothing: a slot with any failed call commits nothing.
@@ -116,7 +118,7 @@ pub async fn run_multi_agent_episode(
         })
         .collect();
     pb::Episode {
-        id: new_id(),
+        id: episode_id,
         task_key: task.key.clone(),
         traces,
         errors,

@@ -47,14 +47,21 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         }
     }
     let seed = req.actor.sampling.seed.map(|s| s.wrapping_add(u64::from(req.index)));
+    let id = new_id();
     while errors.is_empty() && state.turns < max_turns {
         let call = Instant::now();
-        let response = models
-            .chat(req.actor, &state.messages, &tools, seed.map(|s| s.wrapping_add(u64::from(state.turns) << 32)), 1)
-            .await;
+        let turn_seed = seed.map(|s| s.wrapping_add(u64::from(state.turns) << 32));
+        let response = models.chat(req.actor, &state.messages, &tools, turn_seed, 1, Some(id.as_str())).await;
         model_s += call.elapsed().as_secs_f64();
         let response = match response {
             Ok(r) => r,
+            // The conversation outgrew the context after some turns: the episode ends there and is
+            // kept (as verifiers does), its turns scored and trained. Without any turn there is
+            // nothing to keep: that is an error.
+            Err(Error::OverlongPrompt(_)) if state.turns > 0 => {
+                stop = String::from("prompt_too_long");
+                break;
+            }
             Err(e) => {
                 errors.push(e.to_trace_error());
                 stop = String::from(if matches!(e, Error::OverlongPrompt(_)) { "context_length" } else { "error" });
@@ -115,7 +122,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
     let mut metrics: std::collections::HashMap<String, f64> = metrics.into_iter().collect();
     metrics.insert(String::from("num_turns"), f64::from(state.turns));
     pb::Trace {
-        id: new_id(),
+        id,
         member_id: String::new(),
         nodes: builder.nodes,
         tools: tools.iter().map(tool_spec).collect(),

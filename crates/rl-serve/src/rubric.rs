@@ -52,7 +52,7 @@ impl ScoringContext<'_> {
             format!("the request has no model {key:?} (it has: {})", known.join(", "))
         })?;
         let client = self.client.ok_or_else(|| String::from("no model client outside a request"))?;
-        let response = client.chat(runtime, messages, &[], None, 1).await.map_err(|e| e.to_string())?;
+        let response = client.chat(runtime, messages, &[], None, 1, None).await.map_err(|e| e.to_string())?;
         response
             .choices
             .into_iter()

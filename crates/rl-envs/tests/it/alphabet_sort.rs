@@ -61,3 +61,37 @@ async fn a_multi_turn_episode_is_one_branch_with_only_model_tokens_trained() {
         .unwrap();
     assert!(resp.episode.unwrap().traces[0].reward < 0.2);
 }
+
+/// A conversation that outgrows the model's context after its first turn ends as
+/// `prompt_too_long` and is kept: no error, the first turn scored and trainable (as verifiers
+/// does). Every call of the episode carries the same `X-Session-ID`, the trace's id.
+#[tokio::test]
+async fn an_episode_that_outgrows_the_context_is_kept_with_its_turns() {
+    let args = json!({"num_examples": 10, "min_turns": 3, "max_turns": 3, "min_names": 1, "max_names": 3, "seed": 2});
+    let h = serve("alphabet-sort", args.clone()).await;
+    let env = rl_envs::load("alphabet-sort", args.as_object().unwrap()).await.unwrap();
+    let truths: Vec<Vec<String>> =
+        serde_json::from_value(env.task("train", 2).unwrap().data["ground_truths"].clone()).unwrap();
+    let sessions = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = sessions.clone();
+    let model = FakeModel::start(move |r: &FakeRequest| {
+        seen.lock().unwrap().push(r.headers.get("x-session-id").cloned().unwrap_or_default());
+        if r.turn() == 0 {
+            FakeReply::Text(format!("<alphabetical_sorted>\n{}\n</alphabetical_sorted>", truths[0].join("\n")))
+        } else {
+            FakeReply::Error(400, String::from("This model's maximum context length is 64 tokens"))
+        }
+    })
+    .await;
+    let req =
+        pb::RunRolloutRequest { example: example("train", 2), actor: Some(actor(&model, "1")), ..Default::default() };
+    let trace = h.client.run_rollout(req).await.unwrap().episode.unwrap().traces[0].clone();
+    assert!(trace.errors.is_empty(), "{:?}", trace.errors);
+    assert_eq!(trace.stop_condition, "prompt_too_long");
+    assert_eq!(trace.num_turns, 1);
+    assert!(!trace.rewards.is_empty(), "scored");
+    assert!(trace.nodes.iter().any(|n| n.sampled && n.mask.iter().any(|m| *m)), "its turn trains");
+    let sessions = sessions.lock().unwrap().clone();
+    assert_eq!(sessions.len(), 2);
+    assert!(sessions.iter().all(|s| s == &trace.id), "{sessions:?} vs {}", trace.id);
+}
