@@ -52,6 +52,9 @@ pub struct OrchestratorConfig {
     pub rollout_timeout_s: f64,
     /// How long to wait for env servers and the model endpoint to become healthy, in seconds.
     pub wait_for_ready_s: f64,
+    /// A step stops the run when more than this fraction of its groups failed (each group is run
+    /// up to 3 times on retryable errors, then dropped; the step proceeds with the rest).
+    pub max_dropped_group_fraction: f64,
     /// Longest wait for the trainer's next weights (the async gate, a resume), in seconds; past
     /// it the orchestrator stops with an error naming the missing broadcast.
     pub trainer_timeout_s: f64,
@@ -89,6 +92,7 @@ impl Default for OrchestratorConfig {
             rollout_timeout_s: 600.0,
             wait_for_ready_s: 300.0,
             trainer_timeout_s: 1800.0,
+            max_dropped_group_fraction: 0.5,
             eval: None,
             ckpt: None,
             resume: None,
@@ -409,6 +413,12 @@ impl OrchestratorConfig {
         positive(&k("rollout_timeout_s"), self.rollout_timeout_s)?;
         positive(&k("wait_for_ready_s"), self.wait_for_ready_s)?;
         positive(&k("trainer_timeout_s"), self.trainer_timeout_s)?;
+        if !(0.0..=1.0).contains(&self.max_dropped_group_fraction) {
+            return Err(ConfigError::invalid(
+                k("max_dropped_group_fraction"),
+                format!("must be in [0, 1], got {}", self.max_dropped_group_fraction),
+            ));
+        }
         self.train.sampling.validate(&k("train.sampling"))?;
         self.validate_algorithms(&k("algorithms"), &self.algorithms)?;
         let mut names = BTreeSet::new();

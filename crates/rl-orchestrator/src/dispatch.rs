@@ -1,7 +1,9 @@
 //! Running groups on env servers. All groups of a step (or of an evaluation) run concurrently,
-//! in rounds: a group whose rollouts failed with a retryable error, or that came back too stale
-//! for the step, is run again in the next round — one loop, at most [`GROUP_ATTEMPTS`] runs per
-//! group in all. A non-retryable rollout error fails the call.
+//! in rounds: a group whose rollouts failed with a retryable error (on a trace, or the env-server
+//! call itself), or that came back too stale for the step, is run again in the next round — at
+//! most [`GROUP_ATTEMPTS`] runs per group in all. A group still failing then is dropped and counted
+//! by error kind; the caller proceeds with the rest (within its budget). A non-retryable error
+//! fails the call when `fatal_errors` is set (training), and only drops its group otherwise (eval).
 
 use std::collections::BTreeMap;
 
@@ -47,6 +49,9 @@ pub(crate) struct Dispatch<'a> {
     pub oldest_version: Option<u64>,
     /// Longest wait for the trainer's weights before running stale groups again.
     pub trainer_timeout: std::time::Duration,
+    /// A non-retryable rollout error fails the whole call (training) instead of dropping its group
+    /// (evaluation).
+    pub fatal_errors: bool,
 }
 
 /// The traces of each job (in job order), the policy version each was sampled with, and the
@@ -59,6 +64,10 @@ pub(crate) struct Collected {
     pub retried: BTreeMap<String, usize>,
     /// Groups run again because they were too stale.
     pub stale: usize,
+    /// Groups given up (their traces left empty), by the kind of their last error.
+    pub dropped: BTreeMap<String, usize>,
+    /// The last error of a dropped group, for the message when too many are dropped.
+    pub last_drop: Option<String>,
 }
 
 /// The runtime env servers sample model `key` with.
@@ -95,7 +104,10 @@ pub(crate) fn runtimes(
 /// How one run of a group ended.
 enum Attempt {
     Done(Vec<(usize, pb::Trace)>),
+    /// Retryable: the error kinds seen and a message.
     Retry(Vec<String>, String),
+    /// Not retryable (and not fatal): the kind and a message.
+    Failed(String, String),
 }
 
 impl Dispatch<'_> {
@@ -120,7 +132,13 @@ impl Dispatch<'_> {
     }
 
     async fn attempt(&self, job: &GroupJob<'_>, version: u64) -> Result<Attempt> {
-        let resp = job.client.run_group(self.request(job, version)?).await?;
+        let resp = match job.client.run_group(self.request(job, version)?).await {
+            Ok(resp) => resp,
+            // The env server itself failed (down, overloaded, timed out) after the client's own retries.
+            Err(e) if e.retryable() => return Ok(Attempt::Retry(vec![kind_name(e.kind() as i32)], e.to_string())),
+            Err(e) if !self.fatal_errors => return Ok(Attempt::Failed(kind_name(e.kind() as i32), e.to_string())),
+            Err(e) => return Err(e.into()),
+        };
         let mut traces = Vec::new();
         let mut errors: Vec<pb::TraceError> = Vec::new();
         for (episode, ep) in resp.episodes.into_iter().enumerate() {
@@ -130,9 +148,12 @@ impl Dispatch<'_> {
                 traces.push((episode, t));
             }
         }
-        match errors.first() {
+        match errors.iter().find(|e| !e.retryable).or(errors.first()) {
             None => Ok(Attempt::Done(traces)),
-            Some(e) if !e.retryable => Err(Error::Rollout { env: job.env_name.to_owned(), message: e.message.clone() }),
+            Some(e) if !e.retryable && self.fatal_errors => {
+                Err(Error::Rollout { env: job.env_name.to_owned(), message: e.message.clone() })
+            }
+            Some(e) if !e.retryable => Ok(Attempt::Failed(kind_name(e.kind), e.message.clone())),
             Some(e) => Ok(Attempt::Retry(errors.iter().map(|e| kind_name(e.kind)).collect(), e.message.clone())),
         }
     }
@@ -150,28 +171,29 @@ impl Dispatch<'_> {
             let mut again = Vec::new();
             for (&j, attempt) in pending.iter().zip(attempts) {
                 runs[j] += 1;
-                let why = match attempt? {
+                let (kind, why) = match attempt? {
                     Attempt::Done(_) if stale => {
                         out.stale += 1;
-                        format!("sampled with policy v{version}, older than this step allows")
+                        (String::from("stale"), format!("sampled with policy v{version}, older than this step allows"))
                     }
                     Attempt::Done(traces) => {
                         out.groups[j] = (traces, version);
                         continue;
                     }
                     Attempt::Retry(kinds, message) => {
-                        for k in kinds {
-                            *out.retried.entry(k).or_default() += 1;
+                        for k in &kinds {
+                            *out.retried.entry(k.clone()).or_default() += 1;
                         }
-                        message
+                        (kinds.into_iter().next().unwrap_or_default(), message)
+                    }
+                    Attempt::Failed(kind, message) => {
+                        out.drop(jobs[j].env_name, kind, message);
+                        continue;
                     }
                 };
                 if runs[j] >= GROUP_ATTEMPTS {
-                    let env = jobs[j].env_name.to_owned();
-                    return Err(Error::Rollout {
-                        env,
-                        message: format!("still failing after {GROUP_ATTEMPTS} runs: {why}"),
-                    });
+                    out.drop(jobs[j].env_name, kind, format!("still failing after {GROUP_ATTEMPTS} runs: {why}"));
+                    continue;
                 }
                 tracing::warn!(env = %jobs[j].env_name, run = runs[j], reason = %why, "running the group again");
                 again.push(j);
@@ -182,6 +204,20 @@ impl Dispatch<'_> {
             pending = again;
         }
         Ok(out)
+    }
+}
+
+impl Collected {
+    /// Gives up on a group: its traces stay empty; counted by `kind`.
+    fn drop(&mut self, env: &str, kind: String, message: String) {
+        tracing::warn!(env, kind = %kind, reason = %message, "dropping the group");
+        *self.dropped.entry(kind).or_default() += 1;
+        self.last_drop = Some(format!("env `{env}`: {message}"));
+    }
+
+    /// Groups dropped in all.
+    pub(crate) fn dropped_total(&self) -> usize {
+        self.dropped.values().sum()
     }
 }
 

@@ -74,9 +74,19 @@ pub(crate) async fn evaluate(
             })
             .collect();
         let collected = dispatch.run(&jobs, policy).await?;
-        let per_example: Vec<Vec<f64>> =
-            collected.groups.iter().map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect()).collect();
-        out.extend(eval_metrics(&e.name, &per_example, collected.retried.values().sum()));
+        // A failed example is reported (`errors`, `dropped`), never fatal: the rest are evaluated.
+        let per_example: Vec<Vec<f64>> = collected
+            .groups
+            .iter()
+            .filter(|(traces, _)| !traces.is_empty())
+            .map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect())
+            .collect();
+        out.extend(eval_metrics(
+            &e.name,
+            &per_example,
+            collected.retried.values().sum::<usize>() + collected.dropped_total(),
+        ));
+        out.insert(format!("eval/{}/dropped", e.name), json!(collected.dropped_total()));
         out.insert(format!("eval/{}/policy_version", e.name), json!(policy.get()));
         out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
     }

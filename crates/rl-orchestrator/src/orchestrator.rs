@@ -216,6 +216,7 @@ impl Orchestrator {
             keyed.extend(e.curriculum.metrics(e.name()));
         }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
+        keyed.extend(dispatched.dropped.into_iter().map(|(k, n)| (format!("groups_dropped/{k}"), json!(n))));
         Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
     }
 
@@ -251,11 +252,29 @@ impl Orchestrator {
             ckpt_step: self.ckpt_step,
             oldest_version: oldest,
             trainer_timeout: self.trainer_timeout(),
+            fatal_errors: true,
         };
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
+        // Dropped groups (retryable failures past their runs) leave the step smaller, within budget.
+        let dropped = collected.dropped_total();
+        if dropped as f64 > self.cfg.max_dropped_group_fraction * plan.len() as f64 || dropped == plan.len() {
+            return Err(Error::Rollout {
+                env: String::from("all"),
+                message: format!(
+                    "{dropped} of the step's {} groups failed (orchestrator.max_dropped_group_fraction = {}); last: {}",
+                    plan.len(),
+                    self.cfg.max_dropped_group_fraction,
+                    collected.last_drop.as_deref().unwrap_or("-")
+                ),
+            });
+        }
         let traces = std::mem::take(&mut collected.groups);
-        let groups: Vec<Group> =
-            plan.iter().zip(traces).map(|(p, (traces, version))| Group::new(p.env, p.index, version, traces)).collect();
+        let groups: Vec<Group> = plan
+            .iter()
+            .zip(traces)
+            .filter(|(_, (traces, _))| !traces.is_empty())
+            .map(|(p, (traces, version))| Group::new(p.env, p.index, version, traces))
+            .collect();
         for g in &groups {
             if let Some(mean) = g.clean_mean() {
                 self.envs[g.env].curriculum.observe(g.task, mean);
@@ -346,6 +365,7 @@ impl Orchestrator {
             ckpt_step: self.ckpt_step,
             oldest_version: None,
             trainer_timeout: self.trainer_timeout(),
+            fatal_errors: false,
         };
         evaluate(&self.eval_envs, dispatch, &mut self.policy).await
     }

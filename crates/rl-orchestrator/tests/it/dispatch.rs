@@ -500,3 +500,67 @@ async fn opsd_scores_the_branch_after_a_demonstration_hint_with_the_policy() {
     let err = orch.run(|_| {}).await.unwrap_err().to_string();
     assert!(err.contains("no `demonstration` field") && err.contains("answer"), "{err}");
 }
+
+/// The seed's scheduler semantics: a group whose rollouts keep failing with a retryable error is
+/// run 3 times, then dropped and counted (`groups_dropped/<kind>`); the step trains the rest.
+/// Eval examples that fail are reported, not fatal. Here the model answers 503 to every text of
+/// odd length, so those tasks always fail (task choice is seeded: the same tasks every run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_groups_are_dropped_and_counted_and_the_step_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let text = r.last_user().to_owned();
+        if text.chars().count() % 2 == 1 {
+            FakeReply::Error(503, String::from("overloaded"))
+        } else {
+            FakeReply::Text(format!("<reversed_text>{}</reversed_text>", text.chars().rev().collect::<String>()))
+        }
+    })
+    .await;
+    let args = serde_json::json!({"num_examples": 40, "test_examples": 6});
+    let train = env_server("reverse-text", args.clone()).await;
+    let eval_address = env_server("reverse-text", args).await;
+    let trainer = fake_trainer(tmp.path(), 1..=2, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, train, 2);
+    cfg.batch_size = 32;
+    cfg.max_dropped_group_fraction = 1.0;
+    let eval_env = EvalEnvConfig {
+        id: String::from("reverse-text"),
+        name: None,
+        args: Default::default(),
+        split: String::from("test"),
+        num_examples: Some(6),
+        k: None,
+        sampling: Default::default(),
+        address: Some(eval_address),
+        command: None,
+        serve: ServeConfig::default(),
+    };
+    cfg.eval = Some(EvalConfig { interval: 1, eval_on_start: false, k: 1, env: vec![eval_env], ..Default::default() });
+    let summaries = run(&cfg).await;
+    trainer.await.unwrap();
+    let mut dropped_in_all = 0;
+    for s in &summaries {
+        let m = row(s);
+        let dropped = m.get("groups_dropped/infrastructure").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        dropped_in_all += dropped;
+        let rollouts = s.metrics.rollouts.as_ref().unwrap();
+        assert_eq!(rollouts.rollouts, (8 - dropped) * 4, "{m}");
+        // Each run of a dropped group failed on its 4 rollouts, 3 runs each.
+        assert_eq!(m.get("errors/infrastructure").and_then(serde_json::Value::as_u64).unwrap_or(0), dropped * 12);
+        let eval_dropped = m["eval/reverse-text/dropped"].as_u64().unwrap();
+        assert!(eval_dropped < 6, "{m}");
+        assert_eq!(m["eval/reverse-text/examples"].as_u64().unwrap(), 6 - eval_dropped);
+    }
+    assert!(dropped_in_all > 0, "the test's rule made some tasks fail");
+
+    // Past the budget the run stops, naming the cause.
+    let tmp = tempfile::tempdir().unwrap();
+    let _trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut strict = config(tmp.path(), &model, cfg.train.env[0].address.clone().unwrap(), 1);
+    strict.batch_size = 32;
+    strict.max_dropped_group_fraction = 0.0;
+    let mut orch = Orchestrator::connect(&strict).await.unwrap();
+    let err = orch.run(|_| {}).await.unwrap_err().to_string();
+    assert!(err.contains("max_dropped_group_fraction") && err.contains("overloaded"), "{err}");
+}
