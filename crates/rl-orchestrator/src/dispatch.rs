@@ -187,12 +187,12 @@ impl Dispatch<'_> {
                         (kinds.into_iter().next().unwrap_or_default(), message)
                     }
                     Attempt::Failed(kind, message) => {
-                        out.drop(jobs[j].env_name, kind, message);
+                        out.drop(jobs[j].env_name, kind, &message);
                         continue;
                     }
                 };
                 if runs[j] >= GROUP_ATTEMPTS {
-                    out.drop(jobs[j].env_name, kind, format!("still failing after {GROUP_ATTEMPTS} runs: {why}"));
+                    out.drop(jobs[j].env_name, kind, &format!("still failing after {GROUP_ATTEMPTS} runs: {why}"));
                     continue;
                 }
                 tracing::warn!(env = %jobs[j].env_name, run = runs[j], reason = %why, "running the group again");
@@ -209,7 +209,7 @@ impl Dispatch<'_> {
 
 impl Collected {
     /// Gives up on a group: its traces stay empty; counted by `kind`.
-    fn drop(&mut self, env: &str, kind: String, message: String) {
+    fn drop(&mut self, env: &str, kind: String, message: &str) {
         tracing::warn!(env, kind = %kind, reason = %message, "dropping the group");
         *self.dropped.entry(kind).or_default() += 1;
         self.last_drop = Some(format!("env `{env}`: {message}"));
