@@ -37,6 +37,16 @@ struct Proc {
     name: String,
     child: Child,
     log: PathBuf,
+    /// How to start it again after a crash (env servers), and how often it was.
+    restart: Option<Restart>,
+}
+
+/// An env server's command line on the port it reported, so a restart keeps its address (the
+/// orchestrator's channel reconnects by itself).
+struct Restart {
+    program: Option<Vec<String>>,
+    args: Vec<String>,
+    done: u32,
 }
 
 impl Drop for Proc {
@@ -83,6 +93,18 @@ fn spawn(
     args: &[&str],
     wait_line: bool,
 ) -> anyhow::Result<(Proc, Option<serde_json::Value>)> {
+    let (child, log, event) = spawn_child(run, name, program, args, wait_line)?;
+    Ok((Proc { name: name.to_owned(), child, log, restart: None }, event))
+}
+
+/// [`spawn`] without the `Proc` (whose drop stops the child): the child, its log and its event.
+fn spawn_child(
+    run: &RunDir,
+    name: &str,
+    program: Option<&[String]>,
+    args: &[&str],
+    wait_line: bool,
+) -> anyhow::Result<(Child, PathBuf, Option<serde_json::Value>)> {
     std::fs::create_dir_all(run.logs())?;
     let log = run.log(name);
     // Appending keeps the log of an interrupted run when it is resumed.
@@ -132,7 +154,23 @@ fn spawn(
             }
         });
     }
-    Ok((Proc { name: name.to_owned(), child, log }, event))
+    Ok((child, log, event))
+}
+
+/// Starts a crashed env server again on its address, after a backoff (1, 2, 4 s ...). What the
+/// dead process started (its process group) is killed first.
+fn restart(run: &RunDir, p: &mut Proc, out: &mut impl Write, why: &str, budget: u32) -> anyhow::Result<bool> {
+    let Some(r) = p.restart.as_mut().filter(|r| r.done < budget) else { return Ok(false) };
+    r.done += 1;
+    let group = format!("-{}", p.child.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+    writeln!(out, "{} {why}; restarting it ({}/{budget}) on its address; log {}", p.name, r.done, p.log.display())?;
+    std::thread::sleep(Duration::from_secs(1 << (r.done - 1).min(5)));
+    let args: Vec<&str> = r.args.iter().map(String::as_str).collect();
+    let (child, _, _) = spawn_child(run, &p.name, r.program.as_deref(), &args, true)
+        .with_context(|| format!("cannot restart {}", p.name))?;
+    p.child = child;
+    Ok(true)
 }
 
 /// The checkpoint step to resume from: `wanted`, or the latest step for which both the trainer
@@ -206,16 +244,18 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         };
         // A user's own env-server binary takes the same config as `rl env-server`.
         let cfg = cfg_path(&rel);
-        let (p, event) = match &part.command {
-            Some(command) => spawn(&run, &name, Some(command), &["@", &cfg], true)?,
-            None => spawn(&run, &name, None, &["env-server", "@", &cfg], true)?,
-        };
-        addresses.insert(
-            (part.split, part.name.clone()),
-            event
-                .and_then(|e| e["address"].as_str().map(str::to_owned))
-                .context("env server did not report its address")?,
-        );
+        let mut args: Vec<String> = if part.command.is_some() { vec![] } else { vec![String::from("env-server")] };
+        args.extend([String::from("@"), cfg]);
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (mut p, event) = spawn(&run, &name, part.command.as_deref(), &arg_refs, true)?;
+        let address = event
+            .and_then(|e| e["address"].as_str().map(str::to_owned))
+            .context("env server did not report its address")?;
+        if let Some((_, port)) = address.rsplit_once(':') {
+            args.extend([String::from("--serve.port"), port.to_owned()]);
+            p.restart = Some(Restart { program: part.command.clone(), args, done: 0 });
+        }
+        addresses.insert((part.split, part.name.clone()), address);
         procs.push(p);
         if INTERRUPTED.load(Ordering::SeqCst) {
             return stop_all(procs, &run);
@@ -241,6 +281,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let watch = Liveness {
         stall_timeout: Duration::from_secs_f64(config.run.stall_timeout_s),
         inference: config.inference.as_ref().and(crate::liveness::host_port(&orchestrator.model.base_url)),
+        max_restarts: config.run.max_restarts,
     };
     let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0), &watch);
     if let Err(e) = rl_curves(&run) {
@@ -302,6 +343,8 @@ struct Liveness<'a> {
     stall_timeout: Duration,
     /// `host:port` of the launched inference server, for its `/health`.
     inference: Option<&'a str>,
+    /// Restarts allowed per env server (`run.max_restarts`).
+    max_restarts: u32,
 }
 
 /// How monitoring ended without a failure.
@@ -339,9 +382,10 @@ fn monitor(
         for p in procs.iter_mut() {
             if let Some(status) = p.child.try_wait()? {
                 let done = status.success() && (p.name == "trainer" || p.name == "orchestrator");
-                if !done {
-                    bail!("{} exited with {status}; last lines of {}:\n{}", p.name, p.log.display(), tail(&p.log, 20));
+                if done || restart(run, p, &mut out, &format!("exited with {status}"), liveness.max_restarts)? {
+                    continue;
                 }
+                bail!("{} exited with {status}; last lines of {}:\n{}", p.name, p.log.display(), tail(&p.log, 20));
             }
         }
         // Rows are read as they are written; a row being written is skipped until complete.

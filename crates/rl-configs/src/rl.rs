@@ -82,11 +82,15 @@ pub struct RunConfig {
     /// children that cannot be making progress (stopped, an unhealthy inference server) with their
     /// logs' last lines. Every two minutes before that it reports what each child is doing.
     pub stall_timeout_s: f64,
+    /// The launcher restarts a crashed env server on its address up to this many times (backoff 1,
+    /// 2, 4 ... s); the orchestrator reconnects, and groups that failed meanwhile are run again or
+    /// dropped. The trainer, the orchestrator or the inference server dying still stops the run.
+    pub max_restarts: u32,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { name: None, stall_timeout_s: 3600.0 }
+        RunConfig { name: None, stall_timeout_s: 3600.0, max_restarts: 3 }
     }
 }
 

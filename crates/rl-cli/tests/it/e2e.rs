@@ -232,3 +232,38 @@ fn a_run_with_api_admin_and_env_keys_finishes() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("RL_TEST_API_KEY"), "{}", stderr(&o));
 }
+
+/// `kill -9` of the env server mid-run: the launcher restarts it on its address, the orchestrator
+/// reconnects (groups that failed meanwhile are run again or dropped) and the run finishes.
+#[test]
+fn a_killed_env_server_is_restarted_and_the_run_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "30", "--run.name", "restarted"])
+        .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/30"));
+    let env_cfg = tmp.path().join("restarted/configs/envs/train/reverse-text.json");
+    let env = pids_naming(&env_cfg);
+    assert_eq!(env.len(), 1);
+    assert!(Command::new("kill").args(["-KILL", &env[0]]).status().unwrap().success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{}\n{err}", rest.join("\n"));
+    assert!(
+        rest.iter().any(|l| l.contains("env-reverse-text exited with") && l.contains("restarting it (1/3)")),
+        "{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.starts_with("step 30/30")), "{rest:?}");
+    let again = pids_naming(&env_cfg);
+    assert!(again.is_empty(), "the restarted server was stopped at the end: {again:?}");
+}
