@@ -229,10 +229,17 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     watch_signals()?;
     if config.inference.is_some() {
-        let (p, event) = spawn(&run, "inference", None, &["inference", "@", &cfg_path("inference.json")], true)?;
+        let mut args = vec![String::from("inference"), String::from("@"), cfg_path("inference.json")];
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (mut p, event) = spawn(&run, "inference", None, &arg_refs, true)?;
         orchestrator.model.base_url = event
             .and_then(|e| e["base_url"].as_str().map(str::to_owned))
             .context("inference did not report base_url")?;
+        // Restarted on its port; the orchestrator sees the new boot id and loads its weights again.
+        if let Some(port) = crate::liveness::host_port(&orchestrator.model.base_url).and_then(|h| h.rsplit_once(':')) {
+            args.extend([String::from("--port"), port.1.to_owned()]);
+            p.restart = Some(Restart { program: None, args, done: 0 });
+        }
         procs.push(p);
     }
     let mut addresses = std::collections::BTreeMap::new();

@@ -36,6 +36,9 @@ pub(crate) struct AppState {
     pub(crate) weight_roots: Arc<Vec<PathBuf>>,
     pub(crate) tool_parser: String,
     pub(crate) counter: Arc<AtomicU64>,
+    /// Differs between two runs of the server: a client that sees it change knows the server
+    /// restarted with its starting weights.
+    pub(crate) boot_id: Arc<str>,
 }
 
 /// The router with body-size limits; every route but `/health` behind its key.
@@ -63,7 +66,7 @@ pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
 /// (has work but finished no step for `stuck_after_s`), so a supervisor sees what clients feel.
 async fn health(State(s): State<AppState>) -> Result<Json<Value>> {
     s.engine.health(s.stuck_after).map_err(Error::Unhealthy)?;
-    Ok(Json(json!({"status": "ok"})))
+    Ok(Json(json!({"status": "ok", "boot_id": &*s.boot_id})))
 }
 
 async fn models(State(s): State<AppState>) -> Json<Value> {

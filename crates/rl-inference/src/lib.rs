@@ -27,6 +27,12 @@ use tokio::sync::Semaphore;
 pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 pub use error::{Error, Result};
 
+/// An id for this start of the server: pid and start time.
+fn boot_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos}", std::process::id())
+}
+
 /// Whether `host` names only this machine.
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -85,6 +91,7 @@ impl Server {
             weight_roots: Arc::new(config.weight_roots.clone()),
             tool_parser: config.tool_call_parser.clone(),
             counter: Arc::new(AtomicU64::new(1)),
+            boot_id: Arc::from(boot_id()),
         };
         let max_body = usize::try_from(config.max_request_bytes).unwrap_or(usize::MAX);
         Ok(Server { router: http::router(state, max_body, &keys), engine })

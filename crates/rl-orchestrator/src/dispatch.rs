@@ -17,6 +17,9 @@ use crate::policy::PolicyVersion;
 /// Most runs of one group (retryable failures and staleness together).
 pub const GROUP_ATTEMPTS: u32 = 3;
 
+/// Pause before a round that runs failed groups again (a briefly overloaded endpoint recovers).
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// One group to run.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupJob<'a> {
@@ -49,6 +52,8 @@ pub(crate) struct Dispatch<'a> {
     pub oldest_version: Option<u64>,
     /// Longest wait for the trainer's weights before running stale groups again.
     pub trainer_timeout: std::time::Duration,
+    /// Longest wait for a policy server that stopped answering (`wait_for_ready_s`).
+    pub ready_timeout: std::time::Duration,
     /// A non-retryable rollout error fails the whole call (training) instead of dropping its group
     /// (evaluation).
     pub fatal_errors: bool,
@@ -165,6 +170,16 @@ impl Dispatch<'_> {
         let mut pending: Vec<usize> = (0..jobs.len()).collect();
         let mut runs = vec![0u32; jobs.len()];
         while !pending.is_empty() {
+            if out.retried.values().sum::<usize>() > 0 {
+                // Before running failed groups again: a policy server that is down (restarting)
+                // is waited for without spending their runs, then given its weights back.
+                if !self.models.policy_reachable().await {
+                    tracing::warn!("the policy's inference server does not answer; waiting for it");
+                    self.models.wait_healthy(POLICY_KEY, self.ready_timeout).await?;
+                }
+                policy.reload_after_restart(self.models).await?;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
             let version = policy.get();
             let stale = self.oldest_version.is_some_and(|oldest| version < oldest);
             let attempts = futures::future::join_all(pending.iter().map(|&j| self.attempt(&jobs[j], version))).await;

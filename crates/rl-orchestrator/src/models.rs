@@ -127,6 +127,22 @@ impl Models {
         }
     }
 
+    /// The policy server's `boot_id` from `/health` (changes when it restarts); `None` when it
+    /// does not answer or does not report one (external servers).
+    pub async fn policy_boot_id(&self) -> Option<String> {
+        let health = format!("{}/health", self.endpoint(POLICY_KEY).ok()?.root());
+        let r = self.http.get(&health).timeout(Duration::from_secs(5)).send().await.ok()?;
+        let v: Value = r.error_for_status().ok()?.json().await.ok()?;
+        v.get("boot_id").and_then(Value::as_str).map(str::to_owned)
+    }
+
+    /// Whether the policy's server answers `/health` at all.
+    pub async fn policy_reachable(&self) -> bool {
+        let Ok(ep) = self.endpoint(POLICY_KEY) else { return false };
+        let health = format!("{}/health", ep.root());
+        self.http.get(&health).timeout(Duration::from_secs(5)).send().await.is_ok()
+    }
+
     /// Tells the policy's server to load the weights in `dir`.
     pub async fn update_weights(&self, dir: &Path) -> Result<()> {
         let url = format!("{}/update_weights", self.endpoint(POLICY_KEY)?.root());

@@ -252,6 +252,7 @@ impl Orchestrator {
             ckpt_step: self.ckpt_step,
             oldest_version: oldest,
             trainer_timeout: self.trainer_timeout(),
+            ready_timeout: Duration::from_secs_f64(self.cfg.wait_for_ready_s),
             fatal_errors: true,
         };
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
@@ -365,6 +366,7 @@ impl Orchestrator {
             ckpt_step: self.ckpt_step,
             oldest_version: None,
             trainer_timeout: self.trainer_timeout(),
+            ready_timeout: Duration::from_secs_f64(self.cfg.wait_for_ready_s),
             fatal_errors: false,
         };
         evaluate(&self.eval_envs, dispatch, &mut self.policy).await

@@ -17,12 +17,37 @@ const WAIT_WARNING: Duration = Duration::from_secs(60);
 pub(crate) struct PolicyVersion {
     run: RunDir,
     version: u64,
+    /// The server's `boot_id` when it last held `version`, and when that was checked.
+    boot: Option<String>,
+    checked: Option<Instant>,
 }
+
+/// How often the server's `boot_id` is compared (one `/health` call).
+const BOOT_CHECK: Duration = Duration::from_secs(1);
 
 impl PolicyVersion {
     /// Tracks `run`'s broadcasts, the server holding `version`.
     pub(crate) fn new(run: RunDir, version: u64) -> Self {
-        PolicyVersion { run, version }
+        PolicyVersion { run, version, boot: None, checked: None }
+    }
+
+    /// A server that restarted (new `boot_id`) holds its starting weights: give it the loaded
+    /// version again.
+    pub(crate) async fn reload_after_restart(&mut self, models: &Models) -> Result<()> {
+        if self.checked.is_some_and(|t| t.elapsed() < BOOT_CHECK) {
+            return Ok(());
+        }
+        self.checked = Some(Instant::now());
+        let Some(boot) = models.policy_boot_id().await else { return Ok(()) };
+        if self.boot.as_ref().is_some_and(|b| *b != boot) && self.version > 0 {
+            tracing::warn!(
+                version = self.version,
+                "the policy's inference server restarted; loading its weights again"
+            );
+            models.update_weights(&self.run.broadcast(self.version)).await?;
+        }
+        self.boot = Some(boot);
+        Ok(())
     }
 
     /// The loaded version.
@@ -32,6 +57,7 @@ impl PolicyVersion {
 
     /// Loads every complete broadcast newer than the loaded version, in order.
     pub(crate) async fn load_new(&mut self, models: &Models) -> Result<()> {
+        self.reload_after_restart(models).await?;
         while self.run.broadcast_complete(self.version + 1) {
             models.update_weights(&self.run.broadcast(self.version + 1)).await?;
             self.version += 1;
@@ -45,7 +71,16 @@ impl PolicyVersion {
         let start = Instant::now();
         let mut next_warning = WAIT_WARNING;
         loop {
-            self.load_new(models).await?;
+            match self.load_new(models).await {
+                Ok(()) => {}
+                // The server is down (restarting): keep waiting within the limit.
+                Err(e) if start.elapsed() <= limit && !models.policy_reachable().await => {
+                    if start.elapsed() >= next_warning {
+                        tracing::warn!(error = %e, "the policy's inference server does not answer; waiting");
+                    }
+                }
+                Err(e) => return Err(e),
+            }
             if self.version >= version {
                 return Ok(());
             }

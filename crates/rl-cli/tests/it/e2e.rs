@@ -267,3 +267,41 @@ fn a_killed_env_server_is_restarted_and_the_run_finishes() {
     let again = pids_naming(&env_cfg);
     assert!(again.is_empty(), "the restarted server was stopped at the end: {again:?}");
 }
+
+/// `kill -9` of the inference server mid-run: the launcher restarts it on its port, the
+/// orchestrator sees its new boot id and loads the policy's current weights into it again, and the
+/// run finishes.
+#[test]
+fn a_killed_inference_server_is_restarted_with_the_current_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "30", "--run.name", "reinference"])
+        .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..3 {
+        assert!(lines.next().unwrap().unwrap().starts_with("step "));
+    }
+    let run = tmp.path().join("reinference");
+    let inference = pids_naming(&run.join("configs/inference.json"));
+    assert_eq!(inference.len(), 1);
+    assert!(Command::new("kill").args(["-KILL", &inference[0]]).status().unwrap().success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{}\n{err}", rest.join("\n"));
+    assert!(
+        rest.iter().any(|l| l.starts_with("inference exited with") && l.contains("restarting it (1/3)")),
+        "{rest:?}"
+    );
+    assert!(rest.iter().any(|l| l.starts_with("step 30/30")), "{rest:?}");
+    let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
+    assert!(log.contains("restarted; loading its weights again"), "{log}");
+}
