@@ -89,7 +89,10 @@ pub fn clean_after(run: &RunDir, step: u64) -> Result<()> {
             }
         }
     }
-    retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|s| s <= step))?;
+    let kept = retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|s| s <= step))?;
+    if let Some(torn) = kept.torn {
+        tracing::warn!(file = %run.metrics().display(), torn = %torn, "cut a torn last line left by a crash");
+    }
     Ok(())
 }
 

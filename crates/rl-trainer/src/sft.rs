@@ -186,7 +186,10 @@ impl SftTrainer {
             Some(r) => {
                 let (s, ckpt) = find_checkpoint(&run, r.step)?;
                 // Rows of steps after the checkpoint are trained again: drop them, not duplicate them.
-                retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
+                let kept = retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
+                if let Some(torn) = kept.torn {
+                    tracing::warn!(file = %run.metrics().display(), torn = %torn, "cut a torn last line left by a crash");
+                }
                 (ckpt.clone(), s + 1, Optimizer::load(&cfg.optim, &ckpt, &dev)?)
             }
             None => (src.clone(), 1, Optimizer::new(&cfg.optim)),

@@ -112,7 +112,11 @@ impl RlTrainer {
                 let run = RunDir::new(&cfg.output_dir);
                 let (s, ckpt) = find_checkpoint(&run, r.step)?;
                 // Steps after the checkpoint are trained again: their rows go, not duplicate.
-                retain_jsonl(&run.trainer_metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
+                let kept =
+                    retain_jsonl(&run.trainer_metrics(), |row| row["step"].as_u64().is_some_and(|step| step <= s))?;
+                if let Some(torn) = kept.torn {
+                    tracing::warn!(file = %run.trainer_metrics().display(), torn = %torn, "cut a torn last line left by a crash");
+                }
                 let opt = Optimizer::load(&cfg.optim, &ckpt, &device)?;
                 (ckpt, s + 1, opt)
             }

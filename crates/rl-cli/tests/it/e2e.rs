@@ -305,3 +305,58 @@ fn a_killed_inference_server_is_restarted_with_the_current_weights() {
     let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
     assert!(log.contains("restarted; loading its weights again"), "{log}");
 }
+
+/// Crash at arbitrary points, then `--resume`: every process of the run is killed with SIGKILL at
+/// once at several moments (mid-step, so between a batch write and the trainer's read, during a
+/// broadcast or a checkpoint, whichever is under way), and after `--resume` every JSONL file holds
+/// each step exactly once, in order, and the run ends with its final model.
+#[test]
+fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "4"]).status.success());
+    for (kill_after, delay_ms) in [(2u64, 0u64), (5, 37), (8, 113)] {
+        let name = format!("crash-{kill_after}");
+        let base = ["rl", "@", "configs/ci/smoke.toml", "--max-steps", "12", "--ckpt.interval", "2"];
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+            .args(base)
+            .args(["--run.name", &name, "--output-dir", tmp.path().to_str().unwrap()])
+            .args(["--model.path", model.to_str().unwrap()])
+            .current_dir(root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let wanted = format!("step {kill_after}/12");
+        assert!(lines.any(|l| l.is_ok_and(|l| l.starts_with(&wanted))), "{name}: never reached {wanted}");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let run = tmp.path().join(&name);
+        let mut victims = pids_naming(&run.join("configs"));
+        victims.push(child.id().to_string());
+        assert!(Command::new("kill").arg("-KILL").args(&victims).status().unwrap().success());
+        child.wait().unwrap();
+        let start = Instant::now();
+        while !pids_naming(&run.join("configs")).is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut args = base.to_vec();
+        args.extend(["--run.name", &name, "--output-dir", tmp.path().to_str().unwrap()]);
+        args.extend(["--model.path", model.to_str().unwrap(), "--resume"]);
+        let o = rl(&args);
+        assert!(o.status.success(), "{name}: {}\n{}", stdout(&o), stderr(&o));
+        let dir = RunDir::new(&run);
+        let orch: Vec<u64> = read_jsonl::<serde_json::Value>(&dir.metrics())
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        let trainer: Vec<u64> =
+            read_jsonl::<TrainerRow>(&dir.trainer_metrics()).unwrap().iter().map(|r| r.step).collect();
+        let all: Vec<u64> = (1..=12).collect();
+        assert_eq!(orch, all, "{name}: orchestrator metrics");
+        assert_eq!(trainer, all, "{name}: trainer metrics");
+        assert!(stdout(&o).contains("final model (after step 12)"), "{name}: {}", stdout(&o));
+    }
+}

@@ -111,9 +111,31 @@ pub fn append_jsonl(path: &Path, row: &impl Serialize) -> Result<(), FileError> 
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
+    // A torn last line (a crash mid-append) would glue onto this row: cut it first.
+    repair_jsonl(path)?;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io(path))?;
     f.write_all(line.as_bytes()).map_err(io(path))?;
     f.sync_data().map_err(io(path))
+}
+
+/// Cuts a torn last line (bytes after the last newline, left by a crash mid-append) off a JSON-lines
+/// file, returning what was cut so the caller can report it; `None` when the file is whole or
+/// missing. Each JSONL file has one writer, so a tail without a newline is never a row in progress
+/// when its writer calls this.
+pub fn repair_jsonl(path: &Path) -> Result<Option<String>, FileError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(FileError::Io { path: path.to_owned(), source: e }),
+    };
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return Ok(None);
+    }
+    let keep = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let f = std::fs::OpenOptions::new().write(true).open(path).map_err(io(path))?;
+    f.set_len(keep as u64).map_err(io(path))?;
+    f.sync_data().map_err(io(path))?;
+    Ok(Some(String::from_utf8_lossy(&bytes[keep..]).into_owned()))
 }
 
 /// The rows of a JSON-lines file (none when it does not exist). A last line without its newline is
@@ -135,12 +157,22 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, FileError>
         .collect()
 }
 
+/// What [`retain_jsonl`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Whole rows dropped.
+    pub dropped: usize,
+    /// A torn last line cut off (a crash mid-append), to report.
+    pub torn: Option<String>,
+}
+
 /// Keeps only the rows of a JSON-lines file for which `keep` is true, rewriting it atomically (a
-/// missing file stays missing). Returns how many rows were dropped.
-pub fn retain_jsonl(path: &Path, keep: impl Fn(&Value) -> bool) -> Result<usize, FileError> {
+/// missing file stays missing); a torn last line is cut and returned for the caller to report.
+pub fn retain_jsonl(path: &Path, keep: impl Fn(&Value) -> bool) -> Result<Retained, FileError> {
     if !path.exists() {
-        return Ok(0);
+        return Ok(Retained::default());
     }
+    let torn = repair_jsonl(path)?;
     let rows: Vec<Value> = read_jsonl(path)?;
     let before = rows.len();
     let mut out = String::new();
@@ -150,7 +182,7 @@ pub fn retain_jsonl(path: &Path, keep: impl Fn(&Value) -> bool) -> Result<usize,
     }
     let kept = out.lines().count();
     write_atomic(path, out.as_bytes())?;
-    Ok(before - kept)
+    Ok(Retained { dropped: before - kept, torn })
 }
 
 #[cfg(test)]
@@ -162,6 +194,23 @@ mod tests {
         let d = std::env::temp_dir().join(format!("rl-files-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn a_torn_last_line_is_cut_before_the_next_append_and_reported() {
+        let d = tmp("torn");
+        let p = d.join("m.jsonl");
+        append_jsonl(&p, &json!({"step": 1})).unwrap();
+        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(br#"{"step": 2, "los"#).unwrap();
+        assert_eq!(read_jsonl::<Value>(&p).unwrap().len(), 1, "readers skip it");
+        append_jsonl(&p, &json!({"step": 2})).unwrap();
+        let rows: Vec<Value> = read_jsonl(&p).unwrap();
+        assert_eq!(rows, vec![json!({"step": 1}), json!({"step": 2})]);
+        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"st").unwrap();
+        assert_eq!(repair_jsonl(&p).unwrap().as_deref(), Some("{\"st"));
+        assert_eq!(repair_jsonl(&p).unwrap(), None, "whole now");
+        assert_eq!(repair_jsonl(&d.join("missing.jsonl")).unwrap(), None);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -201,10 +250,10 @@ mod tests {
         for s in 1..=4 {
             append_jsonl(&p, &json!({"step": s})).unwrap();
         }
-        let dropped = retain_jsonl(&p, |r| r["step"].as_u64().is_some_and(|s| s <= 2)).unwrap();
+        let dropped = retain_jsonl(&p, |r| r["step"].as_u64().is_some_and(|s| s <= 2)).unwrap().dropped;
         assert_eq!(dropped, 2);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"step\":1}\n{\"step\":2}\n");
-        assert_eq!(retain_jsonl(&d.join("none.jsonl"), |_| true).unwrap(), 0);
+        assert_eq!(retain_jsonl(&d.join("none.jsonl"), |_| true).unwrap(), Retained::default());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -24,7 +24,8 @@ mod metrics;
 use std::path::{Path, PathBuf};
 
 pub use files::{
-    FileError, append_jsonl, persist, read_jsonl, retain_jsonl, temp_path, write_atomic, write_json_atomic,
+    FileError, Retained, append_jsonl, persist, read_jsonl, repair_jsonl, retain_jsonl, temp_path, write_atomic,
+    write_json_atomic,
 };
 pub use metrics::{MetricsRow, RolloutMetrics, SftRow, TrainerRow};
 
