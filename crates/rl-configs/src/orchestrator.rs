@@ -126,6 +126,8 @@ pub struct PolicyModelConfig {
     /// key). `rl rl` copies `inference.admin_key_env` here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_key_env: Option<String>,
+    /// Extra HTTP headers on every request to the endpoint (e.g. routing hints for a gateway).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for PolicyModelConfig {
@@ -137,6 +139,7 @@ impl Default for PolicyModelConfig {
             timeout_s: 600.0,
             api_key_env: None,
             admin_key_env: None,
+            headers: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -160,6 +163,9 @@ pub struct ModelEndpointConfig {
     /// opponents), sent as a bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// Extra HTTP headers on every request to the endpoint.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 fn default_timeout() -> f64 {

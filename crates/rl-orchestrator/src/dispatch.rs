@@ -94,6 +94,7 @@ pub(crate) fn runtime(models: &Models, key: &str, s: &SamplingConfig, version: u
         cache_salt: (key == POLICY_KEY).then(|| version.to_string()),
         timeout: ep.timeout,
         api_key: ep.api_key.clone(),
+        headers: ep.headers.clone(),
     })
 }
 

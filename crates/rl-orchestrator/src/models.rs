@@ -26,6 +26,8 @@ pub struct Endpoint {
     pub api_key: Option<rl_serve::ApiKey>,
     /// Bearer token for its admin routes (`/update_weights`), when it differs from `api_key`.
     pub admin_key: Option<rl_serve::ApiKey>,
+    /// Extra headers on every request.
+    pub headers: BTreeMap<String, String>,
 }
 
 impl Endpoint {
@@ -51,6 +53,14 @@ fn authorized(request: reqwest::RequestBuilder, key: Option<&rl_serve::ApiKey>) 
         Some(k) => request.bearer_auth(&k.0),
         None => request,
     }
+}
+
+/// Adds the endpoint's extra headers.
+fn with_headers(mut request: reqwest::RequestBuilder, ep: &Endpoint) -> reqwest::RequestBuilder {
+    for (name, value) in &ep.headers {
+        request = request.header(name, value);
+    }
+    request
 }
 
 /// `http://host:port` of a `.../v1` base URL.
@@ -83,6 +93,7 @@ impl Models {
                 timeout: Duration::from_secs_f64(cfg.model.timeout_s),
                 api_key: secret("model.api_key_env", cfg.model.api_key_env.as_deref())?,
                 admin_key: secret("model.admin_key_env", cfg.model.admin_key_env.as_deref())?,
+                headers: cfg.model.headers.clone(),
             },
         );
         for (key, m) in &cfg.models {
@@ -95,6 +106,7 @@ impl Models {
                     timeout: Duration::from_secs_f64(m.timeout_s),
                     api_key: secret(&format!("models.{key}.api_key_env"), m.api_key_env.as_deref())?,
                     admin_key: None,
+                    headers: m.headers.clone(),
                 },
             );
         }
@@ -165,7 +177,7 @@ impl Models {
     async fn post(&self, key: &str, url: String, body: Value) -> Result<Value> {
         let ep = self.endpoint(key)?;
         let fail = |message: String| Error::Scoring { model: key.to_owned(), url: url.clone(), message };
-        let request = self.http.post(&url).timeout(ep.timeout).json(&body);
+        let request = with_headers(self.http.post(&url).timeout(ep.timeout).json(&body), ep);
         let resp = authorized(request, ep.api_key.as_ref()).send().await.map_err(|e| fail(e.to_string()))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| fail(e.to_string()))?;

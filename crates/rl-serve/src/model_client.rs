@@ -90,6 +90,9 @@ impl ModelClient {
         if let Some(key) = &runtime.api_key {
             request = request.bearer_auth(&key.0);
         }
+        for (name, value) in &runtime.headers {
+            request = request.header(name, value);
+        }
         if let Some(id) = session {
             request = request.header("X-Session-ID", id);
         }
@@ -264,6 +267,7 @@ mod tests {
             cache_salt: Some(String::from("3")),
             timeout: Duration::from_secs(1),
             api_key: None,
+            headers: Default::default(),
         }
     }
 

@@ -244,7 +244,12 @@ pub struct ModelRuntime {
     pub timeout: Duration,
     /// The endpoint's API key, sent as a bearer token.
     pub api_key: Option<ApiKey>,
+    /// Extra headers sent with every request.
+    pub headers: BTreeMap<String, String>,
 }
+
+/// Headers a runtime's `headers` may not set: the client sets them itself.
+const RESERVED_HEADERS: &[&str] = &["authorization", "x-session-id", "content-type", "content-length", "host"];
 
 /// An API key: its `Debug` form never shows it, so logged requests do not leak it.
 #[derive(Clone, PartialEq, Eq)]
@@ -254,6 +259,27 @@ impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ApiKey(***)")
     }
+}
+
+/// Valid header names and values that do not override what the client sets.
+fn checked_headers(
+    headers: &std::collections::HashMap<String, String>,
+    field: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (name, value) in headers {
+        let key = format!("{field}.headers.{name}");
+        if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(Error::bad_request(key, "is set by the env server itself"));
+        }
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || reqwest::header::HeaderValue::from_str(value).is_err()
+        {
+            return Err(Error::bad_request(key, "is not a valid HTTP header name and value"));
+        }
+        out.insert(name.clone(), value.clone());
+    }
+    Ok(out)
 }
 
 /// Default per-call timeout when the request leaves it at 0.
@@ -330,6 +356,7 @@ impl ModelRuntime {
             cache_salt: Some(m.cache_salt.clone()).filter(|s| !s.is_empty()),
             timeout: if m.timeout_s > 0.0 { Duration::from_secs_f64(m.timeout_s) } else { DEFAULT_MODEL_TIMEOUT },
             api_key: Some(m.api_key.trim()).filter(|k| !k.is_empty()).map(|k| ApiKey(k.to_owned())),
+            headers: checked_headers(&m.headers, field)?,
         })
     }
 
@@ -355,6 +382,7 @@ impl ModelRuntime {
             cache_salt: self.cache_salt.clone().unwrap_or_default(),
             timeout_s: self.timeout.as_secs_f64(),
             api_key: self.api_key.as_ref().map(|k| k.0.clone()).unwrap_or_default(),
+            headers: self.headers.clone().into_iter().collect(),
         }
     }
 }

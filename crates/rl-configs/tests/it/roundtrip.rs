@@ -190,6 +190,7 @@ prop_compose! {
             tokens: true,
             timeout_s: 30.0,
             api_key_env: None,
+            headers: Default::default(),
         })]);
         if embedded {
             c.inference = Some(InferenceConfig { port, model: ModelConfig { path: Some(PathBuf::from("models/tiny")), name: None }, ..Default::default() });

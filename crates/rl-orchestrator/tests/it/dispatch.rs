@@ -328,6 +328,7 @@ async fn opd_scores_with_the_reference_model_with_bounded_concurrency() {
             tokens: true,
             timeout_s: 10.0,
             api_key_env: None,
+            headers: Default::default(),
         },
     );
     let opd: AlgorithmConfig =

@@ -172,12 +172,13 @@ async fn a_dropped_client_cancels_its_rollouts() {
 }
 
 /// With `token_env`, every call but `Health` needs the token (UNAUTHENTICATED otherwise), and the
-/// actor's `api_key` reaches the model endpoint as a bearer token. The test's secrets are two
+/// actor's `api_key` and extra headers reach the model endpoint (reserved headers are refused). The test's secrets are two
 /// variables cargo sets for every test process.
 #[tokio::test]
 async fn a_token_guards_the_env_server_and_api_keys_reach_the_model() {
     let model = FakeModel::start(|r: &FakeRequest| {
-        FakeReply::Text(r.headers.get("authorization").cloned().unwrap_or_default())
+        let h = |name: &str| r.headers.get(name).cloned().unwrap_or_default();
+        FakeReply::Text(format!("{} | {}", h("authorization"), h("x-route")))
     })
     .await;
     let config = ServeConfig { token_env: Some(String::from("CARGO_PKG_NAME")), ..Default::default() };
@@ -186,11 +187,16 @@ async fn a_token_guards_the_env_server_and_api_keys_reach_the_model() {
     let h = start(Arc::new(StepEnv::new()), config, opts(token.clone())).await;
     let mut actor = actor(&model);
     actor.api_key = String::from("k-123");
+    actor.headers.insert(String::from("X-Route"), String::from("replica-2"));
     let req =
         pb::RunGroupRequest { example: dataset("train", 0), group_size: 1, actor: Some(actor), ..Default::default() };
     let resp = h.client.run_group(req.clone()).await.unwrap();
     let said = &resp.episodes[0].traces[0].nodes.last().unwrap().content;
-    assert!(said.contains("Bearer k-123"), "the model saw: {said}");
+    assert_eq!(said, "Bearer k-123 | replica-2", "the model saw the key and the extra header");
+    let mut reserved = req.clone();
+    reserved.actor.as_mut().unwrap().headers.insert(String::from("Authorization"), String::from("x"));
+    let e = bad_field(h.client.run_group(reserved).await.unwrap_err());
+    assert!(e.contains("actor.headers.Authorization"), "{e}");
 
     for wrong in [None, Some(rl_serve::ApiKey(String::from("nope")))] {
         let other = EnvClient::new(h.client.address(), opts(wrong)).unwrap();
