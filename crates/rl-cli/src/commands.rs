@@ -53,8 +53,8 @@ fn config_command<T: ConfigFile>(
     args: &[String],
     run: fn(&str, &T) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        return print_command_help::<T>(command);
+    if let Some(at) = args.iter().position(|a| a == "--help" || a == "-h") {
+        return print_command_help::<T>(command, args.get(at + 1).map(String::as_str));
     }
     let dry_run = args.iter().any(|a| a == "--dry-run");
     let args: Vec<String> = args.iter().filter(|a| *a != "--dry-run").cloned().collect();
@@ -78,7 +78,20 @@ fn config_command<T: ConfigFile>(
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force]";
 
+const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
+model.safetensors, a character-level tokenizer and the chat template) that every command loads.
+
+  --out DIR       the directory to create (required; refused if it exists, unless --force)
+  --preset NAME   tiny (0.8M params, the recipes' model), small (4.8M), or qwen3-0.6b (Qwen3-0.6B's
+                  shapes and 151936-token vocabulary; the GPU benchmark's model); default tiny
+  --seed N        seed of the random weights; default 0
+  --force         replace an existing directory";
+
 fn model_command(args: &[String]) -> anyhow::Result<()> {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        writeln!(std::io::stdout().lock(), "usage: {MODEL_INIT_USAGE}\n\n{MODEL_INIT_HELP}")?;
+        return Ok(());
+    }
     match args.first().map(String::as_str) {
         Some("init") => model_init(&args[1..]),
         Some(other) => bail!("unknown `rl model` command `{other}`; expected `{MODEL_INIT_USAGE}`"),
@@ -154,17 +167,33 @@ fn print_usage() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_command_help<T: ConfigFile>(command: &str) -> anyhow::Result<()> {
+/// The sections `rl eval` reads (it takes the orchestrator's config, most of which is training).
+const EVAL_SECTIONS: &[&str] =
+    &["model", "models", "eval", "output_dir", "log", "rollout_timeout_s", "wait_for_ready_s"];
+
+fn print_command_help<T: ConfigFile>(command: &str, section: Option<&str>) -> anyhow::Result<()> {
     let schema = schemars::schema_for!(T).to_value();
+    let mut all = crate::help::entries(&schema);
+    if command == "eval" {
+        all.retain(|e| EVAL_SECTIONS.iter().any(|s| e.key == *s || e.key.starts_with(&format!("{s}."))));
+    }
+    let Some(text) = crate::help::render(&all, section) else {
+        let tops: Vec<&str> = all.iter().filter(|e| !e.key.contains('.')).map(|e| e.key.as_str()).collect();
+        bail!(
+            "`rl {command}` has no key or section `{}`; its top-level keys: {}",
+            section.unwrap_or(""),
+            tops.join(", ")
+        );
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "usage: rl {command} [@ config.toml ...] [--section.key value ...] [--dry-run]\n")?;
-    writeln!(out, "top-level keys (full schema: `rl schema {command}`):")?;
-    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
-        for (key, prop) in props {
-            let about = prop.get("description").and_then(|d| d.as_str()).unwrap_or("");
-            let first_line = about.lines().next().unwrap_or("");
-            writeln!(out, "  --{:<24} {first_line}", key.replace('_', "-"))?;
-        }
+    match section {
+        Some(s) => writeln!(out, "keys under `{s}`:")?,
+        None => writeln!(
+            out,
+            "keys (`rl {command} --help <section>` shows one section; JSON Schema: `rl schema {command}`):"
+        )?,
     }
+    write!(out, "{text}")?;
     Ok(())
 }

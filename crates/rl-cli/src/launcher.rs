@@ -360,6 +360,23 @@ enum Finished {
     Interrupted,
 }
 
+/// A warning when the latest trainer steps (`skipped`, oldest first) trained no token: at 5 in a
+/// row, then each time the streak doubles; `warned` remembers the streak last warned about.
+fn idle_warning(skipped: impl DoubleEndedIterator<Item = bool>, warned: &mut usize) -> Option<String> {
+    let idle = skipped.rev().take_while(|s| *s).count();
+    if idle == 0 {
+        *warned = 0;
+    }
+    if idle < 5 || idle < *warned * 2 {
+        return None;
+    }
+    *warned = idle;
+    Some(format!(
+        "warning: the last {idle} trainer steps trained no token (every sample masked or filtered: all-equal \
+         rewards with filter_zero_advantages, or loss masks); see `optimizer_skipped` in trainer/metrics.jsonl"
+    ))
+}
+
 /// Looks at every child (and the inference server's health).
 fn look(watch: &mut crate::liveness::Watch, procs: &[Proc], inference: Option<&str>) -> crate::liveness::Report {
     let children: Vec<crate::liveness::Child<'_>> =
@@ -379,6 +396,8 @@ fn monitor(
     let started = Instant::now();
     let mut watch = crate::liveness::Watch::default();
     let mut kl = std::collections::BTreeMap::new();
+    // The streak of steps that trained nothing last warned about.
+    let mut warned_idle = 0;
     let mut out = std::io::stdout().lock();
     // When the last step line (or the start) was printed, and when we last said we are waiting.
     let (mut progressed, mut nagged) = (Instant::now(), Instant::now());
@@ -397,7 +416,7 @@ fn monitor(
         }
         // Rows are read as they are written; a row being written is skipped until complete.
         for row in read_jsonl::<TrainerRow>(&run.trainer_metrics()).unwrap_or_default() {
-            kl.insert(row.step, (row.mismatch_kl, row.tokens_per_s));
+            kl.insert(row.step, (row.mismatch_kl, row.tokens_per_s, row.optimizer_skipped));
         }
         let orch_rows: Vec<MetricsRow> = read_jsonl(&run.metrics()).unwrap_or_default();
         let mut new_rows = false;
@@ -407,9 +426,17 @@ fn monitor(
             shown = step;
             new_rows = true;
             // The latest trained step's numbers (training of this step may still be running).
-            let trained = kl.values().next_back().map_or(String::from("trainer starting"), |(mkl, tps)| {
-                format!("mismatch_kl {mkl:.1e} | trainer {tps:.0} tok/s")
-            });
+            // The latest step that trained tokens (a skipped step has no KL or speed to show).
+            let trained = kl
+                .values()
+                .rev()
+                .find(|(_, _, skipped)| !skipped)
+                .map_or(String::from("trainer: no step trained yet"), |(mkl, tps, _)| {
+                    format!("mismatch_kl {mkl:.1e} | trainer {tps:.0} tok/s")
+                });
+            if let Some(warning) = idle_warning(kl.values().map(|(_, _, skipped)| *skipped), &mut warned_idle) {
+                writeln!(out, "{warning}")?;
+            }
             writeln!(
                 out,
                 "step {step}{} | reward {:.4} | {trained} | elapsed {:.0}s",
@@ -465,5 +492,25 @@ fn monitor(
             return Ok(Finished::Done);
         }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn steps_that_train_nothing_are_warned_about_at_5_then_as_the_streak_doubles() {
+        let mut warned = 0;
+        let mut said = Vec::new();
+        let mut rows = vec![false];
+        for n in 1..=24 {
+            rows.resize(n + 1, true);
+            if let Some(w) = super::idle_warning(rows.iter().copied(), &mut warned) {
+                said.push(w.split_whitespace().nth(3).unwrap().to_owned());
+            }
+        }
+        assert_eq!(said, ["5", "10", "20"]);
+        rows.push(false);
+        assert!(super::idle_warning(rows.iter().copied(), &mut warned).is_none());
+        assert_eq!(warned, 0, "a trained step ends the streak");
     }
 }

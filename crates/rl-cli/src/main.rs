@@ -3,6 +3,7 @@
 
 mod commands;
 mod env_server;
+mod help;
 mod launcher;
 mod liveness;
 mod logging;

@@ -35,6 +35,7 @@ fn rl_runs_three_steps_across_all_processes() {
         assert!(run.join(format!("broadcasts/step_{step}/STABLE")).exists(), "weights after step {step}");
         assert!(stdout(&o).contains(&format!("step {step}/3 | reward")), "a progress line per step:\n{}", stdout(&o));
     }
+    assert!(!stdout(&o).contains("NaN"), "progress lines show no NaN:\n{}", stdout(&o));
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
