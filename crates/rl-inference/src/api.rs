@@ -4,6 +4,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use rl_model::Penalties;
+
 use crate::engine::GenRequest;
 use crate::error::{Error, Result};
 
@@ -60,6 +62,24 @@ pub(crate) struct Sampling {
     pub(crate) prompt_logprobs: Option<u32>,
     #[serde(default)]
     pub(crate) stream: bool,
+    /// OpenAI: subtracted once from the logit of every token already in the output.
+    #[serde(default)]
+    pub(crate) presence_penalty: Option<f32>,
+    /// OpenAI: subtracted from a token's logit per time it is already in the output.
+    #[serde(default)]
+    pub(crate) frequency_penalty: Option<f32>,
+    /// vLLM/HF: logits of tokens in the prompt or output divided (positive) or multiplied by it.
+    #[serde(default)]
+    pub(crate) repetition_penalty: Option<f32>,
+    /// vLLM: tokens less likely than this times the most likely one are not sampled.
+    #[serde(default)]
+    pub(crate) min_p: Option<f32>,
+    /// OpenAI: token id (as a string) -> bias added to its logit, in [-100, 100].
+    #[serde(default)]
+    pub(crate) logit_bias: Option<std::collections::BTreeMap<String, f64>>,
+    /// OpenAI: only `{"type": "text"}` (no guided decoding here).
+    #[serde(default)]
+    pub(crate) response_format: Option<Value>,
 }
 
 fn one() -> u32 {
@@ -72,7 +92,26 @@ pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<ChatMessage>,
     pub(crate) tools: Option<Vec<Value>>,
     pub(crate) add_generation_prompt: bool,
+    /// `auto` (default) or `none` (the reply is not parsed for tool calls).
+    pub(crate) tool_choice: Option<Value>,
+    /// Extra chat-template variables (`enable_thinking`, ...).
+    pub(crate) chat_template_kwargs: serde_json::Map<String, Value>,
     pub(crate) sampling: Sampling,
+}
+
+impl ChatRequest {
+    /// Whether replies are parsed for tool calls: `tool_choice` `auto` or `none` only (no guided
+    /// decoding, so `required` or a named function cannot be honoured).
+    pub(crate) fn tool_calls_wanted(&self) -> Result<bool> {
+        match &self.tool_choice {
+            None => Ok(true),
+            Some(Value::String(s)) if s == "auto" => Ok(true),
+            Some(Value::String(s)) if s == "none" => Ok(false),
+            Some(other) => Err(Error::BadRequest(format!(
+                "tool_choice {other} is not supported by this server (it has no guided decoding); use \"auto\" or \"none\""
+            ))),
+        }
+    }
 }
 
 // Requests are read field by field, never through `#[serde(flatten)]` or untagged enums: those
@@ -88,12 +127,17 @@ impl<'de> Deserialize<'de> for ChatRequest {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<ChatRequest, A::Error> {
                 let (mut messages, mut tools, mut add_generation_prompt) = (None, None, true);
+                let (mut tool_choice, mut chat_template_kwargs) = (None, serde_json::Map::new());
                 let mut rest = serde_json::Map::new();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "messages" => messages = Some(map.next_value()?),
                         "tools" => tools = map.next_value()?,
                         "add_generation_prompt" => add_generation_prompt = map.next_value()?,
+                        "tool_choice" => tool_choice = map.next_value()?,
+                        "chat_template_kwargs" => {
+                            chat_template_kwargs = map.next_value::<Option<_>>()?.unwrap_or_default();
+                        }
                         _ => {
                             rest.insert(key, map.next_value()?);
                         }
@@ -103,6 +147,8 @@ impl<'de> Deserialize<'de> for ChatRequest {
                     messages: messages.ok_or_else(|| de::Error::missing_field("messages"))?,
                     tools,
                     add_generation_prompt,
+                    tool_choice,
+                    chat_template_kwargs,
                     sampling: Sampling::deserialize(Value::Object(rest)).map_err(de::Error::custom)?,
                 })
             }
@@ -218,6 +264,7 @@ pub(crate) struct Limits {
     pub(crate) max_model_len: usize,
     pub(crate) max_n: u32,
     pub(crate) default_seed: u64,
+    pub(crate) vocab_size: usize,
 }
 
 impl Sampling {
@@ -281,6 +328,14 @@ impl Sampling {
         if self.prompt_logprobs.is_some_and(|k| k > 20) {
             return Err(Error::BadRequest(String::from("prompt_logprobs must be at most 20")));
         }
+        let (penalties, min_p) = self.penalties(limits)?;
+        if let Some(format) = &self.response_format
+            && format.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return Err(Error::BadRequest(format!(
+                "response_format {format} is not supported by this server (it has no guided decoding); use {{\"type\": \"text\"}}"
+            )));
+        }
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
@@ -300,7 +355,43 @@ impl Sampling {
             stop,
             top_logprobs,
             prompt_logprobs: self.prompt_logprobs,
+            penalties,
+            min_p,
         })
+    }
+
+    /// The logit adjustments and `min_p`, checked against vLLM's ranges.
+    fn penalties(&self, limits: &Limits) -> Result<(Penalties, f32)> {
+        let bad = |m: String| Err(Error::BadRequest(m));
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if let Some(v) = v.filter(|v| !(-2.0..=2.0).contains(v)) {
+                return bad(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
+        if let Some(r) = self.repetition_penalty.filter(|r| !(r.is_finite() && *r > 0.0 && *r <= 10.0)) {
+            return bad(format!("repetition_penalty must be in (0, 10], got {r}"));
+        }
+        if let Some(m) = self.min_p.filter(|m| !(0.0..=1.0).contains(m)) {
+            return bad(format!("min_p must be in [0, 1], got {m}"));
+        }
+        let mut logit_bias = Vec::new();
+        for (token, bias) in self.logit_bias.iter().flatten() {
+            let id: u32 = match token.parse() {
+                Ok(id) if (id as usize) < limits.vocab_size => id,
+                _ => return bad(format!("logit_bias: {token:?} is not a token id of this model")),
+            };
+            if !(-100.0..=100.0).contains(bias) {
+                return bad(format!("logit_bias: the bias of token {id} must be in [-100, 100], got {bias}"));
+            }
+            logit_bias.push((id, *bias as f32));
+        }
+        let penalties = Penalties {
+            presence: self.presence_penalty.unwrap_or(0.0),
+            frequency: self.frequency_penalty.unwrap_or(0.0),
+            repetition: self.repetition_penalty.unwrap_or(1.0),
+            logit_bias,
+        };
+        Ok((penalties, self.min_p.unwrap_or(0.0)))
     }
 }
 

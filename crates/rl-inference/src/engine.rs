@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 
-use rl_model::{CpuRuntime, Qwen3, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
+use rl_model::{CpuRuntime, Penalties, Qwen3, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -42,6 +42,20 @@ pub struct GenRequest {
     pub top_logprobs: u32,
     /// Also return the log-probabilities of the prompt tokens (`Some(k)`: with k alternatives).
     pub prompt_logprobs: Option<u32>,
+    /// Logit adjustments before temperature (penalties, bias).
+    pub penalties: Penalties,
+    /// vLLM `min_p` (0 = off).
+    pub min_p: f32,
+}
+
+/// `row` as the request samples from it: adjusted by its penalties for the output so far.
+fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32]) -> std::borrow::Cow<'a, [f32]> {
+    if req.penalties.is_off() {
+        return std::borrow::Cow::Borrowed(row);
+    }
+    let mut adjusted = row.to_vec();
+    req.penalties.apply(&mut adjusted, &req.prompt, output);
+    std::borrow::Cow::Owned(adjusted)
 }
 
 /// One token's log-probability and its top alternatives.
@@ -402,6 +416,8 @@ impl<R: Runtime> EngineLoop<R> {
         let mut broken = Vec::new();
         for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
+            let row = processed(req, row, &seq.tokens);
+            let row = row.as_ref();
             let (id, logprob) = seq.sampler.sample(row);
             if !logprob.is_finite() {
                 broken.push(seq.slot);
@@ -484,8 +500,11 @@ impl<R: Runtime> EngineLoop<R> {
                 }
             }
         };
+        let last = processed(&req, last, &[]);
+        let last = last.as_ref();
         for choice in (0..n).rev() {
-            let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64));
+            let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64))
+                .with_min_p(req.min_p);
             let (id, logprob) = sampler.sample(last);
             if !logprob.is_finite() {
                 self.seqs.retain(|s| s.slot != slot);

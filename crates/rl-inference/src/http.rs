@@ -276,11 +276,12 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     }
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
-    let text = s.template.render(&messages, &tools, req.add_generation_prompt)?;
+    let wants_calls = req.tool_calls_wanted()?;
+    let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
     let prompt = s.encode(&text)?;
     let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
     let out = s.run(gen_req).await?;
-    let parse_tools = !tools.is_empty() && s.tool_parser != "none";
+    let parse_tools = wants_calls && !tools.is_empty() && s.tool_parser != "none";
     let choices: Vec<Value> = out
         .completions
         .iter()

@@ -112,6 +112,23 @@ impl ChatTemplate {
         tools: &[serde_json::Value],
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_with(messages, tools, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables (`chat_template_kwargs`, e.g.
+    /// `enable_thinking`), as HF `apply_chat_template(**kwargs)` passes them. They may not replace
+    /// the variables the renderer sets.
+    pub fn render_with(
+        &self,
+        messages: &[TemplateMessage],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
+        const SET_HERE: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+        if let Some(k) = kwargs.keys().find(|k| SET_HERE.contains(&k.as_str())) {
+            return Err(Error::Input(format!("chat_template_kwargs may not set `{k}`")));
+        }
         let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
         let tools = if tools.is_empty() { Value::from(()) } else { Value::from(Serde(tools)) };
         tmpl.render(context! {
@@ -120,6 +137,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => "",
             eos_token => "<|im_end|>",
+            ..Value::from(Serde(kwargs))
         })
         .map_err(|e| Error::Template(e.to_string()))
     }
@@ -149,4 +167,26 @@ pub fn write_tokenizer_config(path: &Path, specials: &[&str]) -> Result<()> {
         "added_tokens_decoder": added,
     });
     std::fs::write(path, serde_json::to_string_pretty(&v).expect("json")).map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_template_kwargs_reach_the_template_but_cannot_replace_its_variables() {
+        let t = ChatTemplate::new(
+            "{% if enable_thinking is defined and not enable_thinking %}/no_think {% endif %}\
+             {% for m in messages %}{{ m.content }}{% endfor %}",
+        )
+        .unwrap();
+        let msgs = [TemplateMessage { role: String::from("user"), content: String::from("hi"), tool_calls: vec![] }];
+        assert_eq!(t.render(&msgs, &[], true).unwrap(), "hi");
+        let off = serde_json::json!({"enable_thinking": false});
+        assert_eq!(t.render_with(&msgs, &[], true, off.as_object().unwrap()).unwrap(), "/no_think hi");
+        let bad = serde_json::json!({"messages": []});
+        assert!(
+            t.render_with(&msgs, &[], true, bad.as_object().unwrap()).unwrap_err().to_string().contains("messages")
+        );
+    }
 }

@@ -29,7 +29,7 @@ pub use model::Qwen3;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
-pub use sampling::{Sampler, log_softmax};
+pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{
     Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config, read_weights,

@@ -9,7 +9,69 @@ pub struct Sampler {
     temperature: f32,
     top_p: f32,
     top_k: Option<usize>,
+    min_p: f32,
     rng: SplitMix64,
+}
+
+/// Logit adjustments made before temperature and sampling, as vLLM makes them: a repetition
+/// penalty over prompt and output tokens (positive logits divided by it, negative ones
+/// multiplied), frequency and presence penalties over output tokens (`count * frequency +
+/// presence`, subtracted), then a per-token bias. Reported logprobs are those of the adjusted,
+/// temperature-scaled distribution: the one actually sampled from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalties {
+    /// OpenAI `presence_penalty`, in [-2, 2].
+    pub presence: f32,
+    /// OpenAI `frequency_penalty`, in [-2, 2].
+    pub frequency: f32,
+    /// vLLM/HF `repetition_penalty`, > 0 (1 = off).
+    pub repetition: f32,
+    /// OpenAI `logit_bias`: (token id, bias in [-100, 100]).
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Default for Penalties {
+    fn default() -> Self {
+        Penalties { presence: 0.0, frequency: 0.0, repetition: 1.0, logit_bias: Vec::new() }
+    }
+}
+
+impl Penalties {
+    /// Whether applying changes nothing.
+    pub fn is_off(&self) -> bool {
+        self.presence == 0.0 && self.frequency == 0.0 && self.repetition == 1.0 && self.logit_bias.is_empty()
+    }
+
+    /// Adjusts `logits` for a sequence of `prompt` followed by `output` so far.
+    pub fn apply(&self, logits: &mut [f32], prompt: &[u32], output: &[u32]) {
+        if self.repetition != 1.0 {
+            let mut seen = vec![false; logits.len()];
+            for &t in prompt.iter().chain(output) {
+                if let Some(flag) = seen.get_mut(t as usize) {
+                    *flag = true;
+                }
+            }
+            for (z, _) in logits.iter_mut().zip(&seen).filter(|(_, s)| **s) {
+                *z = if *z > 0.0 { *z / self.repetition } else { *z * self.repetition };
+            }
+        }
+        if self.presence != 0.0 || self.frequency != 0.0 {
+            let mut counts = std::collections::HashMap::<u32, u32>::new();
+            for &t in output {
+                *counts.entry(t).or_default() += 1;
+            }
+            for (t, n) in counts {
+                if let Some(z) = logits.get_mut(t as usize) {
+                    *z -= self.frequency * n as f32 + self.presence;
+                }
+            }
+        }
+        for &(t, bias) in &self.logit_bias {
+            if let Some(z) = logits.get_mut(t as usize) {
+                *z += bias;
+            }
+        }
+    }
 }
 
 /// `log_softmax(logits / t)` (t = 1 when `temperature` is 0).
@@ -29,8 +91,15 @@ impl Sampler {
             temperature,
             top_p,
             top_k: top_k.filter(|k| *k > 0),
+            min_p: 0.0,
             rng: SplitMix64::new(seed ^ 0x5851_f42d_4c95_7f2d),
         }
+    }
+
+    /// Also drops tokens less likely than `min_p` times the most likely one (vLLM `min_p`).
+    pub fn with_min_p(mut self, min_p: f32) -> Self {
+        self.min_p = min_p;
+        self
     }
 
     /// Picks a token; returns it with its log-probability under `softmax(logits / T)`.
@@ -56,6 +125,10 @@ impl Sampler {
             if mass >= f64::from(self.top_p) {
                 break;
             }
+        }
+        if self.min_p > 0.0 {
+            let floor = f64::from(logp[order[0]]).exp() * f64::from(self.min_p);
+            kept.retain(|&i| f64::from(logp[i]).exp() >= floor);
         }
         let total: f64 = kept.iter().map(|&i| f64::from(logp[i]).exp()).sum();
         let mut u = self.rng.uniform() * total;
@@ -83,6 +156,22 @@ mod tests {
         for (l, zi) in lp.iter().zip(&z) {
             assert!((f64::from(*l) - (zi / s).ln()).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn penalties_follow_vllm_and_min_p_keeps_only_likely_tokens() {
+        let mut z = vec![2.0f32, -1.0, 0.5, 3.0];
+        let p = Penalties { presence: 0.5, frequency: 0.25, repetition: 2.0, logit_bias: vec![(2, 10.0)] };
+        // Token 0 in the prompt only, token 3 twice in the output, token 1 once.
+        p.apply(&mut z, &[0], &[3, 3, 1]);
+        assert_eq!(z, vec![1.0, -2.0 - 0.25 - 0.5, 10.5, 1.5 - 0.5 - 0.5]);
+        assert!(Penalties::default().is_off() && !p.is_off());
+        // Probabilities ~0.64, 0.24, 0.09, 0.03: min_p 0.3 keeps the first two only.
+        let logits = [3.0f32, 2.0, 1.0, 0.0];
+        let mut s = Sampler::new(1.0, 1.0, None, 5).with_min_p(0.3);
+        assert!((0..200).all(|_| s.sample(&logits).0 <= 1));
+        let mut s = Sampler::new(1.0, 1.0, None, 5);
+        assert!((0..200).any(|_| s.sample(&logits).0 >= 2), "without min_p the tail is sampled");
     }
 
     #[test]

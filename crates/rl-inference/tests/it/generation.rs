@@ -216,3 +216,61 @@ async fn temperatures_below_the_floor_are_refused_and_nan_is_never_served() {
         assert!(v["error"]["message"].as_str().unwrap().contains("non-finite"), "{v}");
     }
 }
+
+/// The sampling parameters vLLM users send change the output as in vLLM or are refused by name:
+/// `logit_bias` forces a token, `frequency_penalty` / `repetition_penalty` stop greedy repeats,
+/// `min_p = 1` samples greedily, the reported logprobs are those of the adjusted distribution, and
+/// `response_format`, `tool_choice = "required"` and out-of-range values are 400s naming them.
+#[tokio::test]
+async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
+    let srv = start(|_| {}).await;
+    let chat = |extra: serde_json::Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "abcabc"}], "max_tokens": 12,
+            "temperature": 0.0, "logprobs": true, "return_token_ids": true});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let ids_of = |v: &serde_json::Value| ids(&v["choices"][0]["token_ids"]);
+    let (s, plain) = srv.post("/v1/chat/completions", chat(json!({}))).await;
+    assert_eq!(s, 200, "{plain}");
+    let plain_ids = ids_of(&plain);
+
+    // A bias of +100 on one token makes greedy decoding emit it at once, with logprob ~0.
+    let forced = (plain_ids[0] + 1) % 64;
+    let (s, v) = srv.post("/v1/chat/completions", chat(json!({"logit_bias": {forced.to_string(): 100}}))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids_of(&v)[0], forced);
+    assert!(v["choices"][0]["logprobs"]["content"][0]["logprob"].as_f64().unwrap() > -1e-3, "{v}");
+
+    // Penalties on repeated tokens: the greedy output repeats less (the tiny random model repeats).
+    let distinct = |ids: &[u32]| ids.iter().collect::<std::collections::BTreeSet<_>>().len();
+    for penalty in [json!({"frequency_penalty": 2.0}), json!({"repetition_penalty": 10.0})] {
+        let (s, v) = srv.post("/v1/chat/completions", chat(penalty.clone())).await;
+        assert_eq!(s, 200, "{v}");
+        assert_ne!(ids_of(&v), plain_ids, "{penalty} changes the output");
+        assert!(distinct(&ids_of(&v)) >= distinct(&plain_ids), "{penalty}: {:?} vs {plain_ids:?}", ids_of(&v));
+    }
+    // min_p = 1 keeps only the most likely token: sampling at T = 1 is greedy.
+    let (_, v) = srv.post("/v1/chat/completions", chat(json!({"temperature": 1.0, "min_p": 1.0, "seed": 3}))).await;
+    assert_eq!(ids_of(&v), plain_ids);
+
+    for (extra, named) in [
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"presence_penalty": 3.0}), "presence_penalty"),
+        (json!({"repetition_penalty": 0.0}), "repetition_penalty"),
+        (json!({"min_p": 1.5}), "min_p"),
+        (json!({"logit_bias": {"999999": 1}}), "logit_bias"),
+        (json!({"chat_template_kwargs": {"messages": []}}), "chat_template_kwargs"),
+    ] {
+        let (s, v) = srv.post("/v1/chat/completions", chat(extra.clone())).await;
+        assert_eq!(s, 400, "{extra}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(named), "{extra}: {v}");
+    }
+    let (s, _) = srv
+        .post("/v1/chat/completions", chat(json!({"response_format": {"type": "text"}, "tool_choice": "none"})))
+        .await;
+    assert_eq!(s, 200);
+}
