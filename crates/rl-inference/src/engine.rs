@@ -128,6 +128,9 @@ struct Heartbeat {
     alive: AtomicBool,
     idle: AtomicBool,
     last_ms: AtomicU64,
+    /// Requests waiting for admission and sequences decoding, as of the last loop round.
+    waiting: AtomicU64,
+    running: AtomicU64,
 }
 
 impl Heartbeat {
@@ -173,6 +176,8 @@ impl Engine {
             alive: AtomicBool::new(true),
             idle: AtomicBool::new(true),
             last_ms: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            running: AtomicU64::new(0),
         });
         let guard = AliveGuard(beat.clone());
         // f32 on the CPU runs the slice kernels; any other device or dtype candle's ops.
@@ -189,6 +194,12 @@ impl Engine {
             .spawn(run)
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
         Ok(Engine { tx, beat })
+    }
+
+    /// Requests waiting for admission and sequences decoding.
+    pub fn load(&self) -> (usize, usize) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as usize;
+        (get(&self.beat.waiting), get(&self.beat.running))
     }
 
     /// `Err` with the reason when the engine cannot serve: its thread has ended, or it has had
@@ -288,6 +299,8 @@ impl<R: Runtime> EngineLoop<R> {
     fn run(mut self, rx: &mpsc::Receiver<Command>, beat: &Heartbeat) {
         loop {
             beat.beat();
+            beat.waiting.store(self.waiting.len() as u64, Ordering::Relaxed);
+            beat.running.store(self.seqs.len() as u64, Ordering::Relaxed);
             let idle = self.paused || (self.seqs.is_empty() && self.waiting.is_empty());
             if idle {
                 beat.idle.store(true, Ordering::Relaxed);

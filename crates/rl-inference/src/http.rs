@@ -39,12 +39,18 @@ pub(crate) struct AppState {
     /// Differs between two runs of the server: a client that sees it change knows the server
     /// restarted with its starting weights.
     pub(crate) boot_id: Arc<str>,
+    /// Request and token counters (`/metrics`).
+    pub(crate) stats: Arc<crate::stats::Stats>,
+    /// Unix time the server started (`created` of `/v1/models`).
+    pub(crate) started: u64,
 }
 
 /// The router with body-size limits; every route but `/health` behind its key.
 pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
     let api = Router::new()
         .route("/v1/models", get(models))
+        .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/tokenize", post(tokenize))
@@ -56,6 +62,7 @@ pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
         .route_layer(from_fn_with_state(keys.admin_or_api(), auth::require));
     Router::new()
         .route("/health", get(health))
+        .route("/version", get(version))
         .merge(api)
         .merge(admin)
         .layer(DefaultBodyLimit::max(max_body))
@@ -71,8 +78,35 @@ async fn health(State(s): State<AppState>) -> Result<Json<Value>> {
 
 async fn models(State(s): State<AppState>) -> Json<Value> {
     Json(json!({"object": "list", "data": [{
-        "id": s.limits.model_name, "object": "model", "owned_by": "rl", "max_model_len": s.limits.max_model_len
+        "id": s.limits.model_name, "object": "model", "created": s.started, "owned_by": "rl",
+        "root": s.limits.model_name, "parent": null, "max_model_len": s.limits.max_model_len
     }]}))
+}
+
+/// vLLM's `/version`.
+async fn version() -> Json<Value> {
+    Json(json!({"version": env!("CARGO_PKG_VERSION")}))
+}
+
+/// Prometheus text: the engine's queue and the request and token counters.
+async fn metrics(State(s): State<AppState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let (waiting, running) = s.engine.load();
+    let text = s.stats.render(&s.limits.model_name, waiting, running);
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+#[derive(Deserialize)]
+struct DetokenizeRequest {
+    tokens: Vec<u32>,
+}
+
+/// vLLM's `/detokenize`: token ids to text.
+async fn detokenize(State(s): State<AppState>, ApiJson(req): ApiJson<DetokenizeRequest>) -> Result<Json<Value>> {
+    if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= s.limits.vocab_size) {
+        return Err(Error::BadRequest(format!("token id {bad} is outside the vocabulary of {}", s.limits.vocab_size)));
+    }
+    let text = s.tok.decode(&req.tokens).map_err(Error::from)?;
+    Ok(Json(json!({"prompt": text})))
 }
 
 #[derive(Deserialize)]
@@ -138,9 +172,13 @@ impl AppState {
             .clone()
             .try_acquire_owned()
             .map_err(|_| Error::Overloaded(String::from("too many pending requests; retry later")))?;
-        tokio::time::timeout(self.timeout, self.engine.generate(req))
-            .await
-            .map_err(|_| Error::Timeout(format!("request took longer than {:?}", self.timeout)))?
+        let prompt_len = req.prompt.len();
+        let result = match tokio::time::timeout(self.timeout, self.engine.generate(req)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(format!("request took longer than {:?}", self.timeout))),
+        };
+        self.stats.record(prompt_len, &result);
+        result
     }
 
     fn next_seed(&self) -> u64 {
@@ -332,18 +370,64 @@ async fn tokenize(State(s): State<AppState>, ApiJson(req): ApiJson<TokenizeReque
 }
 
 async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Json<Value>> {
-    let prompt = match &req.prompt {
-        Prompt::Text(t) => s.encode(t)?,
-        Prompt::Ids(ids) => ids.clone(),
+    let encode = |p: &Prompt| -> Result<Vec<u32>> {
+        match p {
+            Prompt::Text(t) => s.encode(t),
+            Prompt::Ids(ids) => Ok(ids.clone()),
+            Prompt::Batch(_) => Err(Error::BadRequest(String::from("prompt lists cannot nest"))),
+        }
     };
-    let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
-    let out = s.run(gen_req).await?;
-    let choices: Vec<Value> = out
-        .completions
+    let Prompt::Batch(batch) = &req.prompt else {
+        let prompt = encode(&req.prompt)?;
+        let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
+        let out = s.run(gen_req).await?;
+        let choices = completion_choices(&s, &out, 0, &req.sampling, None);
+        return Ok(Json(s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling)));
+    };
+    // A list of prompts (vLLM): each gets `n` choices, indexed prompt by prompt, run together.
+    if batch.is_empty() || batch.len() > s.limits.max_n as usize {
+        return Err(Error::BadRequest(format!("prompt lists hold 1 to {} prompts", s.limits.max_n)));
+    }
+    if req.sampling.prompt_logprobs.is_some() {
+        return Err(Error::BadRequest(String::from("prompt_logprobs is supported for one prompt at a time")));
+    }
+    let prompts: Vec<Vec<u32>> = batch.iter().map(encode).collect::<Result<_>>()?;
+    let requests: Vec<GenRequest> =
+        prompts.iter().map(|p| req.sampling.to_request(p.clone(), &s.limits, s.next_seed())).collect::<Result<_>>()?;
+    let outs = futures::future::try_join_all(requests.into_iter().map(|r| s.run(r))).await?;
+    let mut choices = Vec::new();
+    let (mut prompt_tokens, mut completion_tokens, mut cached) = (0, 0, 0);
+    for (k, (prompt, out)) in prompts.iter().zip(&outs).enumerate() {
+        let ids = req.sampling.return_token_ids.then_some(prompt.as_slice());
+        choices.extend(completion_choices(&s, out, k * req.sampling.n as usize, &req.sampling, ids));
+        prompt_tokens += prompt.len();
+        completion_tokens += out.completions.iter().map(|c| c.token_ids.len()).sum::<usize>();
+        cached += out.cached_tokens;
+    }
+    let mut body = s.response_body("cmpl", "text_completion", choices, &prompts[0], &outs[0], &req.sampling);
+    body["usage"] = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached}});
+    if let Some(map) = body.as_object_mut() {
+        // Per choice instead (one prompt per choice set).
+        map.remove("prompt_token_ids");
+    }
+    Ok(Json(body))
+}
+
+/// The choices of one prompt's completions, indexed from `first`; with `prompt_ids`, each choice
+/// carries its prompt's token ids (prompt lists).
+fn completion_choices(
+    s: &AppState,
+    out: &GenOutput,
+    first: usize,
+    sampling: &Sampling,
+    prompt_ids: Option<&[u32]>,
+) -> Vec<Value> {
+    out.completions
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let logprobs = if req.sampling.wants_logprobs() {
+            let logprobs = if sampling.wants_logprobs() {
                 json!({
                     "tokens": c.logprobs.iter().map(|t| s.tok.decode(&[t.id]).unwrap_or_default()).collect::<Vec<_>>(),
                     "token_logprobs": c.logprobs.iter().map(|t| t.logprob).collect::<Vec<_>>(),
@@ -354,13 +438,15 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
             } else {
                 Value::Null
             };
-            let mut choice = json!({"index": i, "text": c.text, "logprobs": logprobs, "finish_reason": finish_reason(c, false)});
-            if req.sampling.return_token_ids {
+            let mut choice =
+                json!({"index": first + i, "text": c.text, "logprobs": logprobs, "finish_reason": finish_reason(c, false)});
+            if sampling.return_token_ids {
                 choice["token_ids"] = json!(c.token_ids);
+            }
+            if let Some(ids) = prompt_ids {
+                choice["prompt_token_ids"] = json!(ids);
             }
             choice
         })
-        .collect();
-    let body = s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling);
-    Ok(Json(body))
+        .collect()
 }

@@ -11,6 +11,7 @@ mod engine;
 mod error;
 mod http;
 mod prefix_cache;
+mod stats;
 mod tool_calls;
 
 use std::future::Future;
@@ -98,6 +99,8 @@ impl Server {
             tool_parser: config.tool_call_parser.clone(),
             counter: Arc::new(AtomicU64::new(1)),
             boot_id: Arc::from(boot_id()),
+            stats: Arc::default(),
+            started: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
         let max_body = usize::try_from(config.max_request_bytes).unwrap_or(usize::MAX);
         Ok(Server { router: http::router(state, max_body, &keys), engine })

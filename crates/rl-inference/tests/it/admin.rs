@@ -69,6 +69,25 @@ async fn models_and_health() {
     assert_eq!(v["data"][0]["id"], "tiny");
     let h = srv.http.get(format!("{}/health", srv.base)).send().await.unwrap();
     assert!(h.status().is_success());
+    assert!(v["data"][0]["created"].as_u64().unwrap() > 1_700_000_000, "{v}");
+    let get = |path: &str| {
+        let url = format!("{}{path}", srv.base);
+        let http = srv.http.clone();
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    assert!(get("/version").await.contains(env!("CARGO_PKG_VERSION")));
+    // /detokenize inverts /tokenize.
+    let (_, t) = srv.post("/tokenize", serde_json::json!({"prompt": "hello"})).await;
+    let (s, d) = srv.post("/detokenize", serde_json::json!({"tokens": t["tokens"]})).await;
+    assert_eq!((s, d["prompt"].as_str()), (200, Some("hello")), "{d}");
+    // /metrics counts answered requests and their tokens.
+    let before = get("/metrics").await;
+    assert!(before.contains("vllm:request_success_total{model_name=\"tiny\"} 0"), "{before}");
+    srv.greedy("count me").await;
+    let after = get("/metrics").await;
+    assert!(after.contains("vllm:request_success_total{model_name=\"tiny\"} 1"), "{after}");
+    assert!(after.contains("vllm:generation_tokens_total{model_name=\"tiny\"} 10"), "{after}");
+    assert!(after.contains("# TYPE vllm:num_requests_running gauge"), "{after}");
 }
 
 /// A weight directory whose file is a FIFO (or anything but a regular file) is refused at once

@@ -274,3 +274,29 @@ async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
         .await;
     assert_eq!(s, 200);
 }
+
+/// `/v1/completions` with a list of prompts (strings or token-id lists) answers `n` choices per
+/// prompt, indexed prompt by prompt, each as that prompt alone would get; mixing ids and prompts
+/// is a 400.
+#[tokio::test]
+async fn a_list_of_prompts_gets_choices_for_each() {
+    let srv = start(|_| {}).await;
+    let body = |prompt: serde_json::Value| json!({"prompt": prompt, "max_tokens": 5, "temperature": 0.0, "n": 2, "return_token_ids": true});
+    let (s, alone) = srv.post("/v1/completions", body(json!("cd"))).await;
+    assert_eq!(s, 200, "{alone}");
+    let (s, v) = srv.post("/v1/completions", body(json!(["ab", "cd"]))).await;
+    assert_eq!(s, 200, "{v}");
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4);
+    assert_eq!(choices.iter().map(|c| c["index"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert_eq!(choices[2]["text"], alone["choices"][0]["text"], "the second prompt's first choice");
+    assert_eq!(choices[3]["prompt_token_ids"], alone["prompt_token_ids"]);
+    let generated: u64 = choices.iter().map(|c| c["token_ids"].as_array().unwrap().len() as u64).sum();
+    assert_eq!(v["usage"]["completion_tokens"].as_u64(), Some(generated));
+    let ids = ids(&alone["prompt_token_ids"]);
+    let (s, v) = srv.post("/v1/completions", body(json!([ids.clone(), ids]))).await;
+    assert_eq!((s, v["choices"].as_array().map(Vec::len)), (200, Some(4)), "{v}");
+    let (s, v) = srv.post("/v1/completions", body(json!([1, "a"]))).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("mixes"), "{v}");
+}
