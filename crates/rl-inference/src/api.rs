@@ -62,6 +62,9 @@ pub(crate) struct Sampling {
     pub(crate) prompt_logprobs: Option<u32>,
     #[serde(default)]
     pub(crate) stream: bool,
+    /// OpenAI: `{"include_usage": true}` adds a last chunk with the usage.
+    #[serde(default)]
+    pub(crate) stream_options: Option<Value>,
     /// OpenAI: subtracted once from the logit of every token already in the output.
     #[serde(default)]
     pub(crate) presence_penalty: Option<f32>,
@@ -321,9 +324,6 @@ impl Sampling {
     /// Validates against `limits` and builds the engine request for `prompt`.
     pub(crate) fn to_request(&self, prompt: Vec<u32>, limits: &Limits, request_seed: u64) -> Result<GenRequest> {
         limits.check_model(self.model.as_ref())?;
-        if self.stream {
-            return Err(Error::BadRequest(String::from("stream = true is not supported by this server")));
-        }
         if self.n == 0 || self.n > limits.max_n {
             return Err(Error::BadRequest(format!("n must be in 1..={}, got {}", limits.max_n, self.n)));
         }
@@ -398,6 +398,7 @@ impl Sampling {
             prompt_logprobs: self.prompt_logprobs,
             penalties,
             min_p,
+            stream: None,
         })
     }
 

@@ -46,6 +46,18 @@ pub struct GenRequest {
     pub penalties: Penalties,
     /// vLLM `min_p` (0 = off).
     pub min_p: f32,
+    /// Where each sampled token goes as soon as it is sampled (`stream = true`); the finished
+    /// completions still come back whole.
+    pub stream: Option<tokio::sync::mpsc::UnboundedSender<TokenEvent>>,
+}
+
+/// A token just sampled for choice `choice` of a streamed request.
+#[derive(Debug, Clone)]
+pub struct TokenEvent {
+    /// The choice (0..n).
+    pub choice: usize,
+    /// The token and its logprobs.
+    pub token: TokenLogprob,
 }
 
 /// `row` as the request samples from it: adjusted by its penalties for the output so far.
@@ -443,7 +455,11 @@ impl<R: Runtime> EngineLoop<R> {
             };
             seq.next = id;
             seq.tokens.push(id);
-            seq.logprobs.push(TokenLogprob { id, logprob, top });
+            let token = TokenLogprob { id, logprob, top };
+            if let Some(stream) = &req.stream {
+                let _ = stream.send(TokenEvent { choice: seq.choice, token: token.clone() });
+            }
+            seq.logprobs.push(token);
         }
         for slot in broken {
             self.fail_slot(slot, non_finite());
@@ -525,6 +541,10 @@ impl<R: Runtime> EngineLoop<R> {
                 return;
             }
             let top = top_k(&log_softmax(last, req.temperature), req.top_logprobs as usize);
+            if let Some(stream) = &req.stream {
+                let token = TokenLogprob { id, logprob, top: top.clone() };
+                let _ = stream.send(TokenEvent { choice, token });
+            }
             self.seqs.push(Seq {
                 slot,
                 choice,

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rl_model::{ChatTemplate, TemplateFunction, TemplateMessage, TemplateToolCall, Tok};
@@ -21,6 +22,7 @@ use crate::api::{
 use crate::auth::{self, Keys};
 use crate::engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
 use crate::error::{ApiJson, Error, Result};
+use crate::stream::Kind;
 use crate::tool_calls::parse_hermes;
 
 /// Shared state of the HTTP layer (the engine owns all model state).
@@ -166,7 +168,7 @@ impl AppState {
     }
 
     /// Runs a request through the engine within the pending-request bound and the timeout.
-    async fn run(&self, req: GenRequest) -> Result<GenOutput> {
+    pub(crate) async fn run(&self, req: GenRequest) -> Result<GenOutput> {
         let _permit = self
             .pending
             .clone()
@@ -181,7 +183,7 @@ impl AppState {
         result
     }
 
-    fn next_seed(&self) -> u64 {
+    pub(crate) fn next_seed(&self) -> u64 {
         self.counter.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 
@@ -213,7 +215,7 @@ impl AppState {
         body
     }
 
-    fn token_json(&self, t: &TokenLogprob) -> Value {
+    pub(crate) fn token_json(&self, t: &TokenLogprob) -> Value {
         let text = self.tok.decode(&[t.id]).unwrap_or_default();
         let top: Vec<Value> = t
             .top
@@ -255,7 +257,7 @@ fn rank(t: &TokenLogprob) -> usize {
     t.top.iter().position(|(id, _)| *id == t.id).map_or(t.top.len() + 1, |p| p + 1)
 }
 
-fn finish_reason(c: &Completion, has_calls: bool) -> &'static str {
+pub(crate) fn finish_reason(c: &Completion, has_calls: bool) -> &'static str {
     match (c.finish, has_calls) {
         (Finish::Length, _) => "length",
         (Finish::Stop, true) => "tool_calls",
@@ -263,11 +265,11 @@ fn finish_reason(c: &Completion, has_calls: bool) -> &'static str {
     }
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn usage(prompt: usize, out: &GenOutput) -> Value {
+pub(crate) fn usage(prompt: usize, out: &GenOutput) -> Value {
     let completion: usize = out.completions.iter().map(|c| c.token_ids.len()).sum();
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
            "prompt_tokens_details": {"cached_tokens": out.cached_tokens}})
@@ -308,7 +310,7 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
         .collect()
 }
 
-async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> Result<Json<Value>> {
+async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> Result<Response> {
     if req.messages.is_empty() {
         return Err(Error::BadRequest(String::from("messages must not be empty")));
     }
@@ -318,8 +320,11 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
     let prompt = s.encode(&text)?;
     let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
-    let out = s.run(gen_req).await?;
     let parse_tools = wants_calls && !tools.is_empty() && s.tool_parser != "none";
+    if req.sampling.stream {
+        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, parse_tools));
+    }
+    let out = s.run(gen_req).await?;
     let choices: Vec<Value> = out
         .completions
         .iter()
@@ -351,7 +356,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         })
         .collect();
     let body = s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling);
-    Ok(Json(body))
+    Ok(Json(body).into_response())
 }
 
 /// vLLM's `/tokenize`: what a chat request's (or a text prompt's) tokens would be.
@@ -369,7 +374,7 @@ async fn tokenize(State(s): State<AppState>, ApiJson(req): ApiJson<TokenizeReque
     Ok(Json(json!({"count": tokens.len(), "max_model_len": s.limits.max_model_len, "tokens": tokens})))
 }
 
-async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Json<Value>> {
+async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Response> {
     let encode = |p: &Prompt| -> Result<Vec<u32>> {
         match p {
             Prompt::Text(t) => s.encode(t),
@@ -380,10 +385,18 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
     let Prompt::Batch(batch) = &req.prompt else {
         let prompt = encode(&req.prompt)?;
         let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
+        if req.sampling.stream {
+            return Ok(crate::stream::respond(s.clone(), Kind::Text, gen_req, req.sampling.clone(), prompt, false));
+        }
         let out = s.run(gen_req).await?;
         let choices = completion_choices(&s, &out, 0, &req.sampling, None);
-        return Ok(Json(s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling)));
+        return Ok(
+            Json(s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling)).into_response()
+        );
     };
+    if req.sampling.stream {
+        return Err(Error::BadRequest(String::from("stream = true takes one prompt, not a list")));
+    }
     // A list of prompts (vLLM): each gets `n` choices, indexed prompt by prompt, run together.
     if batch.is_empty() || batch.len() > s.limits.max_n as usize {
         return Err(Error::BadRequest(format!("prompt lists hold 1 to {} prompts", s.limits.max_n)));
@@ -411,7 +424,7 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
         // Per choice instead (one prompt per choice set).
         map.remove("prompt_token_ids");
     }
-    Ok(Json(body))
+    Ok(Json(body).into_response())
 }
 
 /// The choices of one prompt's completions, indexed from `first`; with `prompt_ids`, each choice

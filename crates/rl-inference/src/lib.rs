@@ -12,6 +12,7 @@ mod error;
 mod http;
 mod prefix_cache;
 mod stats;
+mod stream;
 mod tool_calls;
 
 use std::future::Future;
@@ -25,7 +26,7 @@ use rl_model::{ChatTemplate, Tok, load_model};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenLogprob};
+pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
 pub use error::{Error, Result};
 
 /// An id for this start of the server: pid and start time.

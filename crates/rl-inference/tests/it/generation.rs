@@ -107,8 +107,8 @@ async fn bad_requests_get_clean_client_errors() {
     assert!(v["error"]["message"].as_str().unwrap().contains("maximum context length"), "{v}");
     let (s, _) = srv.post("/v1/chat/completions", chat(json!({"model": "gpt-9"}))).await;
     assert_eq!(s, 404);
-    let (s, _) = srv.post("/v1/chat/completions", chat(json!({"stream": true}))).await;
-    assert_eq!(s, 400);
+    let (s, _) = srv.post("/v1/chat/completions", chat(json!({"stream": true, "temperature": 9.0}))).await;
+    assert_eq!(s, 400, "a streamed request is validated before its stream starts");
     let (s, _) = srv.post("/v1/chat/completions", chat(json!({"max_completion_tokens": 1000}))).await;
     assert_eq!(s, 400);
     let (s, _) = srv
@@ -299,4 +299,68 @@ async fn a_list_of_prompts_gets_choices_for_each() {
     let (s, v) = srv.post("/v1/completions", body(json!([1, "a"]))).await;
     assert_eq!(s, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("mixes"), "{v}");
+}
+
+/// The data payloads of a server-sent-event body.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_owned).collect()
+}
+
+/// `stream = true` sends OpenAI chunks whose deltas add up to exactly the non-streamed text (stop
+/// strings included: text that could still become one is held back), with one logprob per token,
+/// a usage chunk on request and `[DONE]`; text completions stream the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_deltas_add_up_to_the_whole_reply() {
+    let srv = start(|_| {}).await;
+    for stop in [None, Some("b")] {
+        let mut body = json!({"messages": [{"role": "user", "content": "stream this"}], "max_tokens": 16,
+            "temperature": 0.0, "logprobs": true, "n": 2});
+        if let Some(s) = stop {
+            body["stop"] = json!([s]);
+        }
+        let (s, whole) = srv.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(s, 200, "{whole}");
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let r = srv.http.post(format!("{}/v1/chat/completions", srv.base)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        let data = sse_data(&r.text().await.unwrap());
+        assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+        let chunks: Vec<serde_json::Value> =
+            data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+        for i in 0..2 {
+            let mine = chunks.iter().flat_map(|c| c["choices"].as_array().unwrap()).filter(|c| c["index"] == i);
+            let (mut text, mut logprobs, mut finish) = (String::new(), 0, None);
+            for c in mine {
+                text.push_str(c["delta"]["content"].as_str().unwrap_or(""));
+                logprobs += c["logprobs"]["content"].as_array().map_or(0, Vec::len);
+                if let Some(f) = c["finish_reason"].as_str() {
+                    finish = Some(f.to_owned());
+                }
+            }
+            let expected = &whole["choices"][i]["message"]["content"];
+            assert_eq!(text, expected.as_str().unwrap(), "stop {stop:?}, choice {i}");
+            assert_eq!(logprobs, whole["choices"][i]["logprobs"]["content"].as_array().unwrap().len());
+            assert_eq!(finish.as_deref(), whole["choices"][i]["finish_reason"].as_str());
+        }
+        let last = chunks.last().unwrap();
+        for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+            assert_eq!(last["usage"][k], whole["usage"][k], "the usage chunk's {k}");
+        }
+        assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    }
+    let body = json!({"prompt": "ab", "max_tokens": 8, "temperature": 0.0});
+    let (_, whole) = srv.post("/v1/completions", body.clone()).await;
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let r = srv.http.post(format!("{}/v1/completions", srv.base)).json(&streamed).send().await.unwrap();
+    let data = sse_data(&r.text().await.unwrap());
+    let text: String = data[..data.len() - 1]
+        .iter()
+        .map(|d| {
+            serde_json::from_str::<serde_json::Value>(d).unwrap()["choices"][0]["text"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(text, whole["choices"][0]["text"].as_str().unwrap());
 }
