@@ -12,7 +12,8 @@ const SDK: &str = "python/rl-env";
 pub(crate) fn test() -> anyhow::Result<()> {
     let root = crate::project_root();
     let sdk = root.join(SDK);
-    let spec = format!("--editable={}", sdk.display());
+    // With the W&B extra: the tracking sidecar's test writes an offline run.
+    let spec = format!("--editable={}[wandb]", sdk.display());
     let python = crate::venv::ensure(&root.join("target/sdk-venv"), &[spec.as_str()], "the rl-env Python SDK")?;
     let status = Command::new(&python)
         .args(["-m", "unittest", "discover", "--start-directory"])

@@ -39,6 +39,9 @@ struct Proc {
     log: PathBuf,
     /// How to start it again after a crash (env servers), and how often it was.
     restart: Option<Restart>,
+    /// Its failure is reported, not fatal (the tracking sidecar); `reported` once said.
+    best_effort: bool,
+    reported: bool,
 }
 
 /// An env server's command line on the port it reported, so a restart keeps its address (the
@@ -94,7 +97,7 @@ fn spawn(
     wait_line: bool,
 ) -> anyhow::Result<(Proc, Option<serde_json::Value>)> {
     let (child, log, event) = spawn_child(run, name, program, args, wait_line)?;
-    Ok((Proc { name: name.to_owned(), child, log, restart: None }, event))
+    Ok((Proc { name: name.to_owned(), child, log, restart: None, best_effort: false, reported: false }, event))
 }
 
 /// [`spawn`] without the `Proc` (whose drop stops the child): the child, its log and its event.
@@ -285,6 +288,9 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     write_json_atomic(&configs_dir.join("trainer.json"), &rl_configs::to_json(&trainer))?;
     procs.push(spawn(&run, "trainer", None, &["trainer", "@", &cfg_path("trainer.json")], false)?.0);
     procs.push(spawn(&run, "orchestrator", None, &["orchestrator", "@", &cfg_path("orchestrator.json")], false)?.0);
+    if let Some(w) = config.wandb.as_ref().filter(|w| w.mode != rl_configs::WandbMode::Disabled) {
+        procs.push(spawn_tracking(&run, w)?);
+    }
     let watch = Liveness {
         stall_timeout: Duration::from_secs_f64(config.run.stall_timeout_s),
         inference: config.inference.as_ref().and(crate::liveness::host_port(&orchestrator.model.base_url)),
@@ -296,6 +302,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
     match outcome {
         Ok(Finished::Done) => {
+            finish_tracking(&mut procs)?;
             stop_in_order(procs);
             export_final_model(&run, config)
         }
@@ -305,6 +312,39 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
             Err(e)
         }
     }
+}
+
+/// Starts the W&B sidecar (`python -m rl_env.tracking`, from the `rl-env` package) following the
+/// run directory; it is best effort: if it fails the run goes on, with a warning.
+fn spawn_tracking(run: &RunDir, w: &rl_configs::WandbConfig) -> anyhow::Result<Proc> {
+    let settings = serde_json::json!({
+        "project": w.project, "entity": w.entity, "name": w.name, "tags": w.tags, "mode": w.mode,
+        "samples_every": w.samples_every, "dir": w.dir.clone().unwrap_or_else(|| run.root().join("wandb")),
+    });
+    let root = run.root().display().to_string();
+    let args = ["-m", "rl_env.tracking", "--run-dir", &root, "--settings", &settings.to_string()];
+    let (mut p, _) = spawn(run, "wandb", Some(&w.python), &args, false)?;
+    p.best_effort = true;
+    Ok(p)
+}
+
+/// Lets the tracking sidecar send the last steps and close its W&B run (SIGTERM, then up to two
+/// minutes) before everything is stopped.
+fn finish_tracking(procs: &mut [Proc]) -> anyhow::Result<()> {
+    let Some(p) = procs.iter_mut().find(|p| p.best_effort) else { return Ok(()) };
+    if !matches!(p.child.try_wait(), Ok(None)) {
+        return Ok(());
+    }
+    writeln!(std::io::stdout().lock(), "waiting for {} to send the last steps (log {})", p.name, p.log.display())?;
+    let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        if let Ok(Some(_)) = p.child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 /// Stops children newest first: the orchestrator before the trainer, env servers before inference.
@@ -409,6 +449,19 @@ fn monitor(
             if let Some(status) = p.child.try_wait()? {
                 let done = status.success() && (p.name == "trainer" || p.name == "orchestrator");
                 if done || restart(run, p, &mut out, &format!("exited with {status}"), liveness.max_restarts)? {
+                    continue;
+                }
+                if p.best_effort {
+                    if !p.reported {
+                        p.reported = true;
+                        let log = p.log.display();
+                        writeln!(
+                            out,
+                            "warning: {} exited with {status}; the run goes on without it. {log}:\n{}",
+                            p.name,
+                            tail(&p.log, 10)
+                        )?;
+                    }
                     continue;
                 }
                 bail!("{} exited with {status}; last lines of {}:\n{}", p.name, p.log.display(), tail(&p.log, 20));

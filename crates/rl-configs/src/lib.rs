@@ -24,6 +24,7 @@ mod sft;
 mod shared;
 mod suggest;
 mod tagged;
+mod tracking;
 mod trainer;
 mod tree;
 
@@ -47,6 +48,7 @@ pub use shared::{
     RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
     secret_from_env,
 };
+pub use tracking::{WandbConfig, WandbMode};
 pub use trainer::{LossConfig, OptimConfig, SchedulerConfig, TrainerConfig, TrainerModelConfig};
 
 /// The JSON Schema of a config type, as pretty JSON.

@@ -50,6 +50,9 @@ pub struct RlConfig {
     pub run: RunConfig,
     /// Delete an existing run directory before starting (a fresh run refuses a non-empty one).
     pub clean: bool,
+    /// Weights & Biases tracking of the run (off when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wandb: Option<crate::tracking::WandbConfig>,
 }
 
 impl Default for RlConfig {
@@ -67,6 +70,7 @@ impl Default for RlConfig {
             output_dir: PathBuf::from("outputs"),
             run: RunConfig::default(),
             clean: false,
+            wandb: None,
         }
     }
 }
@@ -290,6 +294,9 @@ impl RlConfig {
     /// Checks every part and the rules that tie them together. Call after [`RlConfig::resolve`].
     pub fn validate(&self) -> Result<()> {
         self.run.validate("run")?;
+        if let Some(w) = &self.wandb {
+            w.validate("wandb")?;
+        }
         self.trainer.validate("trainer")?;
         self.orchestrator.validate("orchestrator")?;
         if let Some(inference) = &self.inference {

@@ -361,3 +361,16 @@ fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
         assert!(stdout(&o).contains("final model (after step 12)"), "{name}: {}", stdout(&o));
     }
 }
+
+/// The W&B sidecar is best effort: when it cannot run (here its interpreter exits at once), the
+/// launcher says so once, with its log, and the run finishes.
+#[test]
+fn a_failing_tracking_sidecar_is_reported_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
+    let o = smoke(tmp.path(), &model, &["--wandb", r#"{"project": "p", "mode": "offline", "python": ["false"]}"#]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).matches("warning: wandb exited with").count(), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("step 3/3"), "{}", stdout(&o));
+}

@@ -254,3 +254,13 @@ fn the_embedded_server_loads_weights_from_the_run_only_and_its_keys_reach_the_or
     assert_eq!(parts.orchestrator.model.api_key_env.as_deref(), Some("MY_KEY"));
     assert_eq!(parts.orchestrator.model.admin_key_env.as_deref(), Some("MY_ADMIN"));
 }
+
+#[test]
+fn a_wandb_section_needs_a_project_and_an_interpreter() {
+    let err = rl_with(&["--wandb", r#"{"mode": "offline"}"#]).unwrap_err();
+    assert_eq!(invalid_key(err), "wandb.project");
+    let err = rl_with(&["--wandb", r#"{"project": "p", "python": []}"#]).unwrap_err();
+    assert_eq!(invalid_key(err), "wandb.python");
+    let c = rl_with(&["--wandb", r#"{"project": "p", "mode": "offline"}"#]).unwrap();
+    assert_eq!(c.wandb.unwrap().mode, rl_configs::WandbMode::Offline);
+}

@@ -1,0 +1,208 @@
+"""Experiment tracking for `rl rl`: a sidecar the launcher starts when the config has `[wandb]`.
+
+It follows the run directory the Rust processes write (`metrics.jsonl` of the orchestrator,
+`trainer/metrics.jsonl`, `rollouts/step_N/traces.jsonl`) and sends each step to Weights & Biases
+once both the orchestrator's and the trainer's rows of that step exist (so W&B's step axis only
+grows), with the run's resolved config, and a table of samples every `samples_every` steps.
+Nothing in the training processes waits for it. Resuming the run resumes the W&B run (its id and
+the last step sent are kept in `<run>/wandb/state.json`).
+
+    python -m rl_env.tracking --run-dir RUN --settings JSON [--once]
+
+`--once` sends what is there and finishes (tests, and the launcher's last flush); otherwise it
+follows the files until SIGTERM or until its parent process exits, then sends the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+POLL_S = 1.0
+SAMPLE_ROWS = 16
+
+
+class Follower:
+    """New complete JSON lines of a file, as they are appended (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def rows(self) -> Iterator[Dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for line in data[: end + 1].splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def flatten(row: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """`{"reward": {"mean": 1}}` -> `{"reward/mean": 1}` (metrics.jsonl rows nest some groups)."""
+    out: Dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "/"))
+        elif isinstance(value, bool):
+            out[name] = int(value)
+        elif isinstance(value, (int, float)):
+            out[name] = value
+    return out
+
+
+def samples(run_dir: Path, step: int) -> List[List[Any]]:
+    """Rows (step, env, prompt, completion, reward) from the step's traces."""
+    path = run_dir / "rollouts" / f"step_{step}" / "traces.jsonl"
+    rows: List[List[Any]] = []
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines[:SAMPLE_ROWS]:
+        trace = json.loads(line)
+        messages = trace.get("messages", [])
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last is None:
+            continue
+        prompt = "\n".join(f"{m['role']}: {m.get('content', '')}" for m in messages[:last])
+        rows.append([step, trace.get("env", ""), prompt, messages[last].get("content", ""), trace.get("reward", 0.0)])
+    return rows
+
+
+class Tracker:
+    """Merges the two metrics files by step and sends finished steps in order."""
+
+    def __init__(self, run_dir: Path, settings: Dict[str, Any], wandb_module: Any) -> None:
+        self.run_dir = run_dir
+        self.settings = settings
+        self.wandb = wandb_module
+        self.orchestrator = Follower(run_dir / "metrics.jsonl")
+        self.trainer = Follower(run_dir / "trainer" / "metrics.jsonl")
+        self.pending_orch: Dict[int, Dict[str, Any]] = {}
+        self.pending_trainer: Dict[int, Dict[str, Any]] = {}
+        self.state_path = Path(settings.get("dir") or run_dir / "wandb") / "state.json"
+        state = self._load_state()
+        self.sent = state.get("logged_step", -1)
+        config_path = run_dir / "configs" / "rl.json"
+        config = json.loads(config_path.read_text()) if config_path.exists() else {}
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.run = wandb_module.init(
+            project=settings["project"],
+            entity=settings.get("entity"),
+            name=settings.get("name") or run_dir.name,
+            tags=settings.get("tags") or None,
+            mode=settings.get("mode", "online"),
+            dir=str(self.state_path.parent),
+            config=config,
+            id=state.get("id"),
+            resume="allow",
+        )
+        self._save_state()
+
+    def _load_state(self) -> Dict[str, Any]:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save_state(self) -> None:
+        # Whole file or nothing: a temp file in the same directory, fsync, rename.
+        data = json.dumps({"id": self.run.id, "logged_step": self.sent})
+        fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".state.")
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_path)
+
+    def poll(self, final: bool = False) -> int:
+        """Reads new rows and sends every step that is complete (all of them when `final`)."""
+        for row in self.orchestrator.rows():
+            self.pending_orch[int(row["step"])] = row
+        for row in self.trainer.rows():
+            self.pending_trainer[int(row["step"])] = row
+        sent = 0
+        for step in sorted(self.pending_orch):
+            # Step 0 (an evaluation before training) has no trainer row.
+            if not final and step > 0 and step not in self.pending_trainer:
+                break
+            self._send(step, self.pending_orch.pop(step), self.pending_trainer.pop(step, None))
+            sent += 1
+        if final:
+            for step in sorted(self.pending_trainer):
+                self._send(step, None, self.pending_trainer.pop(step))
+                sent += 1
+        if sent:
+            self._save_state()
+        return sent
+
+    def _send(self, step: int, orch: Optional[Dict[str, Any]], trainer: Optional[Dict[str, Any]]) -> None:
+        if step <= self.sent:
+            return  # sent before a resume
+        data: Dict[str, Any] = {}
+        if orch:
+            data.update(flatten({k: v for k, v in orch.items() if k != "step"}))
+        if trainer:
+            data.update(flatten({k: v for k, v in trainer.items() if k != "step"}, "trainer/"))
+        every = int(self.settings.get("samples_every") or 0)
+        if every and step > 0 and step % every == 0:
+            rows = samples(self.run_dir, step)
+            if rows:
+                data["rollout_samples"] = self.wandb.Table(
+                    columns=["step", "env", "prompt", "completion", "reward"], data=rows
+                )
+        self.run.log(data, step=step)
+        self.sent = step
+
+    def finish(self) -> None:
+        self.poll(final=True)
+        self.run.finish()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--settings", required=True, help="the [wandb] section as JSON")
+    parser.add_argument("--once", action="store_true", help="send what is there, then finish")
+    args = parser.parse_args(argv)
+    # First thing: a SIGTERM that arrives while W&B starts must still end in a flush.
+    stop = {"now": args.once}
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        import wandb
+    except ImportError:
+        print(
+            "rl_env.tracking: the `wandb` package is not installed in this Python "
+            f"({sys.executable}); install it with `pip install wandb` or set [wandb] python",
+            file=sys.stderr,
+        )
+        return 2
+    settings = json.loads(args.settings)
+    tracker = Tracker(args.run_dir, settings, wandb)
+    parent = os.getppid()
+    while not stop["now"] and os.getppid() == parent:
+        tracker.poll()
+        time.sleep(POLL_S)
+    tracker.finish()
+    signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
