@@ -295,6 +295,10 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         stall_timeout: Duration::from_secs_f64(config.run.stall_timeout_s),
         inference: config.inference.as_ref().and(crate::liveness::host_port(&orchestrator.model.base_url)),
         max_restarts: config.run.max_restarts,
+        tensorboard: config
+            .tensorboard
+            .as_ref()
+            .map(|t| t.dir.clone().unwrap_or_else(|| run.root().join("tensorboard"))),
     };
     let outcome = monitor(&run, &mut procs, config.max_steps, resume.unwrap_or(0), &watch);
     if let Err(e) = rl_curves(&run) {
@@ -392,6 +396,8 @@ struct Liveness<'a> {
     inference: Option<&'a str>,
     /// Restarts allowed per env server (`run.max_restarts`).
     max_restarts: u32,
+    /// Where to mirror metrics as TensorBoard scalars (`[tensorboard]`).
+    tensorboard: Option<PathBuf>,
 }
 
 /// How monitoring ended without a failure.
@@ -417,6 +423,46 @@ fn idle_warning(skipped: impl DoubleEndedIterator<Item = bool>, warned: &mut usi
     ))
 }
 
+/// The metrics files mirrored into TensorBoard, each from the step after the last one written.
+struct Board {
+    writer: crate::tensorboard::EventWriter,
+    /// The last step written of each file (`None`: none yet).
+    orchestrator: Option<u64>,
+    trainer: Option<u64>,
+}
+
+impl Board {
+    /// Event files in `dir`; a resumed run starts after its checkpoint step `from`.
+    fn open(dir: &Path, from: u64) -> anyhow::Result<Self> {
+        let writer = crate::tensorboard::EventWriter::create(dir)
+            .with_context(|| format!("cannot create a TensorBoard event file in {}", dir.display()))?;
+        writeln!(
+            std::io::stdout().lock(),
+            "TensorBoard events: {} (tensorboard --logdir {})",
+            writer.path().display(),
+            dir.display()
+        )?;
+        let from = (from > 0).then_some(from);
+        Ok(Board { writer, orchestrator: from, trainer: from })
+    }
+
+    /// Writes the rows that appeared since the last call (step 0, an evaluation, included).
+    fn mirror(&mut self, run: &RunDir) -> anyhow::Result<()> {
+        let files =
+            [(run.metrics(), "", &mut self.orchestrator), (run.trainer_metrics(), "trainer/", &mut self.trainer)];
+        for (path, prefix, done) in files {
+            for row in read_jsonl::<serde_json::Value>(&path).unwrap_or_default() {
+                let Some(step) = row["step"].as_u64() else { continue };
+                if done.is_none_or(|d| step > d) {
+                    self.writer.scalars(step, &row, prefix).context("cannot write a TensorBoard event")?;
+                    *done = Some(step);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Looks at every child (and the inference server's health).
 fn look(watch: &mut crate::liveness::Watch, procs: &[Proc], inference: Option<&str>) -> crate::liveness::Report {
     let children: Vec<crate::liveness::Child<'_>> =
@@ -435,6 +481,10 @@ fn monitor(
 ) -> anyhow::Result<Finished> {
     let started = Instant::now();
     let mut watch = crate::liveness::Watch::default();
+    let mut board = match &liveness.tensorboard {
+        Some(dir) => Some(Board::open(dir, shown)?),
+        None => None,
+    };
     let mut kl = std::collections::BTreeMap::new();
     // The streak of steps that trained nothing last warned about.
     let mut warned_idle = 0;
@@ -497,6 +547,9 @@ fn monitor(
                 rollouts.reward_mean,
                 started.elapsed().as_secs_f64()
             )?;
+        }
+        if let Some(b) = board.as_mut() {
+            b.mirror(run)?;
         }
         if new_rows && let Err(e) = rl_curves(run) {
             tracing::warn!("could not draw the run's curves: {e:#}");

@@ -13,6 +13,7 @@ mod plot;
 mod serving;
 mod sft;
 mod sft_data;
+mod tensorboard;
 mod training;
 
 use std::io::Write;

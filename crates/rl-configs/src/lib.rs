@@ -48,7 +48,7 @@ pub use shared::{
     RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
     secret_from_env,
 };
-pub use tracking::{WandbConfig, WandbMode};
+pub use tracking::{TensorboardConfig, WandbConfig, WandbMode};
 pub use trainer::{LossConfig, OptimConfig, SchedulerConfig, TrainerConfig, TrainerModelConfig};
 
 /// The JSON Schema of a config type, as pretty JSON.

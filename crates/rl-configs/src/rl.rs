@@ -53,6 +53,9 @@ pub struct RlConfig {
     /// Weights & Biases tracking of the run (off when unset).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wandb: Option<crate::tracking::WandbConfig>,
+    /// TensorBoard event files of the run's metrics (off when unset; `[tensorboard]` turns it on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<crate::tracking::TensorboardConfig>,
 }
 
 impl Default for RlConfig {
@@ -71,6 +74,7 @@ impl Default for RlConfig {
             run: RunConfig::default(),
             clean: false,
             wandb: None,
+            tensorboard: None,
         }
     }
 }

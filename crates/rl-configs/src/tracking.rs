@@ -74,3 +74,13 @@ impl WandbConfig {
         Ok(())
     }
 }
+
+/// `[tensorboard]`: `rl rl` writes every numeric metric of the orchestrator and the trainer as
+/// TensorBoard scalars (`tensorboard --logdir <dir>`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct TensorboardConfig {
+    /// Directory of the event files (unset: `<run dir>/tensorboard`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+}

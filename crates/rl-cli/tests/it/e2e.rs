@@ -363,14 +363,21 @@ fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
 }
 
 /// The W&B sidecar is best effort: when it cannot run (here its interpreter exits at once), the
-/// launcher says so once, with its log, and the run finishes.
+/// launcher says so once, with its log, and the run finishes; `[tensorboard]` writes event files.
 #[test]
-fn a_failing_tracking_sidecar_is_reported_and_the_run_goes_on() {
+fn a_failing_tracking_sidecar_is_reported_and_tensorboard_files_are_written() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("tiny");
     assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", "3"]).status.success());
-    let o = smoke(tmp.path(), &model, &["--wandb", r#"{"project": "p", "mode": "offline", "python": ["false"]}"#]);
+    let wandb = r#"{"project": "p", "mode": "offline", "python": ["false"]}"#;
+    let o = smoke(tmp.path(), &model, &["--wandb", wandb, "--tensorboard", "{}"]);
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o).matches("warning: wandb exited with").count(), 1, "{}", stdout(&o));
     assert!(stdout(&o).contains("step 3/3"), "{}", stdout(&o));
+    // `[tensorboard]` in the same run: one event file holding the steps' scalars.
+    let events: Vec<_> = std::fs::read_dir(tmp.path().join("ci-smoke/tensorboard")).unwrap().flatten().collect();
+    assert_eq!(events.len(), 1);
+    let bytes = std::fs::read(events[0].path()).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("reward/mean") && text.contains("trainer/loss"), "scalar tags are in the event file");
 }
