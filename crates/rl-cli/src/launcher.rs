@@ -292,9 +292,9 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         procs.push(spawn_tracking(&run, w)?);
     }
     let watch = Liveness {
-        stall_timeout: Duration::from_secs_f64(config.run.stall_timeout_s),
+        stall_timeout: Duration::from_secs_f64(config.launcher.stall_timeout_s),
         inference: config.inference.as_ref().and(crate::liveness::host_port(&orchestrator.model.base_url)),
-        max_restarts: config.run.max_restarts,
+        max_restarts: config.launcher.max_restarts,
         tensorboard: config
             .tensorboard
             .as_ref()
@@ -390,11 +390,11 @@ const STALL_NOTICE: Duration = Duration::from_secs(120);
 
 /// What the monitor checks when no step finishes.
 struct Liveness<'a> {
-    /// No step for this long stops the run (`run.stall_timeout_s`).
+    /// No step for this long stops the run (`launcher.stall_timeout_s`).
     stall_timeout: Duration,
     /// `host:port` of the launched inference server, for its `/health`.
     inference: Option<&'a str>,
-    /// Restarts allowed per env server (`run.max_restarts`).
+    /// Restarts allowed per env server (`launcher.max_restarts`).
     max_restarts: u32,
     /// Where to mirror metrics as TensorBoard scalars (`[tensorboard]`).
     tensorboard: Option<PathBuf>,
@@ -566,7 +566,7 @@ fn monitor(
                 .map(|p| format!("last lines of {}:\n{}", p.log.display(), tail(&p.log, 20)))
                 .collect();
             bail!(
-                "no step finished in {:.0}s (run.stall_timeout_s), waiting for step {}; stopping the run \
+                "no step finished in {:.0}s (launcher.stall_timeout_s), waiting for step {}; stopping the run \
                  (--resume continues from the latest checkpoint).\n{}\n{}",
                 progressed.elapsed().as_secs_f64(),
                 shown + 1,

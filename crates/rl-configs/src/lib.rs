@@ -39,7 +39,7 @@ pub use orchestrator::{
     EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig, TrainConfig,
     TrainEnvConfig,
 };
-pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};
+pub use rl::{EnvServerPart, LauncherConfig, RlConfig, RlParts, RunConfig};
 pub use rng::SplitMix64;
 pub use run_dir::{RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};

@@ -48,6 +48,8 @@ pub struct RlConfig {
     pub output_dir: PathBuf,
     /// The run; its directory is `<output_dir>/<run.name>`.
     pub run: RunConfig,
+    /// How the launcher supervises the processes (liveness, restarts).
+    pub launcher: LauncherConfig,
     /// Delete an existing run directory before starting (a fresh run refuses a non-empty one).
     pub clean: bool,
     /// Weights & Biases tracking of the run (off when unset).
@@ -72,6 +74,7 @@ impl Default for RlConfig {
             log: None,
             output_dir: PathBuf::from("outputs"),
             run: RunConfig::default(),
+            launcher: LauncherConfig::default(),
             clean: false,
             wandb: None,
             tensorboard: None,
@@ -79,37 +82,49 @@ impl Default for RlConfig {
     }
 }
 
-/// Identity of a run, and the launcher's liveness limit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Identity of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     /// Run name (default: `<env names>--<model name>`); the run directory's name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// The launcher stops the run when no step has finished for this many seconds, naming the
-    /// children that cannot be making progress (stopped, an unhealthy inference server) with their
-    /// logs' last lines. Every two minutes before that it reports what each child is doing.
-    pub stall_timeout_s: f64,
-    /// The launcher restarts a crashed env server on its address up to this many times (backoff 1,
-    /// 2, 4 ... s); the orchestrator reconnects, and groups that failed meanwhile are run again or
-    /// dropped. The trainer, the orchestrator or the inference server dying still stops the run.
-    pub max_restarts: u32,
-}
-
-impl Default for RunConfig {
-    fn default() -> Self {
-        RunConfig { name: None, stall_timeout_s: 3600.0, max_restarts: 3 }
-    }
 }
 
 impl RunConfig {
     /// The name must be usable as one directory name.
     pub fn validate(&self, key: &str) -> Result<()> {
-        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)?;
         match &self.name {
             Some(name) => crate::shared::plain_name(&format!("{key}.name"), name),
             None => Ok(()),
         }
+    }
+}
+
+/// `[launcher]`: how `rl rl` supervises its processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LauncherConfig {
+    /// The launcher stops the run when no step has finished for this many seconds, naming the
+    /// children that cannot be making progress (stopped, an unhealthy inference server) with their
+    /// logs' last lines. Every two minutes before that it reports what each child is doing.
+    pub stall_timeout_s: f64,
+    /// The launcher restarts a crashed env server or inference server on its port up to this many
+    /// times each (backoff 1, 2, 4 ... s); the orchestrator reconnects, and groups that failed
+    /// meanwhile are run again or dropped. The trainer or the orchestrator dying stops the run.
+    pub max_restarts: u32,
+}
+
+impl Default for LauncherConfig {
+    fn default() -> Self {
+        LauncherConfig { stall_timeout_s: 3600.0, max_restarts: 3 }
+    }
+}
+
+impl LauncherConfig {
+    /// Checks ranges; `key` is the dotted path of this section.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)
     }
 }
 
@@ -298,6 +313,7 @@ impl RlConfig {
     /// Checks every part and the rules that tie them together. Call after [`RlConfig::resolve`].
     pub fn validate(&self) -> Result<()> {
         self.run.validate("run")?;
+        self.launcher.validate("launcher")?;
         if let Some(w) = &self.wandb {
             w.validate("wandb")?;
         }

@@ -165,7 +165,7 @@ fn ctrl_c_stops_every_process_and_exits_non_zero() {
     }
 }
 
-/// A stopped trainer (SIGSTOP) does not freeze the run silently: past `run.stall_timeout_s` the
+/// A stopped trainer (SIGSTOP) does not freeze the run silently: past `launcher.stall_timeout_s` the
 /// launcher stops it, naming the stopped child and showing its log, and no child survives.
 #[test]
 fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
@@ -175,7 +175,7 @@ fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
         .args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "1000", "--run.name", "stalled"])
         .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
-        .args(["--run.stall-timeout-s", "4"])
+        .args(["--launcher.stall-timeout-s", "4"])
         .current_dir(root())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -198,7 +198,7 @@ fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
     assert!(!status.success());
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(err.contains("run.stall_timeout_s"), "{err}");
+    assert!(err.contains("launcher.stall_timeout_s"), "{err}");
     assert!(err.contains(&format!("trainer (pid {}): STOPPED", trainer[0])), "{err}");
     assert!(err.contains("inference /health: ok"), "{err}");
     assert!(err.contains("last lines of") && err.contains("trainer.log"), "{err}");
