@@ -318,35 +318,22 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     }
 }
 
-/// Starts the W&B sidecar (`python -m rl_env.tracking`, from the `rl-env` package) following the
-/// run directory; it is best effort: if it fails the run goes on, with a warning.
+/// Starts the W&B sidecar following the run directory; it is best effort: if it fails the run
+/// goes on, with a warning.
 fn spawn_tracking(run: &RunDir, w: &rl_configs::WandbConfig) -> anyhow::Result<Proc> {
-    let settings = serde_json::json!({
-        "project": w.project, "entity": w.entity, "name": w.name, "tags": w.tags, "mode": w.mode,
-        "samples_every": w.samples_every, "dir": w.dir.clone().unwrap_or_else(|| run.root().join("wandb")),
-    });
-    let root = run.root().display().to_string();
-    let args = ["-m", "rl_env.tracking", "--run-dir", &root, "--settings", &settings.to_string()];
-    let (mut p, _) = spawn(run, "wandb", Some(&w.python), &args, false)?;
+    let cmd = crate::tracking::command(run, w, false);
+    let args: Vec<&str> = cmd[1..].iter().map(String::as_str).collect();
+    let (mut p, _) = spawn(run, "wandb", Some(&cmd[..1]), &args, false)?;
     p.best_effort = true;
     Ok(p)
 }
 
-/// Lets the tracking sidecar send the last steps and close its W&B run (SIGTERM, then up to two
-/// minutes) before everything is stopped.
+/// Lets the tracking sidecar send the last steps before everything is stopped.
 fn finish_tracking(procs: &mut [Proc]) -> anyhow::Result<()> {
     let Some(p) = procs.iter_mut().find(|p| p.best_effort) else { return Ok(()) };
-    if !matches!(p.child.try_wait(), Ok(None)) {
-        return Ok(());
-    }
-    writeln!(std::io::stdout().lock(), "waiting for {} to send the last steps (log {})", p.name, p.log.display())?;
-    let _ = Command::new("kill").args(["-TERM", &p.child.id().to_string()]).status();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(120) {
-        if let Ok(Some(_)) = p.child.try_wait() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if matches!(p.child.try_wait(), Ok(None)) {
+        writeln!(std::io::stdout().lock(), "waiting for {} to send the last steps (log {})", p.name, p.log.display())?;
+        crate::tracking::finish(&mut p.child);
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ mod serving;
 mod sft;
 mod sft_data;
 mod tensorboard;
+mod tracking;
 mod training;
 
 use std::io::Write;

@@ -47,6 +47,8 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     let run_dir = config.run_dir();
     prepare_run_dir(&run_dir, config)?;
     let run = RunDir::new(&run_dir);
+    // The resolved config next to the run's output (what tracking sends as the run's config).
+    rl_configs::write_json_atomic(&run.config("sft.json"), &rl_configs::to_json(config))?;
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;
@@ -72,8 +74,29 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
         run_dir.display()
     )?;
     drop(out);
+    let mut board = match &config.tensorboard {
+        Some(t) => {
+            let dir = t.dir.clone().unwrap_or_else(|| run.root().join("tensorboard"));
+            Some(
+                crate::tensorboard::EventWriter::create(&dir)
+                    .with_context(|| format!("cannot write in {}", dir.display()))?,
+            )
+        }
+        None => None,
+    };
+    let mut sidecar = match config.wandb.as_ref().filter(|w| w.mode != rl_configs::WandbMode::Disabled) {
+        Some(w) => Some(crate::tracking::start(&run, w, &run.log("wandb"))?),
+        None => None,
+    };
     let max = config.max_steps;
-    trainer.run(&train, &val, |r| {
+    let trained = trainer.run(&train, &val, |r| {
+        if let Some(b) = board.as_mut() {
+            let row = serde_json::json!({"loss": r.loss, "val_loss": r.val_loss, "grad_norm": r.grad_norm, "lr": r.lr,
+                "tokens_per_s": r.tokens_per_s});
+            if let Err(e) = b.scalars(r.step, &row, "") {
+                tracing::warn!("cannot write a TensorBoard event: {e}");
+            }
+        }
         let mut out = std::io::stdout().lock();
         let val = r.val_loss.map(|v| format!(" | val_loss {v:.4}")).unwrap_or_default();
         let _ = writeln!(
@@ -87,7 +110,21 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
         {
             tracing::warn!("could not draw the run's curves: {e:#}");
         }
-    })?;
+    });
+    // The sidecar sends what was written, whether training finished or failed.
+    if let Some(child) = sidecar.as_mut() {
+        let ended = crate::tracking::finish(child);
+        let failed = child.try_wait().ok().flatten().is_some_and(|s| !s.success());
+        if !ended || failed {
+            let log = run.log("wandb");
+            writeln!(
+                std::io::stderr().lock(),
+                "warning: the W&B sidecar failed or did not finish; see {}",
+                log.display()
+            )?;
+        }
+    }
+    trained?;
     crate::plot::sft_curves(&run)?;
     let model_dir = run.model();
     trainer.save_model(&model_dir)?;

@@ -60,6 +60,12 @@ pub struct SftConfig {
     pub clean: bool,
     /// Logging.
     pub log: LogConfig,
+    /// Weights & Biases tracking of the run (off when unset; see `[wandb]` of `rl rl`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wandb: Option<crate::tracking::WandbConfig>,
+    /// TensorBoard event files of the run's metrics (off when unset).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensorboard: Option<crate::tracking::TensorboardConfig>,
 }
 
 impl Default for SftConfig {
@@ -84,6 +90,8 @@ impl Default for SftConfig {
             run: RunConfig::default(),
             clean: false,
             log: LogConfig::default(),
+            wandb: None,
+            tensorboard: None,
         }
     }
 }
@@ -186,6 +194,9 @@ impl SftConfig {
     /// Checks every rule of the SFT config; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
+        if let Some(w) = &self.wandb {
+            w.validate(&k("wandb"))?;
+        }
         if self.batch_size == 0 {
             return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));
         }

@@ -102,6 +102,19 @@ class TrackingTest(unittest.TestCase):
             steps = history(run / "wandb")
             self.assertEqual(sorted(s for s, _ in steps), [0, 1, 2, 3], "every step once")
 
+    def test_an_sft_run_sends_each_row_as_it_comes(self):
+        os.environ["WANDB_SILENT"] = "true"
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / "sft-run"
+            (run / "configs").mkdir(parents=True)
+            (run / "configs" / "sft.json").write_text(json.dumps({"max_steps": 2}))
+            write_lines(run / "metrics.jsonl", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0, "val_loss": 1.5}])
+            settings = {"project": "p", "mode": "offline", "single": True, "dir": str(run / "wandb")}
+            self.assertEqual(tracking.main(["--run-dir", str(run), "--settings", json.dumps(settings), "--once"]), 0)
+            steps = dict(history(run / "wandb"))
+            self.assertEqual(sorted(steps), [1, 2])
+            self.assertEqual(json.loads(steps[2]["val_loss"]), 1.5)
+
     def test_rows_flatten_into_slash_keys_and_skip_text(self):
         row = {"reward": {"mean": 1.0}, "env": "rt", "ok": True, "n": 3}
         self.assertEqual(tracking.flatten(row, "trainer/"), {"trainer/reward/mean": 1.0, "trainer/ok": 1, "trainer/n": 3})

@@ -135,3 +135,36 @@ fn examples_beyond_seq_len_are_reported_and_none_fitting_is_an_error() {
     assert!(all.contains("1 of 2 training examples are longer than seq_len"), "{all}");
     assert!(all.contains("(1 truncated to seq_len, 1 dropped)"), "{all}");
 }
+
+/// `rl sft` with `[tensorboard]` writes its losses as event scalars and its resolved config next to
+/// its output; a W&B sidecar that fails is reported, and the fine-tuning still finishes.
+#[test]
+fn sft_tracking_writes_tensorboard_events_and_survives_a_failing_sidecar() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let o = rl(&[
+        "sft",
+        "@",
+        "configs/reverse_text/sft.toml",
+        "--output-dir",
+        tmp.path().to_str().unwrap(),
+        "--model.path",
+        base.to_str().unwrap(),
+        "--max-steps",
+        "3",
+        "--scheduler",
+        r#"{"type": "constant"}"#,
+        "--tensorboard",
+        "{}",
+        "--wandb",
+        r#"{"project": "p", "mode": "offline", "python": ["false"]}"#,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("W&B sidecar failed"), "{}", stderr(&o));
+    let run = tmp.path().join("reverse-text-sft");
+    assert!(run.join("configs/sft.json").exists());
+    let events: Vec<_> = std::fs::read_dir(run.join("tensorboard")).unwrap().flatten().collect();
+    let bytes = std::fs::read(events[0].path()).unwrap();
+    assert!(String::from_utf8_lossy(&bytes).contains("grad_norm"), "loss scalars are in the event file");
+}

@@ -3,7 +3,8 @@
 It follows the run directory the Rust processes write (`metrics.jsonl` of the orchestrator,
 `trainer/metrics.jsonl`, `rollouts/step_N/traces.jsonl`) and sends each step to Weights & Biases
 once both the orchestrator's and the trainer's rows of that step exist (so W&B's step axis only
-grows), with the run's resolved config, and a table of samples every `samples_every` steps.
+grows), with the run's resolved config, and a table of samples every `samples_every` steps. For
+`rl sft` (`"single": true` in the settings) it sends each row of `metrics.jsonl` as it comes.
 Nothing in the training processes waits for it. Resuming the run resumes the W&B run (its id and
 the last step sent are kept in `<run>/wandb/state.json`).
 
@@ -99,8 +100,14 @@ class Tracker:
         self.state_path = Path(settings.get("dir") or run_dir / "wandb") / "state.json"
         state = self._load_state()
         self.sent = state.get("logged_step", -1)
-        config_path = run_dir / "configs" / "rl.json"
-        config = json.loads(config_path.read_text()) if config_path.exists() else {}
+        # `single`: one metrics file (`rl sft`), each row sent as it arrives.
+        self.single = bool(settings.get("single"))
+        config: Dict[str, Any] = {}
+        for name in ("rl.json", "sft.json"):
+            path = run_dir / "configs" / name
+            if path.exists():
+                config = json.loads(path.read_text())
+                break
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         self.run = wandb_module.init(
             project=settings["project"],
@@ -135,12 +142,13 @@ class Tracker:
         """Reads new rows and sends every step that is complete (all of them when `final`)."""
         for row in self.orchestrator.rows():
             self.pending_orch[int(row["step"])] = row
-        for row in self.trainer.rows():
-            self.pending_trainer[int(row["step"])] = row
+        if not self.single:
+            for row in self.trainer.rows():
+                self.pending_trainer[int(row["step"])] = row
         sent = 0
         for step in sorted(self.pending_orch):
             # Step 0 (an evaluation before training) has no trainer row.
-            if not final and step > 0 and step not in self.pending_trainer:
+            if not final and not self.single and step > 0 and step not in self.pending_trainer:
                 break
             self._send(step, self.pending_orch.pop(step), self.pending_trainer.pop(step, None))
             sent += 1
