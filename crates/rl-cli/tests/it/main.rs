@@ -7,6 +7,7 @@ mod env_server;
 mod guide;
 mod recipes;
 mod sft;
+mod supervision;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

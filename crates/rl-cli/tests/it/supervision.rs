@@ -1,0 +1,269 @@
+//! `rl rl` when things go wrong: signals to the launcher (SIGINT, SIGKILL), a stopped trainer, a
+//! killed env or inference server, every process killed at once then `--resume`, API keys, and a
+//! failing tracking sidecar. Each test launches the smoke config in the background and acts on its
+//! processes, found by the config files on their command lines.
+
+use std::io::{BufRead, BufReader, Lines};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rl_configs::RunDir;
+use rl_configs::run_dir::{TrainerRow, read_jsonl};
+
+use crate::e2e::smoke;
+use crate::{rl, root, stderr, stdout};
+
+/// A random tiny model in `dir`.
+fn tiny_model(dir: &Path, seed: &str) -> PathBuf {
+    let model = dir.join("tiny");
+    assert!(rl(&["model", "init", "--out", model.to_str().unwrap(), "--seed", seed]).status.success());
+    model
+}
+
+/// `rl rl` on the smoke config as run `name` under `dir`, in the background; its stdout lines.
+fn launch(dir: &Path, model: &Path, name: &str, extra: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(["rl", "@", "configs/ci/smoke.toml", "--run.name", name])
+        .args(["--output-dir", dir.to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+        .args(extra)
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// Waits for `child` to exit, at most `limit`.
+fn exit_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(start.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// All `child` wrote to stderr (after it exited).
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    err
+}
+
+/// Processes whose command line names `path` (from /proc: no pgrep needed).
+fn pids_naming(path: &Path) -> Vec<String> {
+    let needle = path.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Sends `signal` (`-KILL`, `-STOP`, ...) to `pids`.
+fn signal(signal: &str, pids: &[String]) {
+    assert!(Command::new("kill").arg(signal).args(pids).status().unwrap().success());
+}
+
+/// Waits until no process names `path` any more, at most `limit`.
+fn gone_within(path: &Path, limit: Duration, what: &str) {
+    let start = Instant::now();
+    while !pids_naming(path).is_empty() {
+        assert!(start.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn children_exit_when_the_launcher_is_killed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let (mut child, mut lines) = launch(tmp.path(), &model, "killed", &["--max-steps", "1000"]);
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    let configs = tmp.path().join("killed/configs");
+    assert!(!pids_naming(&configs).is_empty(), "the children run");
+    // SIGKILL: the launcher cannot stop anyone; its children must notice on their own.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    gone_within(&configs, Duration::from_secs(20), "children outlived the killed launcher");
+}
+
+#[test]
+fn ctrl_c_stops_every_process_and_exits_non_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let (mut child, mut lines) = launch(tmp.path(), &model, "interrupted", &["--max-steps", "1000"]);
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("step 1/1000"), "{first}");
+    let configs = tmp.path().join("interrupted/configs");
+    assert_eq!(pids_naming(&configs.join("trainer.json")).len(), 1, "the trainer runs");
+    signal("-INT", &[child.id().to_string()]);
+    let status = exit_within(&mut child, Duration::from_secs(60), "the launcher did not stop");
+    assert!(!status.success());
+    let err = stderr_of(&mut child);
+    assert!(err.contains("interrupted"), "{err}");
+    for name in ["trainer.json", "orchestrator.json", "inference.json", "envs/train/reverse-text.json"] {
+        assert!(pids_naming(&configs.join(name)).is_empty(), "{name}: its process outlived the launcher");
+    }
+}
+
+/// A stopped trainer (SIGSTOP) does not freeze the run silently: past `launcher.stall_timeout_s`
+/// the launcher stops it, naming the stopped child and showing its log, and no child survives.
+#[test]
+fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let extra = ["--max-steps", "1000", "--launcher.stall-timeout-s", "4"];
+    let (mut child, mut lines) = launch(tmp.path(), &model, "stalled", &extra);
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    let configs = tmp.path().join("stalled/configs");
+    let trainer = pids_naming(&configs.join("trainer.json"));
+    assert_eq!(trainer.len(), 1);
+    signal("-STOP", &trainer);
+    let status = exit_within(&mut child, Duration::from_secs(90), "the stalled run was not stopped");
+    assert!(!status.success());
+    let err = stderr_of(&mut child);
+    assert!(err.contains("launcher.stall_timeout_s"), "{err}");
+    assert!(err.contains(&format!("trainer (pid {}): STOPPED", trainer[0])), "{err}");
+    assert!(err.contains("inference /health: ok"), "{err}");
+    assert!(err.contains("last lines of") && err.contains("trainer.log"), "{err}");
+    assert!(pids_naming(&configs).is_empty(), "every child was stopped");
+}
+
+/// With `inference.api_key_env` and `admin_key_env` set, the launcher hands the key names to the
+/// orchestrator; rollouts (env server -> inference, the key travelling in each request), weight
+/// updates (admin key) and env-server calls (`serve.token_env`) go through, and the run finishes.
+/// Without the variables it fails at once, naming them.
+#[test]
+fn a_run_with_api_admin_and_env_keys_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let run = |with_keys: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl"));
+        cmd.args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "2", "--run.name", "keyed", "--clean"])
+            .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
+            .args(["--inference.api-key-env", "RL_TEST_API_KEY", "--inference.admin-key-env", "RL_TEST_ADMIN_KEY"])
+            .args(["--orchestrator.train.env.0.serve.token-env", "RL_TEST_ENV_TOKEN"])
+            .current_dir(root());
+        if with_keys {
+            cmd.env("RL_TEST_API_KEY", "k-api").env("RL_TEST_ADMIN_KEY", "k-admin").env("RL_TEST_ENV_TOKEN", "k-env");
+        }
+        cmd.output().unwrap()
+    };
+    let o = run(true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("step 2/2"), "{}", stdout(&o));
+    let o = run(false);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("RL_TEST_API_KEY"), "{}", stderr(&o));
+}
+
+/// `kill -9` of one server mid-run (after `after` steps), the run under `dir`: the launcher
+/// restarts it on its port, the run finishes all 30 steps, and the restarted process is stopped at
+/// the end. Returns the lines printed after the kill and the run's directory.
+fn kill_a_server_mid_run(dir: &Path, name: &str, config: &str, after: usize) -> (Vec<String>, PathBuf) {
+    let model = tiny_model(dir, "3");
+    let (mut child, mut lines) = launch(dir, &model, name, &["--max-steps", "30"]);
+    for _ in 0..after {
+        assert!(lines.next().unwrap().unwrap().starts_with("step "));
+    }
+    let run = dir.join(name);
+    let server = pids_naming(&run.join("configs").join(config));
+    assert_eq!(server.len(), 1);
+    signal("-KILL", &server);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}\n{}", rest.join("\n"), stderr_of(&mut child));
+    assert!(rest.iter().any(|l| l.contains("restarting it (1/3)")), "{rest:?}");
+    assert!(rest.iter().any(|l| l.starts_with("step 30/30")), "{rest:?}");
+    assert!(pids_naming(&run.join("configs").join(config)).is_empty(), "the restarted server was stopped at the end");
+    (rest, run)
+}
+
+/// `kill -9` of the env server mid-run: restarted on its address, the orchestrator reconnects
+/// (groups that failed meanwhile are run again or dropped) and the run finishes.
+#[test]
+fn a_killed_env_server_is_restarted_and_the_run_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rest, _) = kill_a_server_mid_run(tmp.path(), "restarted", "envs/train/reverse-text.json", 1);
+    assert!(rest.iter().any(|l| l.starts_with("env-reverse-text exited with")), "{rest:?}");
+}
+
+/// `kill -9` of the inference server mid-run: restarted on its port, the orchestrator sees its new
+/// boot id and loads the policy's current weights into it again, and the run finishes.
+#[test]
+fn a_killed_inference_server_is_restarted_with_the_current_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rest, run) = kill_a_server_mid_run(tmp.path(), "reinference", "inference.json", 3);
+    assert!(rest.iter().any(|l| l.starts_with("inference exited with")), "{rest:?}");
+    let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
+    assert!(log.contains("restarted; loading its weights again"), "{log}");
+}
+
+/// Crash at arbitrary points, then `--resume`: every process of the run is killed with SIGKILL at
+/// once at several moments (mid-step, so between a batch write and the trainer's read, during a
+/// broadcast or a checkpoint, whichever is under way), and after `--resume` every JSONL file holds
+/// each step exactly once, in order, and the run ends with its final model.
+#[test]
+fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "4");
+    let steps = ["--max-steps", "12", "--ckpt.interval", "2"];
+    for (kill_after, delay_ms) in [(2u64, 0u64), (5, 37), (8, 113)] {
+        let name = format!("crash-{kill_after}");
+        let (mut child, mut lines) = launch(tmp.path(), &model, &name, &steps);
+        let wanted = format!("step {kill_after}/12");
+        assert!(lines.any(|l| l.is_ok_and(|l| l.starts_with(&wanted))), "{name}: never reached {wanted}");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let configs = tmp.path().join(&name).join("configs");
+        let mut victims = pids_naming(&configs);
+        victims.push(child.id().to_string());
+        signal("-KILL", &victims);
+        child.wait().unwrap();
+        gone_within(&configs, Duration::from_secs(20), "killed processes linger");
+        let mut args = vec!["rl", "@", "configs/ci/smoke.toml", "--run.name", &name, "--resume"];
+        args.extend(steps);
+        args.extend(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()]);
+        let o = rl(&args);
+        assert!(o.status.success(), "{name}: {}\n{}", stdout(&o), stderr(&o));
+        let dir = RunDir::new(tmp.path().join(&name));
+        let orch: Vec<u64> = read_jsonl::<serde_json::Value>(&dir.metrics())
+            .unwrap()
+            .iter()
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        let trainer: Vec<u64> =
+            read_jsonl::<TrainerRow>(&dir.trainer_metrics()).unwrap().iter().map(|r| r.step).collect();
+        let all: Vec<u64> = (1..=12).collect();
+        assert_eq!(orch, all, "{name}: orchestrator metrics");
+        assert_eq!(trainer, all, "{name}: trainer metrics");
+        assert!(stdout(&o).contains("final model (after step 12)"), "{name}: {}", stdout(&o));
+    }
+}
+
+/// The W&B sidecar is best effort: when it cannot run (here its interpreter exits at once), the
+/// launcher says so once, with its log, and the run finishes; `[tensorboard]` writes event files.
+#[test]
+fn a_failing_tracking_sidecar_is_reported_and_tensorboard_files_are_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let wandb = r#"{"project": "p", "mode": "offline", "python": ["false"]}"#;
+    let o = smoke(tmp.path(), &model, &["--wandb", wandb, "--tensorboard", "{}"]);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o).matches("warning: wandb exited with").count(), 1, "{}", stdout(&o));
+    assert!(stdout(&o).contains("step 3/3"), "{}", stdout(&o));
+    // `[tensorboard]` in the same run: one event file holding the steps' scalars.
+    let events: Vec<_> = std::fs::read_dir(tmp.path().join("ci-smoke/tensorboard")).unwrap().flatten().collect();
+    assert_eq!(events.len(), 1);
+    let text = String::from_utf8_lossy(&std::fs::read(events[0].path()).unwrap()).into_owned();
+    assert!(text.contains("reward/mean") && text.contains("trainer/loss"), "scalar tags are in the event file");
+}
