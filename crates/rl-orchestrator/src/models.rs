@@ -37,6 +37,9 @@ impl Endpoint {
     }
 }
 
+/// Retries of a weight update after a 5xx answer or a transport error.
+const ADMIN_RETRIES: u32 = 5;
+
 /// The key in the environment variable a config key names (none when the key is unset).
 fn secret(key: &str, var: Option<&str>) -> Result<Option<rl_serve::ApiKey>> {
     var.map(|v| {
@@ -161,17 +164,32 @@ impl Models {
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
         let fail = |message: String| Error::Policy { url: url.clone(), message };
         let policy = self.endpoint(POLICY_KEY)?;
-        let request = self.http.post(&url).json(&json!({"weight_dir": dir}));
-        let r = authorized(request, policy.admin_key.as_ref().or(policy.api_key.as_ref()))
-            .send()
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        if r.status().is_success() {
-            return Ok(());
+        // As prime-rl's admin client: 5xx answers and transport errors are retried (backoff 1, 2,
+        // 4, 8, 10 s), 4xx answers are not.
+        let mut attempt = 0u32;
+        loop {
+            let request = self.http.post(&url).json(&json!({"weight_dir": dir}));
+            let (why, retryable) =
+                match authorized(with_headers(request, policy), policy.admin_key.as_ref().or(policy.api_key.as_ref()))
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().is_success() => return Ok(()),
+                    Ok(r) => {
+                        let status = r.status();
+                        let body = r.text().await.unwrap_or_default();
+                        (format!("update_weights answered {status}: {body}"), status.is_server_error())
+                    }
+                    Err(e) => (e.to_string(), true),
+                };
+            if !retryable || attempt >= ADMIN_RETRIES {
+                return Err(fail(why));
+            }
+            let pause = Duration::from_secs((1u64 << attempt).min(10));
+            tracing::warn!(attempt, reason = %why, ?pause, "weight update failed; trying again");
+            tokio::time::sleep(pause).await;
+            attempt += 1;
         }
-        let status = r.status();
-        let body = r.text().await.unwrap_or_default();
-        Err(fail(format!("update_weights answered {status}: {body}")))
     }
 
     async fn post(&self, key: &str, url: String, body: Value) -> Result<Value> {

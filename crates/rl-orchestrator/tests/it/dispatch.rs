@@ -565,3 +565,48 @@ async fn failing_groups_are_dropped_and_counted_and_the_step_goes_on() {
     let err = orch.run(|_| {}).await.unwrap_err().to_string();
     assert!(err.contains("max_dropped_group_fraction") && err.contains("overloaded"), "{err}");
 }
+
+/// An HTTP endpoint answering its n-th request with `codes[n]` (200 once they run out); counts
+/// the requests.
+fn scripted_endpoint(codes: Vec<u16>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let mut stream = stream.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let code = codes.get(n).copied().unwrap_or(200);
+            let body = r#"{"status":"ok"}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (base, count)
+}
+
+/// Weight updates ride out a restarting or overloaded server (5xx answers are retried with
+/// backoff, as prime-rl's admin client does) but give up at once on a 4xx.
+#[tokio::test]
+async fn weight_updates_retry_server_errors_and_not_client_errors() {
+    let models = |base: String| {
+        let mut cfg = OrchestratorConfig::default();
+        cfg.model.base_url = base;
+        cfg.model.name = Some(String::from("m"));
+        rl_orchestrator::Models::new(&cfg).unwrap()
+    };
+    let (base, count) = scripted_endpoint(vec![503, 502]);
+    models(base).update_weights(Path::new("/tmp/w")).await.expect("the third try succeeds");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let (base, count) = scripted_endpoint(vec![400]);
+    let err = models(base).update_weights(Path::new("/tmp/w")).await.unwrap_err().to_string();
+    assert!(err.contains("400"), "{err}");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "no retry of a client error");
+}
