@@ -501,7 +501,16 @@ fn monitor(
                     }
                     continue;
                 }
-                bail!("{} exited with {status}; last lines of {}:\n{}", p.name, p.log.display(), tail(&p.log, 20));
+                // A restartable child here has used its whole budget: say so.
+                let spent =
+                    p.restart.as_ref().map(|r| format!(" (restarted {} times: launcher.max_restarts spent)", r.done));
+                bail!(
+                    "{} exited with {status}{}; last lines of {}:\n{}",
+                    p.name,
+                    spent.unwrap_or_default(),
+                    p.log.display(),
+                    tail(&p.log, 20)
+                );
             }
         }
         // Rows are read as they are written; a row being written is skipped until complete.

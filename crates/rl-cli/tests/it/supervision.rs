@@ -267,3 +267,19 @@ fn a_failing_tracking_sidecar_is_reported_and_tensorboard_files_are_written() {
     let text = String::from_utf8_lossy(&std::fs::read(events[0].path()).unwrap()).into_owned();
     assert!(text.contains("reward/mean") && text.contains("trainer/loss"), "scalar tags are in the event file");
 }
+
+/// With the restart budget spent (here 0), a crashed env server ends the run, and the error says
+/// the budget is why.
+#[test]
+fn a_spent_restart_budget_ends_the_run_saying_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "3");
+    let extra = ["--max-steps", "1000", "--launcher.max-restarts", "0"];
+    let (mut child, mut lines) = launch(tmp.path(), &model, "budget", &extra);
+    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    signal("-KILL", &pids_naming(&tmp.path().join("budget/configs/envs/train/reverse-text.json")));
+    let status = exit_within(&mut child, Duration::from_secs(60), "the run did not stop");
+    assert!(!status.success());
+    let err = stderr_of(&mut child);
+    assert!(err.contains("env-reverse-text exited with") && err.contains("launcher.max_restarts spent"), "{err}");
+}
