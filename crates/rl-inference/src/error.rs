@@ -21,6 +21,12 @@ pub enum Error {
     /// Too many requests are pending (503).
     #[error("{0}")]
     Overloaded(String),
+    /// No such route (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The route exists but not for this method (405).
+    #[error("{0}")]
+    WrongMethod(String),
     /// A required API key is missing or wrong (401).
     #[error("{0}")]
     Unauthorized(String),
@@ -59,6 +65,8 @@ impl IntoResponse for Error {
             Error::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error"),
             Error::UnknownModel(_) => (StatusCode::NOT_FOUND, "model_not_found"),
             Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "authentication_error"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error"),
+            Error::WrongMethod(_) => (StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error"),
             Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Error::Unhealthy(_) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
             Error::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),

@@ -67,8 +67,20 @@ pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
         .route("/version", get(version))
         .merge(api)
         .merge(admin)
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
+}
+
+/// Unknown paths get the OpenAI error object too (404), not an empty body.
+async fn unknown_route(uri: axum::http::Uri) -> Error {
+    Error::NotFound(format!("no route {}", uri.path()))
+}
+
+/// A known path with the wrong method (405), as an OpenAI error object.
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Error {
+    Error::WrongMethod(format!("{method} is not allowed on {}", uri.path()))
 }
 
 /// 200 while the engine can serve; 503 with the reason when its thread has stopped or it is stuck

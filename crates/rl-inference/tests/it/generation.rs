@@ -138,6 +138,13 @@ async fn bad_requests_get_clean_client_errors() {
     assert!(v["error"]["message"].as_str().unwrap().contains("messages"), "{v}");
     let (s, v) = srv.post("/v1/completions", json!({"prompt": [100000]})).await;
     assert_eq!(s, 400, "unknown token ids: {v}");
+    // Unknown routes and wrong methods answer with the error object too.
+    let (s, v) = srv.post("/v1/embeddings", json!({})).await;
+    assert_eq!((s, v["error"]["type"].as_str()), (404, Some("not_found_error")), "{v}");
+    let r = srv.http.get(format!("{}/v1/chat/completions", srv.base)).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("GET"), "{v}");
 }
 
 /// Six concurrent requests with one prompt (a GRPO group), then a next turn that extends it.
