@@ -101,13 +101,16 @@ impl ModelClient {
             if e.is_connect() && e.is_timeout() {
                 Error::Timeout(format!("model endpoint {url} did not accept a connection within {CONNECT_TIMEOUT:?}"))
             } else if e.is_timeout() {
-                Error::Timeout(format!("model call to {url} took longer than {:?}", runtime.timeout))
+                Error::Timeout(format!(
+                    "model call to {url} took longer than {:?} (the model's timeout_s) before answering",
+                    runtime.timeout
+                ))
             } else {
                 Error::Infrastructure(format!("model endpoint {url} unreachable: {e}"))
             }
         })?;
         let status = response.status();
-        let bytes = read_bounded(response, &url).await?;
+        let bytes = read_bounded(response, &url, runtime.timeout).await?;
         let text = String::from_utf8_lossy(&bytes);
         if !status.is_success() {
             let snippet: String = text.chars().take(500).collect();
@@ -126,7 +129,7 @@ impl ModelClient {
     }
 }
 
-async fn read_bounded(mut response: reqwest::Response, url: &str) -> Result<Vec<u8>> {
+async fn read_bounded(mut response: reqwest::Response, url: &str, timeout: Duration) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         match response.chunk().await {
@@ -139,7 +142,11 @@ async fn read_bounded(mut response: reqwest::Response, url: &str) -> Result<Vec<
                 out.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(out),
-            Err(e) if e.is_timeout() => return Err(Error::Timeout(format!("reading the response of {url}: {e}"))),
+            Err(e) if e.is_timeout() => {
+                return Err(Error::Timeout(format!(
+                    "model call to {url} took longer than {timeout:?} (the model's timeout_s) while sending its response"
+                )));
+            }
             Err(e) => return Err(Error::Infrastructure(format!("reading the response of {url}: {e}"))),
         }
     }

@@ -205,3 +205,23 @@ async fn a_token_guards_the_env_server_and_api_keys_reach_the_model() {
         assert!(matches!(other.run_group(req.clone()).await, Err(Error::Unauthenticated(_))));
     }
 }
+
+/// A model slower than the runtime's `timeout_s` is a retryable timeout whose message names that
+/// limit and its value (not the connect timeout, not another knob).
+#[tokio::test]
+async fn a_slow_model_times_out_naming_the_limit_that_fired() {
+    let slow = FakeModel::start(|_: &FakeRequest| {
+        FakeReply::Delayed(Duration::from_secs(5), Box::new(FakeReply::Text(String::from("late"))))
+    })
+    .await;
+    let h = start(Arc::new(StepEnv::new()), ServeConfig::default(), ClientOptions { retries: 0, ..Default::default() })
+        .await;
+    let mut actor = actor(&slow);
+    actor.timeout_s = 0.3;
+    let req =
+        pb::RunGroupRequest { example: dataset("train", 0), group_size: 1, actor: Some(actor), ..Default::default() };
+    let resp = h.client.run_group(req).await.unwrap();
+    let e = &resp.episodes[0].traces[0].errors[0];
+    assert_eq!((e.kind, e.retryable), (pb::ErrorKind::Timeout as i32, true));
+    assert!(e.message.contains("took longer than 300ms (the model's timeout_s)"), "{}", e.message);
+}
