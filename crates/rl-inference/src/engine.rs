@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 
-use rl_model::{CpuRuntime, Penalties, Qwen3, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
+use rl_model::{CausalLm, CpuRuntime, Penalties, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -181,7 +181,7 @@ struct Seq<C> {
 impl Engine {
     /// Starts the engine thread serving `model`, decoding up to `max_batch` sequences together and
     /// keeping up to `prefix_cache_bytes` of prompt keys and values.
-    pub fn start(model: &Qwen3, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Result<Self> {
+    pub fn start(model: &CausalLm, tok: Tok, max_batch: usize, prefix_cache_bytes: usize) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
         let beat = Arc::new(Heartbeat {
             start: Instant::now(),

@@ -80,12 +80,12 @@ mod tests {
     use std::collections::HashMap;
 
     use candle_core::{Device, Tensor};
-    use rl_model::{CpuRuntime, Preset, Qwen3Config, Trainable};
+    use rl_model::{CpuRuntime, ModelConfig, Preset, Trainable};
 
     use super::PrefixCache;
 
     fn runtime() -> CpuRuntime {
-        let cfg = Qwen3Config::preset(Preset::Tiny, 40);
+        let cfg = ModelConfig::preset(Preset::Tiny, 40);
         let map: HashMap<String, Tensor> = rl_model::random_weights(&cfg, 1).unwrap().into_iter().collect();
         let model = Trainable::from_tensors(&cfg, &map).unwrap().model(&cfg, &Device::Cpu).unwrap();
         CpuRuntime::new(&model).unwrap()

@@ -10,12 +10,12 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_model::{CpuRuntime, Preset, Qwen3, Qwen3Config, SeqCache, random_weights};
+use rl_model::{CausalLm, CpuRuntime, ModelConfig, Preset, SeqCache, random_weights};
 
 fn model(preset: Preset) -> CpuRuntime {
-    let cfg = Qwen3Config::preset(preset, 128);
+    let cfg = ModelConfig::preset(preset, 128);
     let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
-    let m = Qwen3::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model");
+    let m = CausalLm::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model");
     CpuRuntime::new(&m).expect("runtime")
 }
 

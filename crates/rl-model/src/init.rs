@@ -6,14 +6,14 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::chat::write_tokenizer_config;
-use crate::config::{Preset, Qwen3Config};
+use crate::config::{ModelConfig, Preset};
 use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
 use crate::tokenizer::{SPECIAL_TOKENS, write_char_tokenizer};
-use crate::weights::{weight_names, write_model_dir};
+use crate::weights::{weight_shapes, write_model_dir};
 
 /// Writes a random model of `preset` to `out` (replacing it when `force`); returns its config.
-pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<Qwen3Config> {
+pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<ModelConfig> {
     if out.exists() && std::fs::read_dir(out).map_err(|e| Error::io(out, e))?.next().is_some() && !force {
         return Err(Error::bad_dir(out, "already exists and is not empty (pass --force to replace it)"));
     }
@@ -28,7 +28,7 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
         let generation = serde_json::json!({"eos_token_id": [2, 0], "pad_token_id": 0});
         std::fs::write(scratch.join("generation_config.json"), generation.to_string())
             .map_err(|e| Error::io(&scratch, e))?;
-        let mut cfg = Qwen3Config::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
+        let mut cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
         cfg.eos_token_id = Some(serde_json::json!(2));
         let tensors = random_weights(&cfg, seed)?;
         write_model_dir(out, &cfg, &tensors, &scratch)?;
@@ -40,8 +40,8 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
 
 /// A very small architecture (hidden 16, 2 layers, 2/1 heads of 8) for tests: fast, and small
 /// enough for finite-difference checks.
-pub fn micro_config(vocab_size: usize) -> Qwen3Config {
-    let mut cfg = Qwen3Config::preset(crate::config::Preset::Tiny, vocab_size);
+pub fn micro_config(vocab_size: usize) -> ModelConfig {
+    let mut cfg = ModelConfig::preset(crate::config::Preset::Tiny, vocab_size);
     cfg.hidden_size = 16;
     cfg.intermediate_size = 24;
     cfg.num_hidden_layers = 2;
@@ -55,7 +55,7 @@ pub fn micro_config(vocab_size: usize) -> Qwen3Config {
 /// `random_weights` with every weight but the norms multiplied by `scale` (a micro model with the
 /// usual 0.02 init is nearly uniform), converted to `dtype`.
 pub fn scaled_random_weights(
-    cfg: &Qwen3Config,
+    cfg: &ModelConfig,
     seed: u64,
     scale: f64,
     dtype: DType,
@@ -69,33 +69,19 @@ pub fn scaled_random_weights(
         .collect()
 }
 
-/// Random weights for `cfg`: N(0, 0.02) matrices, ones for norms.
-pub fn random_weights(cfg: &Qwen3Config, seed: u64) -> Result<Vec<(String, Tensor)>> {
+/// Random weights for `cfg`: N(0, 0.02) matrices and biases, ones for norms.
+pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Result<Vec<(String, Tensor)>> {
     let device = Device::Cpu;
     let mut rng = Normal(SplitMix64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678));
-    let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-    let (q, kv, i) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
     let mut out = Vec::new();
-    for name in weight_names(cfg) {
-        let shape: (usize, usize) = if name.ends_with("embed_tokens.weight") || name == "lm_head.weight" {
-            (cfg.vocab_size, h)
-        } else if name.ends_with("q_proj.weight") {
-            (q, h)
-        } else if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") {
-            (kv, h)
-        } else if name.ends_with("o_proj.weight") {
-            (h, q)
-        } else if name.ends_with("gate_proj.weight") || name.ends_with("up_proj.weight") {
-            (i, h)
-        } else if name.ends_with("down_proj.weight") {
-            (h, i)
+    for (name, shape) in weight_shapes(cfg) {
+        let t = if name.ends_with("norm.weight") {
+            Tensor::ones(shape, DType::F32, &device)?
         } else {
-            let n = if name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight") { hd } else { h };
-            out.push((name, Tensor::ones(n, DType::F32, &device)?));
-            continue;
+            let data: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.next() * 0.02).collect();
+            Tensor::from_vec(data, shape, &device)?
         };
-        let data: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.next() * 0.02).collect();
-        out.push((name, Tensor::from_vec(data, shape, &device)?));
+        out.push((name, t));
     }
     Ok(out)
 }

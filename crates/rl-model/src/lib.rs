@@ -21,11 +21,11 @@ mod weights;
 pub use chat::{
     ChatTemplate, QWEN_TEMPLATE, TemplateFunction, TemplateMessage, TemplateToolCall, write_tokenizer_config,
 };
-pub use config::{Preset, Qwen3Config};
+pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{init_model, micro_config, random_weights, scaled_random_weights};
-pub use model::Qwen3;
+pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
@@ -33,5 +33,5 @@ pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{
     Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config, read_weights,
-    weight_names, write_model_dir, write_safetensors,
+    weight_names, weight_shapes, write_model_dir, write_safetensors,
 };

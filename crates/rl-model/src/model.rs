@@ -1,4 +1,4 @@
-//! The Qwen3 decoder as a differentiable candle graph, for training (and scoring): one packed row
+//! The decoder (Qwen3, Qwen2, Llama: see [`crate::Family`]) as a differentiable candle graph, for training (and scoring): one packed row
 //! at a time, laid out by a [`RowLayout`] (independent samples, or completions sharing a prompt).
 //! Every non-matmul step is a fused op of `rl-kernels` with a real backward pass. Weights are read
 //! through a `VarBuilder` under the HF tensor names, so the same code runs on trainable `Var`s or
@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_kernels::ops::{Rope, attention, head_norm_rope, rms_norm, swiglu};
+use rl_kernels::ops::{Rope, attention, head_norm_rope, rms_norm, rope, swiglu};
 use rl_kernels::{AttnShape, RowLayout};
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 
 /// One decoder layer's weights (HF layout: projections are `[out, in]`).
@@ -21,8 +21,11 @@ pub(crate) struct Layer {
     pub(crate) k: Tensor,
     pub(crate) v: Tensor,
     pub(crate) o: Tensor,
-    pub(crate) q_norm: Tensor,
-    pub(crate) k_norm: Tensor,
+    /// Biases of q, k, v (Qwen2, or `attention_bias`).
+    pub(crate) qkv_bias: Option<[Tensor; 3]>,
+    pub(crate) o_bias: Option<Tensor>,
+    /// The q and k head norms (Qwen3).
+    pub(crate) qk_norm: Option<[Tensor; 2]>,
     pub(crate) gate: Tensor,
     pub(crate) up: Tensor,
     pub(crate) down: Tensor,
@@ -30,10 +33,83 @@ pub(crate) struct Layer {
     pub(crate) ln2: Tensor,
 }
 
-/// A Qwen3 causal language model.
+/// `x W^T + b`, with `W` and `b` through `at` (the cast to the compute dtype).
+fn linear_bias(x: &Tensor, w: &Tensor, b: Option<&Tensor>, at: &impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let y = linear(x, &at(w)?)?;
+    Ok(match b {
+        Some(b) => y.broadcast_add(&at(b)?)?,
+        None => y,
+    })
+}
+
+impl Layer {
+    /// The same layer with every tensor mapped through `f`.
+    pub(crate) fn map(&self, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Layer> {
+        let qkv_bias = match &self.qkv_bias {
+            Some([q, k, v]) => Some([f(q)?, f(k)?, f(v)?]),
+            None => None,
+        };
+        let qk_norm = match &self.qk_norm {
+            Some([q, k]) => Some([f(q)?, f(k)?]),
+            None => None,
+        };
+        Ok(Layer {
+            q: f(&self.q)?,
+            k: f(&self.k)?,
+            v: f(&self.v)?,
+            o: f(&self.o)?,
+            qkv_bias,
+            o_bias: self.o_bias.as_ref().map(&f).transpose()?,
+            qk_norm,
+            gate: f(&self.gate)?,
+            up: f(&self.up)?,
+            down: f(&self.down)?,
+            ln1: f(&self.ln1)?,
+            ln2: f(&self.ln2)?,
+        })
+    }
+
+    /// Queries and keys (normed per head in Qwen3, then rotated at `positions`) and values of the
+    /// normed input `h [T, hidden]`; weights through `at`.
+    pub(crate) fn qkv(
+        &self,
+        h: &Tensor,
+        at: &impl Fn(&Tensor) -> Result<Tensor>,
+        eps: f64,
+        head_dim: usize,
+        positions: &Arc<[u32]>,
+        table: &Rope,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let bias = |i: usize| self.qkv_bias.as_ref().map(|b| &b[i]);
+        let q = linear_bias(h, &self.q, bias(0), at)?;
+        let k = linear_bias(h, &self.k, bias(1), at)?;
+        let v = linear_bias(h, &self.v, bias(2), at)?;
+        let (q, k) = match &self.qk_norm {
+            Some([qn, kn]) => (
+                head_norm_rope(&q, &at(qn)?, eps, positions.clone(), table)?,
+                head_norm_rope(&k, &at(kn)?, eps, positions.clone(), table)?,
+            ),
+            None => (rope(&q, head_dim, positions.clone(), table)?, rope(&k, head_dim, positions.clone(), table)?),
+        };
+        Ok((q, k, v))
+    }
+
+    /// The attention output projection.
+    pub(crate) fn out_proj(&self, a: &Tensor, at: &impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        linear_bias(a, &self.o, self.o_bias.as_ref(), at)
+    }
+
+    /// The SwiGLU MLP of the normed input `h`.
+    pub(crate) fn mlp(&self, h: &Tensor, at: &impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+        let gated = swiglu(&linear(h, &at(&self.gate)?)?, &linear(h, &at(&self.up)?)?)?;
+        linear(&gated, &at(&self.down)?)
+    }
+}
+
+/// A causal language model of one of the supported families.
 #[derive(Debug, Clone)]
-pub struct Qwen3 {
-    cfg: Qwen3Config,
+pub struct CausalLm {
+    cfg: ModelConfig,
     pub(crate) embed: Tensor,
     pub(crate) layers: Vec<Layer>,
     pub(crate) norm: Tensor,
@@ -50,9 +126,9 @@ fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(rl_kernels::ops::linear(x, w)?)
 }
 
-impl Qwen3 {
+impl CausalLm {
     /// Builds the model from weights named as in HF (`model.layers.0.self_attn.q_proj.weight`, ...).
-    pub fn new(cfg: &Qwen3Config, vb: &VarBuilder<'_>) -> Result<Self> {
+    pub fn new(cfg: &ModelConfig, vb: &VarBuilder<'_>) -> Result<Self> {
         cfg.check().map_err(Error::Input)?;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let (q_dim, kv_dim, inter) =
@@ -63,13 +139,21 @@ impl Qwen3 {
         for i in 0..cfg.num_hidden_layers {
             let l = m.pp("layers").pp(i.to_string());
             let (a, p) = (l.pp("self_attn"), l.pp("mlp"));
+            let qkv_bias = if cfg.qkv_bias() {
+                Some([a.get(q_dim, "q_proj.bias")?, a.get(kv_dim, "k_proj.bias")?, a.get(kv_dim, "v_proj.bias")?])
+            } else {
+                None
+            };
+            let qk_norm =
+                if cfg.qk_norm() { Some([a.get(hd, "q_norm.weight")?, a.get(hd, "k_norm.weight")?]) } else { None };
             layers.push(Layer {
+                qkv_bias,
+                o_bias: if cfg.o_bias() { Some(a.get(h, "o_proj.bias")?) } else { None },
+                qk_norm,
                 q: a.get((q_dim, h), "q_proj.weight")?,
                 k: a.get((kv_dim, h), "k_proj.weight")?,
                 v: a.get((kv_dim, h), "v_proj.weight")?,
                 o: a.get((h, q_dim), "o_proj.weight")?,
-                q_norm: a.get(hd, "q_norm.weight")?,
-                k_norm: a.get(hd, "k_norm.weight")?,
                 gate: p.get((inter, h), "gate_proj.weight")?,
                 up: p.get((inter, h), "up_proj.weight")?,
                 down: p.get((h, inter), "down_proj.weight")?,
@@ -80,9 +164,9 @@ impl Qwen3 {
         let norm = m.get(h, "norm.weight")?;
         let lm_head =
             if cfg.tie_word_embeddings { embed.clone() } else { vb.get((cfg.vocab_size, h), "lm_head.weight")? };
-        let rope = Rope::new(hd, cfg.rope_theta, cfg.max_position_embeddings, embed.dtype(), vb.device())?;
+        let rope = Rope::from_inv_freq(&cfg.inv_freq(), cfg.max_position_embeddings, embed.dtype(), vb.device())?;
         let compute = embed.dtype();
-        Ok(Qwen3 { cfg: cfg.clone(), embed, layers, norm, lm_head, rope, device: vb.device().clone(), compute })
+        Ok(CausalLm { cfg: cfg.clone(), embed, layers, norm, lm_head, rope, device: vb.device().clone(), compute })
     }
 
     /// This model computing in `dtype` (e.g. bf16 over f32 master weights on a GPU).
@@ -102,7 +186,7 @@ impl Qwen3 {
     }
 
     /// The config.
-    pub fn config(&self) -> &Qwen3Config {
+    pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -144,17 +228,13 @@ impl Qwen3 {
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.at(&self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?)?;
         for l in &self.layers {
+            let at = |w: &Tensor| self.at(w);
             let h = rms_norm(&x, &self.at(&l.ln1)?, eps)?;
-            let q = linear(&h, &self.at(&l.q)?)?;
-            let q = head_norm_rope(&q, &self.at(&l.q_norm)?, eps, positions.clone(), &self.rope)?;
-            let k = linear(&h, &self.at(&l.k)?)?;
-            let k = head_norm_rope(&k, &self.at(&l.k_norm)?, eps, positions.clone(), &self.rope)?;
-            let v = linear(&h, &self.at(&l.v)?)?;
+            let (q, k, v) = l.qkv(&h, &at, eps, hd, &positions, &self.rope)?;
             let a = attention(&q, &k, &v, layout.clone(), self.shape(), scale)?;
-            x = (x + linear(&a, &self.at(&l.o)?)?)?;
+            x = (x + l.out_proj(&a, &at)?)?;
             let h = rms_norm(&x, &self.at(&l.ln2)?, eps)?;
-            let mlp = swiglu(&linear(&h, &self.at(&l.gate)?)?, &linear(&h, &self.at(&l.up)?)?)?;
-            x = (&x + linear(&mlp, &self.at(&l.down)?)?)?;
+            x = (&x + l.mlp(&h, &at)?)?;
         }
         Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)
     }

@@ -9,31 +9,49 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarBuilder;
 use rl_configs::run_dir::{persist, temp_path};
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 
-/// The HF names of every weight the model reads, in a stable order.
-pub fn weight_names(cfg: &Qwen3Config) -> Vec<String> {
-    let mut names = vec![String::from("model.embed_tokens.weight")];
+/// The HF name and shape of every weight the model reads, in a stable order (the one owner of
+/// the families' weight layouts).
+pub fn weight_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, hd, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    let mut out = vec![(String::from("model.embed_tokens.weight"), vec![cfg.vocab_size, h])];
     for i in 0..cfg.num_hidden_layers {
         let l = format!("model.layers.{i}");
-        for p in ["q_proj", "k_proj", "v_proj", "o_proj"] {
-            names.push(format!("{l}.self_attn.{p}.weight"));
+        let mut push = |name: String, shape: &[usize]| out.push((name, shape.to_vec()));
+        for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            push(format!("{l}.self_attn.{p}.weight"), &[rows, h]);
+            if cfg.qkv_bias() {
+                push(format!("{l}.self_attn.{p}.bias"), &[rows]);
+            }
         }
-        names.push(format!("{l}.self_attn.q_norm.weight"));
-        names.push(format!("{l}.self_attn.k_norm.weight"));
-        for p in ["gate_proj", "up_proj", "down_proj"] {
-            names.push(format!("{l}.mlp.{p}.weight"));
+        push(format!("{l}.self_attn.o_proj.weight"), &[h, q]);
+        if cfg.o_bias() {
+            push(format!("{l}.self_attn.o_proj.bias"), &[h]);
         }
-        names.push(format!("{l}.input_layernorm.weight"));
-        names.push(format!("{l}.post_attention_layernorm.weight"));
+        if cfg.qk_norm() {
+            push(format!("{l}.self_attn.q_norm.weight"), &[hd]);
+            push(format!("{l}.self_attn.k_norm.weight"), &[hd]);
+        }
+        push(format!("{l}.mlp.gate_proj.weight"), &[inter, h]);
+        push(format!("{l}.mlp.up_proj.weight"), &[inter, h]);
+        push(format!("{l}.mlp.down_proj.weight"), &[h, inter]);
+        push(format!("{l}.input_layernorm.weight"), &[h]);
+        push(format!("{l}.post_attention_layernorm.weight"), &[h]);
     }
-    names.push(String::from("model.norm.weight"));
+    out.push((String::from("model.norm.weight"), vec![h]));
     if !cfg.tie_word_embeddings {
-        names.push(String::from("lm_head.weight"));
+        out.push((String::from("lm_head.weight"), vec![cfg.vocab_size, h]));
     }
-    names
+    out
+}
+
+/// The HF names of every weight the model reads, in a stable order.
+pub fn weight_names(cfg: &ModelConfig) -> Vec<String> {
+    weight_shapes(cfg).into_iter().map(|(name, _)| name).collect()
 }
 
 /// Reads every tensor of `model.safetensors` (or the shards listed in
@@ -88,15 +106,15 @@ fn is_plain_file_name(name: &str) -> bool {
 }
 
 /// A model directory's config.
-pub fn read_config(dir: &Path) -> Result<Qwen3Config> {
+pub fn read_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");
     if !path.exists() {
         return Err(Error::bad_dir(dir, "has no config.json (is it an HF-format model directory?)"));
     }
-    Qwen3Config::load(&path)
+    ModelConfig::load(&path)
 }
 
-fn check_names(dir: &Path, cfg: &Qwen3Config, tensors: &HashMap<String, Tensor>) -> Result<()> {
+fn check_names(dir: &Path, cfg: &ModelConfig, tensors: &HashMap<String, Tensor>) -> Result<()> {
     let missing: Vec<String> = weight_names(cfg).into_iter().filter(|n| !tensors.contains_key(n)).collect();
     if !missing.is_empty() {
         return Err(Error::bad_dir(dir, format!("missing {} weight(s), e.g. {}", missing.len(), missing[0])));
@@ -105,27 +123,27 @@ fn check_names(dir: &Path, cfg: &Qwen3Config, tensors: &HashMap<String, Tensor>)
 }
 
 /// Loads a model for inference.
-pub fn load_model(dir: &Path, device: &Device) -> Result<Qwen3> {
+pub fn load_model(dir: &Path, device: &Device) -> Result<CausalLm> {
     let cfg = read_config(dir)?;
     load_weights_for(&cfg, dir, device)
 }
 
 /// Loads the weights in `dir` (a weight broadcast: `model.safetensors` without a config) into a
 /// model of architecture `cfg`; names and shapes must match exactly.
-pub fn load_weights_for(cfg: &Qwen3Config, dir: &Path, device: &Device) -> Result<Qwen3> {
+pub fn load_weights_for(cfg: &ModelConfig, dir: &Path, device: &Device) -> Result<CausalLm> {
     model_from_weights(cfg, dir, read_weights(dir, device)?, device)
 }
 
 /// A model of architecture `cfg` from tensors [`read_weights`] read out of `dir` (named in
 /// errors); names and shapes must match exactly. Tensors are moved to `device` as needed.
 pub fn model_from_weights(
-    cfg: &Qwen3Config,
+    cfg: &ModelConfig,
     dir: &Path,
     tensors: HashMap<String, Tensor>,
     device: &Device,
-) -> Result<Qwen3> {
+) -> Result<CausalLm> {
     check_names(dir, cfg, &tensors)?;
-    Qwen3::new(cfg, &VarBuilder::from_tensors(tensors, DType::F32, device))
+    CausalLm::new(cfg, &VarBuilder::from_tensors(tensors, DType::F32, device))
         .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))
 }
 
@@ -138,7 +156,7 @@ pub struct Trainable {
 
 impl Trainable {
     /// Wraps tensors as variables (every tensor the model reads).
-    pub fn from_tensors(cfg: &Qwen3Config, tensors: &HashMap<String, Tensor>) -> Result<Self> {
+    pub fn from_tensors(cfg: &ModelConfig, tensors: &HashMap<String, Tensor>) -> Result<Self> {
         let mut vars = Vec::new();
         for name in weight_names(cfg) {
             let t = tensors.get(&name).ok_or_else(|| Error::Input(format!("missing weight {name}")))?;
@@ -148,10 +166,10 @@ impl Trainable {
     }
 
     /// A model whose weights are these variables (gradients flow to them), in their dtype.
-    pub fn model(&self, cfg: &Qwen3Config, device: &Device) -> Result<Qwen3> {
+    pub fn model(&self, cfg: &ModelConfig, device: &Device) -> Result<CausalLm> {
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
         let map: HashMap<String, Tensor> = self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-        Qwen3::new(cfg, &VarBuilder::from_tensors(map, dtype, device))
+        CausalLm::new(cfg, &VarBuilder::from_tensors(map, dtype, device))
     }
 
     /// Current values, detached.
@@ -161,7 +179,7 @@ impl Trainable {
 }
 
 /// Loads a model's weights as trainable variables.
-pub fn load_trainable(dir: &Path, device: &Device) -> Result<(Qwen3Config, Trainable)> {
+pub fn load_trainable(dir: &Path, device: &Device) -> Result<(ModelConfig, Trainable)> {
     let cfg = read_config(dir)?;
     let tensors = read_weights(dir, device)?;
     check_names(dir, &cfg, &tensors)?;
@@ -184,7 +202,7 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
 /// so `out` is never half-written. An existing `out` is replaced.
 pub fn write_model_dir(
     out: &Path,
-    cfg: &Qwen3Config,
+    cfg: &ModelConfig,
     tensors: &[(String, Tensor)],
     tokenizer_dir: &Path,
 ) -> Result<()> {

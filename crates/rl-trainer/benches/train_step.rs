@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::{LossConfig, OptimConfig};
-use rl_model::{Preset, Qwen3Config, Trainable, random_weights};
+use rl_model::{ModelConfig, Preset, Trainable, random_weights};
 use rl_trainer::{MicroBatch, Optimizer, step_counts, step_gradients};
 
 /// Packed row of `tokens` tokens: 4 samples, every completion token trained.
@@ -32,7 +32,7 @@ fn row(tokens: usize) -> MicroBatch {
 }
 
 /// Forward+backward FLOPs per token: 6 x matmul params (incl. the output head) + attention.
-fn flops_per_token(cfg: &Qwen3Config, sample_len: usize) -> f64 {
+fn flops_per_token(cfg: &ModelConfig, sample_len: usize) -> f64 {
     let h = cfg.hidden_size;
     let (q, kv) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
     let per_layer = h * q + 2 * h * kv + q * h + 3 * h * cfg.intermediate_size;
@@ -56,7 +56,7 @@ fn matmul_gflops() -> f64 {
 fn main() {
     let peak = matmul_gflops();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
-        let cfg = Qwen3Config::preset(preset, 128);
+        let cfg = ModelConfig::preset(preset, 128);
         let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
         let vars = Trainable::from_tensors(&cfg, &map).expect("vars");
         let model = vars.model(&cfg, &Device::Cpu).expect("model");

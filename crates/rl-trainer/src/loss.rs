@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use rl_configs::LossConfig;
-use rl_model::{Qwen3, RowLayout, Targets};
+use rl_model::{CausalLm, RowLayout, Targets};
 use rl_proto::train::v1::MicroBatch;
 
 use crate::error::{Error, Result};
@@ -125,13 +125,13 @@ pub struct TokenLogprobs {
 }
 
 /// Log-probabilities of the tokens of `mb` that some loss or the loss mask needs.
-pub fn token_logprobs(model: &Qwen3, mb: &MicroBatch) -> Result<TokenLogprobs> {
+pub fn token_logprobs(model: &CausalLm, mb: &MicroBatch) -> Result<TokenLogprobs> {
     let layout = row_layout(mb)?;
     let m = members(mb, &layout);
     scored(model, mb, &Arc::new(layout), &m)
 }
 
-fn scored(model: &Qwen3, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Members) -> Result<TokenLogprobs> {
+fn scored(model: &CausalLm, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Members) -> Result<TokenLogprobs> {
     let device = model.device();
     let hidden = model.hidden(&mb.input_ids, layout)?;
     // The output head runs only on rows that predict a scored token (each once).
@@ -151,7 +151,12 @@ fn scored(model: &Qwen3, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Members) 
 }
 
 /// The loss of one micro-batch, already divided by the step's counts, and its statistics.
-pub fn micro_loss(model: &Qwen3, mb: &MicroBatch, cfg: &LossConfig, counts: StepCounts) -> Result<(Tensor, LossStats)> {
+pub fn micro_loss(
+    model: &CausalLm,
+    mb: &MicroBatch,
+    cfg: &LossConfig,
+    counts: StepCounts,
+) -> Result<(Tensor, LossStats)> {
     let device = model.device().clone();
     let mut stats = LossStats::default();
     let layout = row_layout(mb)?;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use rl_configs::run_dir::{SftRow, append_jsonl, retain_jsonl};
 use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig};
-use rl_model::{ChatTemplate, Qwen3, Qwen3Config, TemplateMessage, Tok, Trainable, read_config};
+use rl_model::{CausalLm, ChatTemplate, ModelConfig, TemplateMessage, Tok, Trainable, read_config};
 
 use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};
@@ -163,9 +163,9 @@ pub struct SftReport {
 #[derive(Debug)]
 pub struct SftTrainer {
     cfg: SftConfig,
-    model_cfg: Qwen3Config,
+    model_cfg: ModelConfig,
     vars: Trainable,
-    model: Qwen3,
+    model: CausalLm,
     opt: Optimizer,
     /// The next step.
     pub step: u64,
@@ -284,7 +284,7 @@ impl SftTrainer {
     }
 
     /// The model as it is now.
-    pub fn model(&self) -> &Qwen3 {
+    pub fn model(&self) -> &CausalLm {
         &self.model
     }
 }

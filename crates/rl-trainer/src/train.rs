@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device, Tensor};
 use rl_configs::run_dir::{TrainerRow, append_jsonl, retain_jsonl};
 use rl_configs::{RunDir, TrainerConfig};
-use rl_model::{Qwen3, Qwen3Config, Trainable, read_config, read_weights};
+use rl_model::{CausalLm, ModelConfig, Trainable, read_config, read_weights};
 use rl_proto::train::v1::TrainBatch;
 
 use crate::batch::wait_for_batch;
@@ -24,11 +24,11 @@ pub fn device(cfg: rl_configs::Device) -> Result<Device> {
 /// The weights of `dir` as f32 master variables on `device`, and the model over them computing in
 /// `compute` (bf16 on a GPU: weights are cast at each use, gradients and AdamW stay f32).
 pub(crate) fn master_weights(
-    cfg: &Qwen3Config,
+    cfg: &ModelConfig,
     dir: &Path,
     device: &Device,
     compute: rl_configs::Dtype,
-) -> Result<(Trainable, Qwen3)> {
+) -> Result<(Trainable, CausalLm)> {
     let tensors = read_weights(dir, device)?
         .into_iter()
         .map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?)))
@@ -90,9 +90,9 @@ impl StepReport {
 #[derive(Debug)]
 pub struct RlTrainer {
     cfg: TrainerConfig,
-    model_cfg: Qwen3Config,
+    model_cfg: ModelConfig,
     vars: Trainable,
-    model: Qwen3,
+    model: CausalLm,
     opt: Optimizer,
     /// The next step to train.
     pub step: u64,
@@ -132,7 +132,7 @@ impl RlTrainer {
     }
 
     /// The architecture.
-    pub fn model_config(&self) -> &Qwen3Config {
+    pub fn model_config(&self) -> &ModelConfig {
         &self.model_cfg
     }
 
@@ -227,7 +227,7 @@ impl RlTrainer {
 /// divided by the step's counts, so the sum is the gradient of the step's loss). Runs on a rayon
 /// pool thread: the kernels' parallel loops then start without a thread hand-off per op.
 pub fn step_gradients(
-    model: &Qwen3,
+    model: &CausalLm,
     vars: &Trainable,
     rows: &[rl_proto::train::v1::MicroBatch],
     loss: &rl_configs::LossConfig,
@@ -238,7 +238,7 @@ pub fn step_gradients(
 }
 
 fn gradients_here(
-    model: &Qwen3,
+    model: &CausalLm,
     vars: &Trainable,
     rows: &[rl_proto::train::v1::MicroBatch],
     loss: &rl_configs::LossConfig,

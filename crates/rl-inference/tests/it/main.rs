@@ -5,7 +5,7 @@ mod generation;
 
 use candle_core::{Device, Tensor};
 use rl_configs::{InferenceConfig, ModelConfig};
-use rl_model::{Preset, Qwen3, init_model, load_model};
+use rl_model::{CausalLm, Preset, init_model, load_model};
 use serde_json::{Value, json};
 
 pub(crate) struct Srv {
@@ -57,7 +57,7 @@ pub(crate) async fn start(tweak: impl FnOnce(&mut InferenceConfig)) -> Srv {
 }
 
 /// `log_softmax(logits / t)` of the continuation tokens, recomputed with a full forward pass.
-pub(crate) fn recompute(model: &Qwen3, prompt: &[u32], completion: &[u32], t: f32) -> Vec<f32> {
+pub(crate) fn recompute(model: &CausalLm, prompt: &[u32], completion: &[u32], t: f32) -> Vec<f32> {
     let ids: Vec<u32> = [prompt, completion].concat();
     let pos: Vec<u32> = (0..ids.len() as u32).collect();
     let logits: Tensor = model.forward_packed(&[ids], &[pos]).unwrap().squeeze(0).unwrap();
@@ -69,7 +69,7 @@ pub(crate) fn recompute(model: &Qwen3, prompt: &[u32], completion: &[u32], t: f3
         .collect()
 }
 
-pub(crate) fn load(dir: &std::path::Path) -> Qwen3 {
+pub(crate) fn load(dir: &std::path::Path) -> CausalLm {
     load_model(dir, &Device::Cpu).unwrap()
 }
 

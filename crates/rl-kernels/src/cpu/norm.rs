@@ -151,3 +151,24 @@ pub fn head_norm_rope_backward<T: Real>(
         .unwrap_or_else(|| vec![T::ZERO; d]);
     (dx, dw)
 }
+
+/// Rotary embedding alone (Llama, Qwen2: no q/k norm): every head of `x [T, H*d]` rotated at
+/// `positions[t]`. `inverse` rotates by the negative angle, which is the backward pass (the
+/// rotation is orthogonal).
+pub fn rope_rotate<T: Real>(x: &[T], d: usize, positions: &[u32], rope: RopeTables<'_, T>, inverse: bool) -> Vec<T> {
+    let half = d / 2;
+    let width = x.len() / positions.len().max(1);
+    let mut y = vec![T::ZERO; x.len()];
+    y.par_chunks_mut(width).zip(x.par_chunks(width)).zip(positions.par_iter()).for_each(|((yt, xt), &p)| {
+        let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+        for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
+            for i in 0..half {
+                let (a, b) = (xh[i], xh[i + half]);
+                let s = if inverse { -sin[i] } else { sin[i] };
+                yh[i] = a * cos[i] - b * s;
+                yh[i + half] = b * cos[i] + a * s;
+            }
+        }
+    });
+    y
+}

@@ -32,16 +32,28 @@ pub fn head_norm_rope(x: &Tensor, w: &Tensor, eps: f64, positions: &[u32], rope:
     let d = w.dim(0)?;
     let heads = width / d;
     let normed = rms_norm(&x.reshape((t, heads, d))?, w, eps)?;
+    rotate_half(&normed, positions, rope)?.reshape((t, width))
+}
+
+/// Rotate-half RoPE alone of `x [T, H*d]` at `positions`.
+pub fn rope(x: &Tensor, d: usize, positions: &[u32], rope: &Rope) -> candle_core::Result<Tensor> {
+    let (t, width) = x.dims2()?;
+    rotate_half(&x.reshape((t, width / d, d))?, positions, rope)?.reshape((t, width))
+}
+
+/// Rotates `x [T, H, d]` at `positions` (HF's rotate-half convention).
+fn rotate_half(x: &Tensor, positions: &[u32], rope: &Rope) -> candle_core::Result<Tensor> {
+    let (t, _, d) = x.dims3()?;
     let idx = Tensor::new(positions, x.device())?;
     let (cos, sin) = rope.tables();
     let gather = |table: &Tensor| -> candle_core::Result<Tensor> {
         table.to_device(x.device())?.to_dtype(x.dtype())?.index_select(&idx, 0)?.reshape((t, 1, d / 2))
     };
     let (cos, sin) = (gather(cos)?, gather(sin)?);
-    let (x1, x2) = (normed.narrow(2, 0, d / 2)?, normed.narrow(2, d / 2, d / 2)?);
+    let (x1, x2) = (x.narrow(2, 0, d / 2)?, x.narrow(2, d / 2, d / 2)?);
     let r1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
     let r2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
-    Tensor::cat(&[r1, r2], 2)?.reshape((t, width))
+    Tensor::cat(&[r1, r2], 2)
 }
 
 /// `silu(gate) * up`.

@@ -17,7 +17,7 @@ pub use attention::attention;
 pub use elementwise::swiglu;
 pub use linear::linear;
 pub use logprobs::token_logprobs;
-pub use norm::{Rope, head_norm_rope, rms_norm};
+pub use norm::{Rope, head_norm_rope, rms_norm, rope};
 
 /// Whether `t` runs on the fused CPU kernels (f32/f64 on CPU); anything else (CUDA, half
 /// precision) runs the same math composed of candle's differentiable ops.

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Storage, Tensor, WithDType};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Storage, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
 use crate::cpu::norm::{
-    RopeTables, head_norm_rope_backward, head_norm_rope_forward, rms_norm_backward, rms_norm_forward,
+    RopeTables, head_norm_rope_backward, head_norm_rope_forward, rms_norm_backward, rms_norm_forward, rope_rotate,
 };
 use crate::float::Real;
 
@@ -88,6 +88,18 @@ impl Rope {
     ) -> candle_core::Result<Self> {
         let half = head_dim / 2;
         let inv: Vec<f64> = (0..half).map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)).collect();
+        Self::from_inv_freq(&inv, max_positions, dtype, device)
+    }
+
+    /// Tables of `position * inv_freq[i]` for given inverse frequencies (one per pair of
+    /// dimensions: `head_dim / 2` of them), e.g. after a model's rope scaling.
+    pub fn from_inv_freq(
+        inv: &[f64],
+        max_positions: usize,
+        dtype: candle_core::DType,
+        device: &candle_core::Device,
+    ) -> candle_core::Result<Self> {
+        let half = inv.len();
         let freqs: Vec<f64> = (0..max_positions).flat_map(|p| inv.iter().map(move |f| p as f64 * f)).collect();
         let table = |f: fn(f64) -> f64| -> candle_core::Result<Tensor> {
             Tensor::from_vec(freqs.iter().map(|&x| f(x)).collect::<Vec<f64>>(), (max_positions, half), device)?
@@ -206,4 +218,73 @@ pub fn head_norm_rope(
         return super::composed::head_norm_rope(x, w, eps, &positions, rope);
     }
     x.contiguous()?.apply_op2(&w.contiguous()?, HeadNormRope { eps, positions, rope: rope.clone() })
+}
+
+struct RopeOnly {
+    head_dim: usize,
+    positions: Arc<[u32]>,
+    rope: Rope,
+}
+
+const ROPE: &str = "rope";
+
+impl RopeOnly {
+    fn check(&self, x_len: usize, tables: usize) -> candle_core::Result<()> {
+        let (t, d) = (self.positions.len(), self.head_dim);
+        if d == 0 || !d.is_multiple_of(2) || t == 0 || !x_len.is_multiple_of(t * d) {
+            return Err(op_error(ROPE, "x must be [tokens, heads * head_dim] with an even head_dim"));
+        }
+        if d / 2 * self.rope.max_positions() != tables {
+            return Err(op_error(ROPE, format!("the rotary tables are not for head_dim {d}")));
+        }
+        if let Some(p) = self.positions.iter().find(|&&p| p as usize * (d / 2) >= tables) {
+            return Err(op_error(ROPE, format!("position {p} is beyond the rotary tables")));
+        }
+        Ok(())
+    }
+}
+
+impl CustomOp1 for RopeOnly {
+    fn name(&self) -> &'static str {
+        ROPE
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_dispatch!(ROPE, s1, |T| {
+            let x = slice::<T>(ROPE, s1, l1)?;
+            self.rope.with_cpu_tables::<T, _>(|tables| {
+                self.check(x.len(), tables.cos.len())?;
+                let y = rope_rotate(x, self.head_dim, &self.positions, tables, false);
+                Ok((T::to_cpu_storage_owned(y), l1.shape().clone()))
+            })
+        })
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        struct K<'a> {
+            op: &'a RopeOnly,
+            x: &'a Tensor,
+        }
+        impl CpuKernel for K<'_> {
+            type Out = Tensor;
+            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
+                let tables = RopeTables { cos: xs[1], sin: xs[2] };
+                tensor(rope_rotate(xs[0], self.op.head_dim, &self.op.positions, tables, true), self.x.shape())
+            }
+        }
+        let dy = dy.contiguous()?;
+        let (cos, sin) = (&self.rope.cos, &self.rope.sin);
+        Ok(Some(on_cpu(ROPE, &[&dy, cos, sin], K { op: self, x })?))
+    }
+}
+
+/// Rotary embedding alone (the Llama / Qwen2 attention, which has no q/k norm) of
+/// `x [tokens, heads * head_dim]` at `positions` (one per token); differentiable in `x`.
+pub fn rope(x: &Tensor, head_dim: usize, positions: Arc<[u32]>, rope: &Rope) -> candle_core::Result<Tensor> {
+    let op = RopeOnly { head_dim, positions, rope: rope.clone() };
+    op.check(x.elem_count(), rope.max_positions() * (head_dim / 2))?;
+    if !super::runs_fused(x) {
+        return super::composed::rope(x, head_dim, &op.positions, rope);
+    }
+    x.contiguous()?.apply_op1(op)
 }

@@ -56,6 +56,9 @@ fn norms_swiglu_and_logprobs_equal_the_fused_kernels() {
     let a = probe(&ops::head_norm_rope(&x, &w4, 1e-6, positions.clone(), &rope).unwrap(), 9);
     let b = probe(&composed::head_norm_rope(&x, &w4, 1e-6, &positions, &rope).unwrap(), 9);
     assert_close("head_norm_rope grads", &grads(&[&x, &w4], &a), &grads(&[&x, &w4], &b), 1e-9);
+    let a = probe(&ops::rope(&x, 4, positions.clone(), &rope).unwrap(), 9);
+    let b = probe(&composed::rope(&x, 4, &positions, &rope).unwrap(), 9);
+    assert_close("rope grads", &grads(&[&x], &a), &grads(&[&x], &b), 1e-9);
 
     let u = var(&rand(&[7, 12], 10, 2.0, DType::F64));
     let a = probe(&ops::swiglu(&x, &u).unwrap(), 11);

@@ -72,6 +72,34 @@ fn head_norm_rope_equals_the_reference_with_gradients() {
 }
 
 #[test]
+fn rope_alone_equals_the_reference_with_gradients() {
+    let (heads, d) = (3, 8);
+    let positions: Arc<[u32]> = vec![0, 1, 2, 3, 4, 2, 3, 9].into();
+    // Scaled frequencies (as a Llama 3 rope scaling makes them), not only theta^(-2i/d).
+    let inv = [1.0, 0.31, 0.05, 0.0007];
+    for dtype in [DType::F32, DType::F64] {
+        let rope = ops::Rope::from_inv_freq(&inv, 16, dtype, &Device::Cpu).unwrap();
+        let x = rand(&[positions.len(), heads * d], 6, 2.0, dtype);
+        let (cos, sin) = rope_tables(&rope, &positions, d);
+        let xh = x.reshape((positions.len(), heads, d)).unwrap();
+        let (x1, x2) = (xh.narrow(2, 0, d / 2).unwrap(), xh.narrow(2, d / 2, d / 2).unwrap());
+        let r1 = (x1.broadcast_mul(&cos).unwrap() - x2.broadcast_mul(&sin).unwrap()).unwrap();
+        let r2 = (x2.broadcast_mul(&cos).unwrap() + x1.broadcast_mul(&sin).unwrap()).unwrap();
+        let want = Tensor::cat(&[r1, r2], 2).unwrap().reshape((positions.len(), heads * d)).unwrap();
+        let err = max_abs_diff(&ops::rope(&x, d, positions.clone(), &rope).unwrap(), &want);
+        assert!(err < 1e-6, "{dtype:?}: {err}");
+    }
+    let rope = ops::Rope::from_inv_freq(&inv, 16, DType::F64, &Device::Cpu).unwrap();
+    let x = var(rand(&[positions.len(), heads * d], 8, 2.0, DType::F64));
+    check_grads(std::slice::from_ref(&x), || probe(&ops::rope(&x, d, positions.clone(), &rope).unwrap(), 10));
+    let x = rand(&[1, heads * d], 1, 1.0, DType::F64);
+    let err = ops::rope(&x, d, vec![16].into(), &rope).unwrap_err();
+    assert!(err.to_string().contains("beyond the rotary tables"), "{err}");
+    let err = ops::rope(&x, 4, vec![0].into(), &rope).unwrap_err();
+    assert!(err.to_string().contains("not for head_dim 4"), "{err}");
+}
+
+#[test]
 fn swiglu_equals_the_reference_with_gradients() {
     let (g, u) = (rand(&[9, 13], 11, 4.0, DType::F32), rand(&[9, 13], 12, 2.0, DType::F32));
     let want = (g.silu().unwrap() * &u).unwrap();

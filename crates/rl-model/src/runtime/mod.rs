@@ -10,7 +10,7 @@ mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
 use rl_kernels::cpu::linear::linear;
-use rl_kernels::cpu::norm::{RopeTables, head_norm_rope_forward, rms_norm_forward};
+use rl_kernels::cpu::norm::{RopeTables, head_norm_rope_forward, rms_norm_forward, rope_rotate};
 use rl_kernels::cpu::swiglu::swiglu_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
@@ -19,9 +19,9 @@ use rayon::prelude::*;
 pub use kv::{KvBlock, SeqCache, SharedPrefix};
 pub use tensor::{TensorCache, TensorPrefix, TensorRuntime};
 
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::Qwen3;
+use crate::model::CausalLm;
 
 /// Which logits a sequence wants from a forward call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub trait Runtime: Send + Sized + 'static {
     type Prefix: Clone + Send;
 
     /// The architecture.
-    fn config(&self) -> &Qwen3Config;
+    fn config(&self) -> &ModelConfig;
     /// The same runtime over `tensors`, read by [`crate::read_weights`] from `dir` (a weight
     /// update; `dir` names the source in errors). Reading happens elsewhere so a slow disk never
     /// stalls the thread that owns the runtime.
@@ -90,7 +90,7 @@ impl Runtime for CpuRuntime {
     type Cache = SeqCache;
     type Prefix = SharedPrefix;
 
-    fn config(&self) -> &Qwen3Config {
+    fn config(&self) -> &ModelConfig {
         &self.cfg
     }
     fn with_weights(
@@ -130,8 +130,11 @@ struct Layer {
     k: Vec<f32>,
     v: Vec<f32>,
     o: Vec<f32>,
-    q_norm: Vec<f32>,
-    k_norm: Vec<f32>,
+    /// q, k, v biases (Qwen2, or `attention_bias`).
+    qkv_bias: Option<[Vec<f32>; 3]>,
+    o_bias: Option<Vec<f32>>,
+    /// q and k head norms (Qwen3).
+    qk_norm: Option<[Vec<f32>; 2]>,
     gate: Vec<f32>,
     up: Vec<f32>,
     down: Vec<f32>,
@@ -142,7 +145,7 @@ struct Layer {
 /// A model ready to generate on the CPU.
 #[derive(Debug, Clone)]
 pub struct CpuRuntime {
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     embed: Vec<f32>,
     lm_head: Option<Vec<f32>>,
     norm: Vec<f32>,
@@ -151,13 +154,29 @@ pub struct CpuRuntime {
     sin: Vec<f32>,
 }
 
+/// `out = x W^T (+ b)` for `n` rows.
+fn linear_bias(out: &mut [f32], x: &[f32], w: &[f32], b: Option<&[f32]>, n: usize, k: usize, m: usize) {
+    match b {
+        Some(b) => {
+            out.chunks_mut(m).for_each(|row| row.copy_from_slice(b));
+            linear(out, x, w, n, k, m, true);
+        }
+        None => linear(out, x, w, n, k, m, false),
+    }
+}
+
+/// Adds `b` to every row of `x`.
+fn add_rows(x: &mut [f32], b: &[f32]) {
+    x.chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(x, b)| *x += b));
+}
+
 fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
     Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
 }
 
 impl CpuRuntime {
     /// Copies `model`'s weights (any device, any float dtype) into f32 buffers.
-    pub fn new(model: &Qwen3) -> Result<Self> {
+    pub fn new(model: &CausalLm) -> Result<Self> {
         let layers = model
             .layers
             .iter()
@@ -167,8 +186,15 @@ impl CpuRuntime {
                     k: values(&l.k)?,
                     v: values(&l.v)?,
                     o: values(&l.o)?,
-                    q_norm: values(&l.q_norm)?,
-                    k_norm: values(&l.k_norm)?,
+                    qkv_bias: match &l.qkv_bias {
+                        Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?]),
+                        None => None,
+                    },
+                    o_bias: l.o_bias.as_ref().map(values).transpose()?,
+                    qk_norm: match &l.qk_norm {
+                        Some([q, k]) => Some([values(q)?, values(k)?]),
+                        None => None,
+                    },
                     gate: values(&l.gate)?,
                     up: values(&l.up)?,
                     down: values(&l.down)?,
@@ -191,7 +217,7 @@ impl CpuRuntime {
     }
 
     /// The architecture.
-    pub fn config(&self) -> &Qwen3Config {
+    pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
@@ -244,11 +270,20 @@ impl CpuRuntime {
         let (mut g, mut u) = (vec![0f32; n * inter], vec![0f32; n * inter]);
         for (li, l) in self.layers.iter().enumerate() {
             let hn = rms_norm_forward(&x, &l.ln1, eps);
-            linear(&mut q, &hn, &l.q, n, h, qd, false);
-            linear(&mut k, &hn, &l.k, n, h, kd, false);
-            linear(&mut v, &hn, &l.v, n, h, kd, false);
-            let q = head_norm_rope_forward(&q, &l.q_norm, eps, &positions, tables);
-            let k = head_norm_rope_forward(&k, &l.k_norm, eps, &positions, tables);
+            let bias = |i: usize| l.qkv_bias.as_ref().map(|b| b[i].as_slice());
+            linear_bias(&mut q, &hn, &l.q, bias(0), n, h, qd);
+            linear_bias(&mut k, &hn, &l.k, bias(1), n, h, kd);
+            linear_bias(&mut v, &hn, &l.v, bias(2), n, h, kd);
+            let (q, k) = match &l.qk_norm {
+                Some([qn, kn]) => (
+                    head_norm_rope_forward(&q, qn, eps, &positions, tables),
+                    head_norm_rope_forward(&k, kn, eps, &positions, tables),
+                ),
+                None => {
+                    let d = c.head_dim;
+                    (rope_rotate(&q, d, &positions, tables, false), rope_rotate(&k, d, &positions, tables, false))
+                }
+            };
             let mut row = 0;
             for (cache, toks) in caches.iter_mut().zip(tokens) {
                 let rows = row..row + toks.len();
@@ -256,6 +291,9 @@ impl CpuRuntime {
                 row = rows.end;
             }
             let a = self.attention(li, caches, tokens, &q);
+            if let Some(b) = &l.o_bias {
+                add_rows(&mut x, b);
+            }
             linear(&mut x, &a, &l.o, n, qd, h, true);
             let hn = rms_norm_forward(&x, &l.ln2, eps);
             linear(&mut g, &hn, &l.gate, n, h, inter, false);

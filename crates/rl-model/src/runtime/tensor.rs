@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use candle_core::{D, DType, Device, Tensor};
-use rl_kernels::ops::{Rope, head_norm_rope, linear, rms_norm, swiglu};
+use rl_kernels::ops::{Rope, linear, rms_norm};
 
 use super::{Rows, Runtime};
-use crate::config::Qwen3Config;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::model::{Layer, Qwen3};
+use crate::model::{CausalLm, Layer};
 
 /// Keys and values of consecutive tokens, per layer, on the device (`[capacity, kv width]` each;
 /// the first `len` rows are filled).
@@ -57,7 +57,7 @@ impl TensorCache {
 /// A model ready to generate with candle ops on its device.
 #[derive(Debug, Clone)]
 pub struct TensorRuntime {
-    cfg: Qwen3Config,
+    cfg: ModelConfig,
     embed: Tensor,
     lm_head: Tensor,
     norm: Tensor,
@@ -69,28 +69,10 @@ pub struct TensorRuntime {
 
 impl TensorRuntime {
     /// `model`'s weights cast once to its compute dtype, on its device.
-    pub fn new(model: &Qwen3) -> Result<Self> {
+    pub fn new(model: &CausalLm) -> Result<Self> {
         let dtype = model.compute_dtype();
         let c = |t: &Tensor| -> Result<Tensor> { Ok(t.detach().to_dtype(dtype)?) };
-        let layers = model
-            .layers
-            .iter()
-            .map(|l| {
-                Ok(Layer {
-                    q: c(&l.q)?,
-                    k: c(&l.k)?,
-                    v: c(&l.v)?,
-                    o: c(&l.o)?,
-                    q_norm: c(&l.q_norm)?,
-                    k_norm: c(&l.k_norm)?,
-                    gate: c(&l.gate)?,
-                    up: c(&l.up)?,
-                    down: c(&l.down)?,
-                    ln1: c(&l.ln1)?,
-                    ln2: c(&l.ln2)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let layers = model.layers.iter().map(|l| l.map(c)).collect::<Result<Vec<_>>>()?;
         Ok(TensorRuntime {
             cfg: model.config().clone(),
             embed: c(&model.embed)?,
@@ -209,11 +191,11 @@ impl TensorRuntime {
             .collect::<Vec<_>>()
             .into();
         let mut x = self.embed.index_select(&Tensor::new(ids.as_slice(), &self.device)?, 0)?;
+        // The weights are already in the compute dtype.
+        let as_is = |w: &Tensor| -> Result<Tensor> { Ok(w.clone()) };
         for (li, l) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &l.ln1, eps)?;
-            let q = head_norm_rope(&linear(&h, &l.q)?, &l.q_norm, eps, positions.clone(), &self.rope)?;
-            let k = head_norm_rope(&linear(&h, &l.k)?, &l.k_norm, eps, positions.clone(), &self.rope)?;
-            let v = linear(&h, &l.v)?;
+            let (q, k, v) = l.qkv(&h, &as_is, eps, c.head_dim, &positions, &self.rope)?;
             let mut outs = Vec::with_capacity(tokens.len());
             let mut row = 0;
             for (cache, t) in caches.iter_mut().zip(tokens) {
@@ -222,9 +204,9 @@ impl TensorRuntime {
                 outs.push(self.attend(cache, li, &q.narrow(0, row, n)?)?);
                 row += n;
             }
-            x = (x + linear(&Tensor::cat(&outs, 0)?, &l.o)?)?;
+            x = (x + l.out_proj(&Tensor::cat(&outs, 0)?, &as_is)?)?;
             let h = rms_norm(&x, &l.ln2, eps)?;
-            x = (&x + linear(&swiglu(&linear(&h, &l.gate)?, &linear(&h, &l.up)?)?, &l.down)?)?;
+            x = (&x + l.mlp(&h, &as_is)?)?;
         }
         for cache in caches.iter_mut() {
             cache.own.len += cache.pending;
@@ -250,7 +232,7 @@ impl Runtime for TensorRuntime {
     type Cache = TensorCache;
     type Prefix = TensorPrefix;
 
-    fn config(&self) -> &Qwen3Config {
+    fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 

@@ -7,7 +7,7 @@ use rl_model::{CpuRuntime, RowLayout, Rows, Runtime, SeqCache, TensorRuntime};
 
 use crate::{max_abs_diff, micro_config, model};
 
-fn plain(model: &rl_model::Qwen3, ids: &[u32]) -> Tensor {
+fn plain(model: &rl_model::CausalLm, ids: &[u32]) -> Tensor {
     let pos: Vec<u32> = (0..ids.len() as u32).collect();
     model.forward_packed(&[ids.to_vec()], &[pos]).unwrap().squeeze(0).unwrap()
 }

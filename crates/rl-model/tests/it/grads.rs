@@ -8,7 +8,7 @@ use crate::{micro_config, weights};
 const IDS: [u32; 7] = [3, 17, 5, 30, 9, 22, 11];
 
 /// Mean next-token cross-entropy over a packed row holding two samples.
-fn loss(model: &rl_model::Qwen3) -> Tensor {
+fn loss(model: &rl_model::CausalLm) -> Tensor {
     let ids = vec![IDS.to_vec()];
     let pos = vec![vec![0, 1, 2, 3, 0, 1, 2]];
     let logits = model.forward_packed(&ids, &pos).unwrap().squeeze(0).unwrap();

@@ -9,19 +9,19 @@ mod io;
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use rl_model::{Qwen3, Qwen3Config, Trainable};
+use rl_model::{CausalLm, ModelConfig, Trainable};
 
 /// A very small config (fast, and small enough for finite differences).
-pub(crate) fn micro_config() -> Qwen3Config {
+pub(crate) fn micro_config() -> ModelConfig {
     rl_model::micro_config(40)
 }
 
 /// Random weights in `dtype`, scaled up so activations are not tiny.
-pub(crate) fn weights(cfg: &Qwen3Config, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
+pub(crate) fn weights(cfg: &ModelConfig, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
     rl_model::scaled_random_weights(cfg, seed, 10.0, dtype).unwrap()
 }
 
-pub(crate) fn model(cfg: &Qwen3Config, seed: u64) -> Qwen3 {
+pub(crate) fn model(cfg: &ModelConfig, seed: u64) -> CausalLm {
     let t = Trainable::from_tensors(cfg, &weights(cfg, seed, DType::F32)).unwrap();
     t.model(cfg, &Device::Cpu).unwrap()
 }

@@ -25,7 +25,7 @@ fn batch(lmu: Vec<f32>) -> MicroBatch {
 }
 
 /// Trainer logprobs computed here, independently of the loss code: log_softmax(logits[i-1] / T_i).
-fn reference_lp(model: &rl_model::Qwen3, mb: &MicroBatch) -> Vec<f64> {
+fn reference_lp(model: &rl_model::CausalLm, mb: &MicroBatch) -> Vec<f64> {
     let logits: Vec<Vec<f32>> = model
         .forward_packed(std::slice::from_ref(&mb.input_ids), std::slice::from_ref(&mb.position_ids))
         .unwrap()

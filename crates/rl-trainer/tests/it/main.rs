@@ -8,15 +8,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Tensor};
-use rl_model::{Qwen3Config, write_model_dir};
+use rl_model::{ModelConfig, write_model_dir};
 
 /// A very small config (fast, and small enough for finite differences).
-pub(crate) fn micro_config() -> Qwen3Config {
+pub(crate) fn micro_config() -> ModelConfig {
     rl_model::micro_config(40)
 }
 
 /// Random weights in `dtype`, scaled up so activations are not tiny.
-pub(crate) fn weights(cfg: &Qwen3Config, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
+pub(crate) fn weights(cfg: &ModelConfig, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
     rl_model::scaled_random_weights(cfg, seed, 10.0, dtype).unwrap()
 }
 
