@@ -441,7 +441,94 @@ impl ModelConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::{ModelConfig, Preset};
+    use super::{Family, ModelConfig, Preset, RopeScaling};
+
+    fn parse(v: serde_json::Value) -> Result<ModelConfig, String> {
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    /// The keys every test config shares, then `more` on top.
+    fn config(more: serde_json::Value) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 64,
+            "rms_norm_eps": 1e-6, "hidden_act": "silu",
+        });
+        v.as_object_mut().unwrap().extend(more.as_object().unwrap().clone());
+        v
+    }
+
+    #[test]
+    fn each_family_reads_as_transformers_writes_it() {
+        // transformers 5 (Qwen2Config().to_json_string()): no head_dim, theta in rope_parameters.
+        let qwen2 = parse(config(serde_json::json!({
+            "model_type": "qwen2", "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"},
+            "use_sliding_window": false, "sliding_window": null,
+            "layer_types": ["full_attention", "full_attention"],
+        })))
+        .unwrap();
+        assert_eq!(
+            (qwen2.family, qwen2.head_dim, qwen2.rope_theta, qwen2.rope_scaling.is_none()),
+            (Family::Qwen2, 8, 1e6, true)
+        );
+        assert!(qwen2.qkv_bias() && !qwen2.o_bias() && !qwen2.qk_norm());
+        // Llama 3.1 as on the Hub (rope_theta + rope_scaling) and as transformers 5 writes it.
+        let scaling = serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16});
+        let old =
+            parse(config(serde_json::json!({"model_type": "llama", "rope_theta": 10000.0, "rope_scaling": scaling})))
+                .unwrap();
+        let mut params = scaling.clone();
+        params["rope_theta"] = serde_json::json!(10000.0);
+        let new = parse(config(serde_json::json!({"model_type": "llama", "rope_parameters": params}))).unwrap();
+        assert_eq!(old, new);
+        assert!(matches!(new.rope_scaling, Some(RopeScaling::Llama3 { factor: 8.0, .. })));
+        assert!(!new.qkv_bias() && !new.qk_norm());
+        // transformers' `_compute_llama3_parameters` for this config (head_dim 8): all three bands.
+        let want = [0.576_056_361_198_425_3, 0.012_5, 0.001_25, 0.000_125];
+        for (got, want) in new.inv_freq().iter().zip(want) {
+            assert!((got - want).abs() < 1e-7 * want.max(1e-3), "{got} vs {want}");
+        }
+        // Written back in the Hub's form and read again: the same config.
+        assert_eq!(parse(serde_json::to_value(&new).unwrap()).unwrap(), new);
+        // Qwen3 without head_dim takes transformers' default (128).
+        let qwen3 = parse(config(serde_json::json!({"model_type": "qwen3", "num_attention_heads": 2}))).unwrap();
+        assert_eq!((qwen3.head_dim, qwen3.rope_theta), (128, 10_000.0));
+        assert!(qwen3.qk_norm());
+    }
+
+    #[test]
+    fn what_is_not_computed_is_refused_naming_it() {
+        let cases = [
+            (serde_json::json!({}), "missing field `model_type`"),
+            (serde_json::json!({"model_type": "mistral"}), "model_type \"mistral\" is not supported"),
+            (
+                serde_json::json!({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}),
+                "\"yarn\" is not supported",
+            ),
+            (
+                serde_json::json!({"model_type": "llama", "rope_scaling": {"type": "dynamic", "factor": 4.0}}),
+                "\"dynamic\" is not supported",
+            ),
+            (
+                serde_json::json!({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+                "needs a number \"low_freq_factor\"",
+            ),
+            (
+                serde_json::json!({"model_type": "llama", "rope_scaling": {"rope_type": "linear", "factor": -2.0}}),
+                "rope_scaling.factor must be > 0",
+            ),
+            (serde_json::json!({"model_type": "qwen2", "use_sliding_window": true}), "use_sliding_window"),
+            (serde_json::json!({"model_type": "qwen2", "layer_types": ["sliding_attention"]}), "layer_types"),
+            (serde_json::json!({"model_type": "llama", "mlp_bias": true}), "mlp_bias"),
+            (serde_json::json!({"model_type": "llama", "hidden_act": "gelu"}), "hidden_act"),
+            (serde_json::json!({"model_type": "llama", "hidden_size": 15}), "not a multiple of num_attention_heads"),
+        ];
+        for (more, want) in cases {
+            let e = parse(config(more.clone())).expect_err(want);
+            assert!(e.contains(want), "{more}: {e}");
+        }
+    }
 
     #[test]
     fn the_qwen3_0_6b_preset_has_its_shapes_and_parameter_count() {

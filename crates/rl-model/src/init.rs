@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::chat::write_tokenizer_config;
-use crate::config::{ModelConfig, Preset};
+use crate::config::{Family, ModelConfig, Preset, RopeScaling};
 use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
 use crate::tokenizer::{SPECIAL_TOKENS, write_char_tokenizer};
@@ -49,6 +49,25 @@ pub fn micro_config(vocab_size: usize) -> ModelConfig {
     cfg.num_key_value_heads = 1;
     cfg.head_dim = 8;
     cfg.max_position_embeddings = 64;
+    cfg
+}
+
+/// [`micro_config`] of `family`, with each family's distinguishing parts switched on: Qwen2's
+/// q/k/v biases; Llama with `attention_bias` (q/k/v/o biases) and a `llama3` rope scaling whose
+/// original context (16) lies inside the micro model's 64 positions, so all three frequency bands
+/// (kept, blended, scaled) are in use.
+pub fn micro_config_of(family: Family, vocab_size: usize) -> ModelConfig {
+    let mut cfg = micro_config(vocab_size);
+    cfg.family = family;
+    if family == Family::Llama {
+        cfg.attention_bias = true;
+        cfg.rope_scaling = Some(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 16.0,
+        });
+    }
     cfg
 }
 

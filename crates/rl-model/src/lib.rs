@@ -24,7 +24,7 @@ pub use chat::{
 pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
-pub use init::{init_model, micro_config, random_weights, scaled_random_weights};
+pub use init::{init_model, micro_config, micro_config_of, random_weights, scaled_random_weights};
 pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;

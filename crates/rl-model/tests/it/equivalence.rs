@@ -5,7 +5,7 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use rl_model::{CpuRuntime, RowLayout, Rows, Runtime, SeqCache, TensorRuntime};
 
-use crate::{max_abs_diff, micro_config, model};
+use crate::{family_configs, max_abs_diff, micro_config, model};
 
 fn plain(model: &rl_model::CausalLm, ids: &[u32]) -> Tensor {
     let pos: Vec<u32> = (0..ids.len() as u32).collect();
@@ -41,7 +41,13 @@ fn long_rows_attend_per_sample_and_still_equal_separate_forwards() {
 
 #[test]
 fn completions_sharing_a_prompt_equal_their_unshared_forwards() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        completions_sharing_a_prompt_equal_their_unshared_forwards_in(&cfg);
+    }
+}
+
+fn completions_sharing_a_prompt_equal_their_unshared_forwards_in(cfg: &rl_model::ModelConfig) {
+    let cfg = cfg.clone();
     let m = model(&cfg, 9);
     let (prompt, c1, c2) = (vec![3u32, 8, 1, 30], vec![5u32, 6, 7], vec![9u32, 2]);
     let layout = Arc::new(RowLayout::new(&[4, 3, 2], &[None, Some(0), Some(0)]).unwrap());
@@ -60,7 +66,13 @@ fn runtime_rows(logits: &[f32], vocab: usize) -> Vec<Tensor> {
 
 #[test]
 fn runtime_greedy_decoding_equals_the_training_forward() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        runtime_greedy_decoding_equals_the_training_forward_in(&cfg);
+    }
+}
+
+fn runtime_greedy_decoding_equals_the_training_forward_in(cfg: &rl_model::ModelConfig) {
+    let cfg = cfg.clone();
     let m = model(&cfg, 4);
     let rt = CpuRuntime::new(&m).unwrap();
     let v = cfg.vocab_size;
@@ -92,7 +104,13 @@ fn runtime_greedy_decoding_equals_the_training_forward() {
 
 #[test]
 fn batched_shared_and_chunked_runtime_steps_agree() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        batched_shared_and_chunked_runtime_steps_agree_in(&cfg);
+    }
+}
+
+fn batched_shared_and_chunked_runtime_steps_agree_in(cfg: &rl_model::ModelConfig) {
+    let cfg = cfg.clone();
     let m = model(&cfg, 5);
     let rt = CpuRuntime::new(&m).unwrap();
     let v = cfg.vocab_size;
@@ -162,7 +180,13 @@ fn scripted_run<R: Runtime>(rt: &R) -> Vec<Vec<f32>> {
 
 #[test]
 fn the_device_runtime_equals_the_cpu_runtime() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        the_device_runtime_equals_the_cpu_runtime_in(&cfg);
+    }
+}
+
+fn the_device_runtime_equals_the_cpu_runtime_in(cfg: &rl_model::ModelConfig) {
+    let cfg = cfg.clone();
     let m = model(&cfg, 6);
     let (cpu, dev) = (scripted_run(&CpuRuntime::new(&m).unwrap()), scripted_run(&TensorRuntime::new(&m).unwrap()));
     for (i, (a, b)) in cpu.iter().zip(&dev).enumerate() {

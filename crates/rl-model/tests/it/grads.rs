@@ -3,7 +3,7 @@
 use candle_core::{D, DType, Device, Tensor};
 use rl_model::Trainable;
 
-use crate::{micro_config, weights};
+use crate::{family_configs, weights};
 
 const IDS: [u32; 7] = [3, 17, 5, 30, 9, 22, 11];
 
@@ -22,7 +22,14 @@ fn loss(model: &rl_model::CausalLm) -> Tensor {
 
 #[test]
 fn every_weight_gets_a_nonzero_gradient() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        every_weight_gets_a_nonzero_gradient_in(&cfg);
+    }
+}
+
+fn every_weight_gets_a_nonzero_gradient_in(cfg: &rl_model::ModelConfig) {
+    let family = cfg.family;
+    let cfg = cfg.clone();
     let t = Trainable::from_tensors(&cfg, &weights(&cfg, 1, DType::F32)).unwrap();
     let model = t.model(&cfg, &Device::Cpu).unwrap();
     let grads = loss(&model).backward().unwrap();
@@ -30,13 +37,19 @@ fn every_weight_gets_a_nonzero_gradient() {
     for (name, var) in &t.vars {
         let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{name} got no gradient"));
         let norm = g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
-        assert!(norm > 0.0 && norm.is_finite(), "{name}: gradient norm {norm}");
+        assert!(norm > 0.0 && norm.is_finite(), "{family:?} {name}: gradient norm {norm}");
     }
 }
 
 #[test]
 fn gradients_match_finite_differences_in_f64() {
-    let cfg = micro_config();
+    for cfg in family_configs() {
+        gradients_match_finite_differences_in(&cfg);
+    }
+}
+
+fn gradients_match_finite_differences_in(cfg: &rl_model::ModelConfig) {
+    let (family, cfg) = (cfg.family, cfg.clone());
     let t = Trainable::from_tensors(&cfg, &weights(&cfg, 2, DType::F64)).unwrap();
     let model = t.model(&cfg, &Device::Cpu).unwrap();
     let grads = loss(&model).backward().unwrap();
@@ -57,7 +70,10 @@ fn gradients_match_finite_differences_in_f64() {
             let numeric = (eval(eps) - eval(-eps)) / (2.0 * eps);
             var.set(&Tensor::from_vec(base.clone(), shape.clone(), &Device::Cpu).unwrap()).unwrap();
             let a = analytic[idx];
-            assert!((numeric - a).abs() <= 1e-6 + 1e-4 * a.abs(), "{name}[{idx}]: analytic {a}, numeric {numeric}");
+            assert!(
+                (numeric - a).abs() <= 1e-6 + 1e-4 * a.abs(),
+                "{family:?} {name}[{idx}]: analytic {a}, numeric {numeric}"
+            );
         }
     }
 }

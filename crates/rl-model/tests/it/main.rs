@@ -9,11 +9,17 @@ mod io;
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use rl_model::{CausalLm, ModelConfig, Trainable};
+use rl_model::{CausalLm, Family, ModelConfig, Trainable};
 
 /// A very small config (fast, and small enough for finite differences).
 pub(crate) fn micro_config() -> ModelConfig {
     rl_model::micro_config(40)
+}
+
+/// The micro config of every family (Qwen3, Qwen2 with q/k/v biases, Llama with all attention
+/// biases and llama3 rope scaling).
+pub(crate) fn family_configs() -> Vec<ModelConfig> {
+    [Family::Qwen3, Family::Qwen2, Family::Llama].into_iter().map(|f| rl_model::micro_config_of(f, 40)).collect()
 }
 
 /// Random weights in `dtype`, scaled up so activations are not tiny.
