@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Checks that a model directory written by `rl model init` is a valid HF checkpoint.
+"""Checks that `rl` computes the same models as HF transformers.
 
-Loads it with HF transformers (Qwen3ForCausalLM + its fast tokenizer and chat template) and
-compares with the embedded inference server (`rl inference`) on the same directory:
-  1. apply_chat_template(...) token ids == our server's prompt_token_ids;
-  2. HF log-probabilities of every prompt token == our server's prompt_logprobs.
+1. A directory written by `rl model init` is a valid HF checkpoint: transformers loads it
+   (Qwen3ForCausalLM + its fast tokenizer and chat template) and, against the embedded inference
+   server (`rl inference`) on the same directory, apply_chat_template(...) token ids == our
+   prompt_token_ids and HF log-probabilities of every prompt token == our prompt_logprobs.
+2. Every model family `rl` runs (Qwen3, Qwen2/Qwen2.5 with q/k/v biases, Llama 3 with and without
+   `llama3` rope scaling and attention biases), made by transformers with random weights and saved
+   with `save_pretrained`: our prompt logprobs match HF's, and greedy decoding gives the same tokens.
 
 Needs torch and transformers (PyPI); not part of `cargo xtask ci`. Usage:
     python3 scripts/check_hf_compat.py [path/to/rl]
@@ -70,8 +73,76 @@ def main():
         finally:
             server.terminate()
             server.wait(timeout=20)
+        ok = check_families(tmp, model_dir) and ok
     print("OK: rl model directories load in HF transformers and compute the same model" if ok else "FAILED")
     sys.exit(0 if ok else 1)
+
+
+def family_models(vocab):
+    """(name, transformers config) of every family, small but with non-trivial logits."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    shape = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                 initializer_range=0.2, rms_norm_eps=1e-6)
+    llama3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    return [
+        ("qwen3", Qwen3Config(**shape, head_dim=16, tie_word_embeddings=True)),
+        ("qwen2 (q/k/v biases)", Qwen2Config(**shape, tie_word_embeddings=False)),
+        ("llama", LlamaConfig(**shape, tie_word_embeddings=False)),
+        ("llama + llama3 rope scaling + attention biases",
+         LlamaConfig(**shape, attention_bias=True, rope_parameters=llama3, tie_word_embeddings=True)),
+    ]
+
+
+def check_families(tmp, tokenizer_dir):
+    """Random models of each family made by transformers: same logprobs and greedy tokens in rl."""
+    import shutil
+    ok = True
+    vocab = json.load(open(f"{tokenizer_dir}/config.json"))["vocab_size"]
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    # ~70 tokens: beyond the llama3 case's original context (32), so its scaled bands matter.
+    text = "The quick brown fox jumps over the lazy dog; then it reverses: god yzal eht revo spmuj."
+    prompt = tok(text)["input_ids"]
+    for i, (name, cfg) in enumerate(family_models(vocab)):
+        torch.manual_seed(i)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+        with torch.no_grad():  # transformers initialises biases to 0: make them count
+            for n, p in model.named_parameters():
+                if n.endswith(".bias"):
+                    p.normal_(0.0, 0.2)
+        out = f"{tmp}/family{i}"
+        model.save_pretrained(out)
+        for f in ["tokenizer.json", "tokenizer_config.json"]:
+            shutil.copy(f"{tokenizer_dir}/{f}", out)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([prompt])).logits[0].double(), dim=-1)
+            # Plain argmax decoding (generate() would stop at, or with min_new_tokens mask, its
+            # end-of-sequence ids; ours runs with ignore_eos, which does neither).
+            seq = list(prompt)
+            for _ in range(24):
+                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+            theirs = seq[len(prompt):]
+        server = subprocess.Popen([RL, "inference", "--model.path", out, "--port", "0", "--log.level", "warn"],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            base = json.loads(server.stdout.readline())["base_url"].removesuffix("/v1")
+            scored = post(base, "/v1/completions", {"prompt": prompt, "max_tokens": 0, "prompt_logprobs": 0})
+            worst = max(abs(scored["prompt_logprobs"][j][str(prompt[j])]["logprob"] - logp[j - 1, prompt[j]].item())
+                        for j in range(1, len(prompt)))
+            greedy = post(base, "/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0,
+                                                    "ignore_eos": True, "return_token_ids": True})
+            ours = greedy["choices"][0]["token_ids"]
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+        same = ours == theirs
+        print(f"{name:<48} prompt logprobs max |diff| {worst:.1e} over {len(prompt) - 1} tokens; "
+              f"greedy: {'identical' if same else 'DIFFERENT'} {len(ours)} tokens")
+        if worst > 1e-4 or not same:
+            ok = False
+            print(f"MISMATCH: {name}" + ("" if same else f"\n ours:   {ours}\n theirs: {theirs}"))
+    return ok
 
 
 if __name__ == "__main__":

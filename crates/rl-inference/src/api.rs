@@ -80,6 +80,12 @@ pub(crate) struct Sampling {
     /// OpenAI: token id (as a string) -> bias added to its logit, in [-100, 100].
     #[serde(default)]
     pub(crate) logit_bias: Option<std::collections::BTreeMap<String, f64>>,
+    /// vLLM: end-of-sequence tokens do not end a completion.
+    #[serde(default)]
+    pub(crate) ignore_eos: bool,
+    /// vLLM: no end-of-sequence token or stop string before this many tokens.
+    #[serde(default)]
+    pub(crate) min_tokens: Option<u32>,
     /// OpenAI: only `{"type": "text"}` (no guided decoding here).
     #[serde(default)]
     pub(crate) response_format: Option<Value>,
@@ -370,6 +376,12 @@ impl Sampling {
             return Err(Error::BadRequest(String::from("prompt_logprobs must be at most 20")));
         }
         let (penalties, min_p) = self.penalties(limits)?;
+        let min_tokens = self.min_tokens.unwrap_or(0);
+        if min_tokens > max_tokens {
+            return Err(Error::BadRequest(format!(
+                "min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens})"
+            )));
+        }
         if let Some(format) = &self.response_format
             && format.get("type").and_then(Value::as_str) != Some("text")
         {
@@ -398,6 +410,8 @@ impl Sampling {
             prompt_logprobs: self.prompt_logprobs,
             penalties,
             min_p,
+            ignore_eos: self.ignore_eos,
+            min_tokens,
             stream: None,
         })
     }

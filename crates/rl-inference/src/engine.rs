@@ -46,6 +46,11 @@ pub struct GenRequest {
     pub penalties: Penalties,
     /// vLLM `min_p` (0 = off).
     pub min_p: f32,
+    /// vLLM `ignore_eos`: end-of-sequence tokens do not end the completion.
+    pub ignore_eos: bool,
+    /// vLLM `min_tokens`: until this many tokens are out, end-of-sequence tokens cannot be
+    /// sampled (their logits are -inf) and stop strings do not end the completion.
+    pub min_tokens: u32,
     /// Where each sampled token goes as soon as it is sampled (`stream = true`); the finished
     /// completions still come back whole.
     pub stream: Option<tokio::sync::mpsc::UnboundedSender<TokenEvent>>,
@@ -60,13 +65,22 @@ pub struct TokenEvent {
     pub token: TokenLogprob,
 }
 
-/// `row` as the request samples from it: adjusted by its penalties for the output so far.
-fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32]) -> std::borrow::Cow<'a, [f32]> {
-    if req.penalties.is_off() {
+/// `row` as the request samples from it: adjusted by its penalties for the output so far, and
+/// with the end-of-sequence tokens `eos` masked while the output is shorter than `min_tokens`.
+fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32], eos: &[u32]) -> std::borrow::Cow<'a, [f32]> {
+    let mask_eos = output.len() < req.min_tokens as usize;
+    if req.penalties.is_off() && !mask_eos {
         return std::borrow::Cow::Borrowed(row);
     }
     let mut adjusted = row.to_vec();
     req.penalties.apply(&mut adjusted, &req.prompt, output);
+    if mask_eos {
+        for &t in eos {
+            if let Some(z) = adjusted.get_mut(t as usize) {
+                *z = f32::NEG_INFINITY;
+            }
+        }
+    }
     std::borrow::Cow::Owned(adjusted)
 }
 
@@ -441,7 +455,7 @@ impl<R: Runtime> EngineLoop<R> {
         let mut broken = Vec::new();
         for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
-            let row = processed(req, row, &seq.tokens);
+            let row = processed(req, row, &seq.tokens, &self.tok.stop_ids);
             let row = row.as_ref();
             let (id, logprob) = seq.sampler.sample(row);
             if !logprob.is_finite() {
@@ -529,7 +543,7 @@ impl<R: Runtime> EngineLoop<R> {
                 }
             }
         };
-        let last = processed(&req, last, &[]);
+        let last = processed(&req, last, &[], &self.tok.stop_ids);
         let last = last.as_ref();
         for choice in (0..n).rev() {
             let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64))
@@ -576,8 +590,11 @@ impl<R: Runtime> EngineLoop<R> {
             let last = *seq.tokens.last().expect("one token at least");
             let text_ids: Vec<u32> = seq.tokens.iter().copied().filter(|t| !self.tok.stop_ids.contains(t)).collect();
             let text = self.tok.decode(&text_ids).unwrap_or_default();
-            let stop_at = req.stop.iter().filter_map(|s| text.find(s.as_str())).min();
-            let finish = if self.tok.stop_ids.contains(&last) || stop_at.is_some() {
+            // vLLM checks neither stop strings nor end-of-sequence before `min_tokens`.
+            let may_stop = seq.tokens.len() >= req.min_tokens as usize;
+            let stop_at = req.stop.iter().filter_map(|s| text.find(s.as_str())).min().filter(|_| may_stop);
+            let eos = self.tok.stop_ids.contains(&last) && !req.ignore_eos && may_stop;
+            let finish = if eos || stop_at.is_some() {
                 Some(Finish::Stop)
             } else if seq.tokens.len() >= req.max_tokens as usize || req.prompt.len() + seq.tokens.len() >= max_len {
                 Some(Finish::Length)

@@ -226,7 +226,8 @@ async fn temperatures_below_the_floor_are_refused_and_nan_is_never_served() {
 
 /// The sampling parameters vLLM users send change the output as in vLLM or are refused by name:
 /// `logit_bias` forces a token, `frequency_penalty` / `repetition_penalty` stop greedy repeats,
-/// `min_p = 1` samples greedily, the reported logprobs are those of the adjusted distribution, and
+/// `min_p = 1` samples greedily, `ignore_eos` and `min_tokens` keep end-of-sequence from ending the
+/// reply, the reported logprobs are those of the adjusted distribution, and
 /// `response_format`, `tool_choice = "required"` and out-of-range values are 400s naming them.
 #[tokio::test]
 async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
@@ -263,7 +264,22 @@ async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
     let (_, v) = srv.post("/v1/chat/completions", chat(json!({"temperature": 1.0, "min_p": 1.0, "seed": 3}))).await;
     assert_eq!(ids_of(&v), plain_ids);
 
+    // vLLM's `ignore_eos` and `min_tokens`: with the end-of-sequence token (2) forced, greedy
+    // decoding stops at once; `ignore_eos` runs to max_tokens; `min_tokens = 5` masks it (it
+    // cannot be sampled, so the first 5 tokens are others) and the 6th token ends the reply.
+    let eos = json!({"logit_bias": {"2": 100}});
+    let (_, v) = srv.post("/v1/chat/completions", chat(eos.clone())).await;
+    assert_eq!((ids_of(&v), v["choices"][0]["finish_reason"].as_str()), (vec![2], Some("stop")), "{v}");
+    let (_, v) = srv.post("/v1/chat/completions", chat(json!({"logit_bias": {"2": 100}, "ignore_eos": true}))).await;
+    assert_eq!((ids_of(&v).len(), v["choices"][0]["finish_reason"].as_str()), (12, Some("length")), "{v}");
+    assert!(ids_of(&v).iter().all(|&t| t == 2), "{v}");
+    let (_, v) = srv.post("/v1/chat/completions", chat(json!({"logit_bias": {"2": 100}, "min_tokens": 5}))).await;
+    let got = ids_of(&v);
+    assert_eq!((got.len(), got[5], v["choices"][0]["finish_reason"].as_str()), (6, 2, Some("stop")), "{v}");
+    assert!(got[..5].iter().all(|&t| t != 2), "{v}");
+
     for (extra, named) in [
+        (json!({"min_tokens": 13}), "min_tokens"),
         (json!({"response_format": {"type": "json_object"}}), "response_format"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"presence_penalty": 3.0}), "presence_penalty"),
