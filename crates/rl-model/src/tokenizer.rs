@@ -18,7 +18,9 @@ pub const SPECIAL_TOKENS: &[&str] =
 #[derive(Debug, Clone)]
 pub struct Tok {
     inner: Tokenizer,
-    /// Ids that end a completion (`<|im_end|>`, `<|endoftext|>`).
+    /// Ids that end a completion: the model's end-of-sequence ids (`generation_config.json` and
+    /// `config.json` `eos_token_id`, the tokenizer's `eos_token`), or, when a directory names
+    /// none, `<|im_end|>` and `<|endoftext|>`.
     pub stop_ids: Vec<u32>,
     /// Bytes of the longest vocabulary entry (its stored form, which is never shorter than the
     /// text it stands for: byte-level BPE stores one char per byte, `<unk>` covers one char).
@@ -30,7 +32,10 @@ impl Tok {
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
         let inner = Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        let stop_ids = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();
+        let mut stop_ids = eos_ids(dir, &inner);
+        if stop_ids.is_empty() {
+            stop_ids = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();
+        }
         let max_token_bytes = inner.get_vocab(true).keys().map(String::len).max().unwrap_or(1).max(4);
         Ok(Tok { inner, stop_ids, max_token_bytes })
     }
@@ -61,6 +66,30 @@ impl Tok {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// End-of-sequence ids a model directory declares, as vLLM collects them (unreadable files
+/// count as declaring none; `config.json` errors are reported where the model loads).
+fn eos_ids(dir: &Path, tok: &Tokenizer) -> Vec<u32> {
+    let read = |name: &str| -> serde_json::Value {
+        std::fs::read_to_string(dir.join(name)).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    };
+    let mut ids = Vec::new();
+    for file in ["generation_config.json", "config.json"] {
+        match &read(file)["eos_token_id"] {
+            serde_json::Value::Number(n) => ids.extend(n.as_u64().map(|i| i as u32)),
+            serde_json::Value::Array(list) => ids.extend(list.iter().filter_map(|v| v.as_u64().map(|i| i as u32))),
+            _ => {}
+        }
+    }
+    let config = read("tokenizer_config.json");
+    let eos = config["eos_token"].get("content").unwrap_or(&config["eos_token"]).as_str().map(str::to_owned);
+    ids.extend(eos.and_then(|t| tok.token_to_id(&t)));
+    let vocab = tok.get_vocab_size(true) as u32;
+    ids.retain(|&id| id < vocab);
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|id| seen.insert(*id));
+    ids
 }
 
 /// Builds the character-level tokenizer and writes it to `path`; returns its vocabulary size.

@@ -1,5 +1,10 @@
-//! Chat formatting: renders the Jinja `chat_template` of `tokenizer_config.json` (minijinja with
-//! Python-compatible string methods), with tools and the generation prompt.
+//! Chat formatting: renders a model's Jinja chat template (`chat_template.jinja`, or
+//! `chat_template` in `tokenizer_config.json`, one source or named ones) as transformers'
+//! `apply_chat_template` does: minijinja with `trim_blocks` and `lstrip_blocks`, Python string
+//! methods, HF's `tojson`, `raise_exception` and `strftime_now`, and the tokenizer's special
+//! tokens (`bos_token`, `eos_token`, ...) as variables.
+
+mod python;
 
 use std::path::Path;
 
@@ -70,39 +75,108 @@ pub struct TemplateMessage {
     pub role: String,
     /// Text.
     pub content: String,
-    /// Tool calls (assistant).
-    #[serde(default)]
+    /// Tool calls (assistant). Absent from the message when empty, as in an HF message dict
+    /// (templates test `'tool_calls' in message`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<TemplateToolCall>,
 }
 
-/// A compiled chat template.
+/// Special-token keys of `tokenizer_config.json` that transformers passes to the template.
+const SPECIAL_TOKEN_KEYS: [&str; 8] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+    "additional_special_tokens",
+];
+
+/// A compiled chat template (one source, or named ones such as `default` and `tool_use`).
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The tokenizer's special tokens, as template variables.
+    specials: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatTemplate {
-    /// Compiles a template source.
+    /// Compiles a template source (no special tokens defined).
     pub fn new(source: &str) -> Result<Self> {
+        Self::named(&[(String::from("default"), source.to_owned())], serde_json::Map::new())
+    }
+
+    /// Compiles named templates with the tokenizer's special tokens.
+    fn named(sources: &[(String, String)], specials: serde_json::Map<String, serde_json::Value>) -> Result<Self> {
         let mut env = Environment::new();
+        // transformers: ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| Error::Template(e.to_string()))?;
+        env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", python::tojson);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
-        env.add_template_owned("chat", source.to_owned()).map_err(|e| Error::Template(e.to_string()))?;
-        Ok(ChatTemplate { env })
+        env.add_function("strftime_now", |format: String| python::strftime_now(&format));
+        for (name, source) in sources {
+            env.add_template_owned(name.clone(), source.clone())
+                .map_err(|e| Error::Template(format!("template {name:?}: {e}")))?;
+        }
+        Ok(ChatTemplate { env, specials })
     }
 
-    /// Loads `chat_template` from a model directory's `tokenizer_config.json`.
+    /// Loads a model directory's chat template as transformers does: `chat_template.jinja` if
+    /// present, else `chat_template` of `tokenizer_config.json` (a string, or a list of
+    /// `{"name", "template"}`); special tokens from `tokenizer_config.json`.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer_config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| Error::Template(format!("{}: {e}", path.display())))?;
-        let source = v["chat_template"]
-            .as_str()
-            .ok_or_else(|| Error::Template(format!("{} has no chat_template", path.display())))?;
-        ChatTemplate::new(source)
+        let jinja = dir.join("chat_template.jinja");
+        let sources: Vec<(String, String)> = if jinja.is_file() {
+            let source = std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?;
+            vec![(String::from("default"), source)]
+        } else {
+            match &v["chat_template"] {
+                serde_json::Value::String(s) => vec![(String::from("default"), s.clone())],
+                serde_json::Value::Array(list) => list
+                    .iter()
+                    .map(|t| match (t["name"].as_str(), t["template"].as_str()) {
+                        (Some(n), Some(s)) => Ok((n.to_owned(), s.to_owned())),
+                        _ => Err(Error::Template(format!(
+                            "{}: chat_template list entries need a \"name\" and a \"template\" string",
+                            path.display()
+                        ))),
+                    })
+                    .collect::<Result<_>>()?,
+                _ => {
+                    return Err(Error::Template(format!(
+                        "{} has no chat_template (and there is no chat_template.jinja)",
+                        path.display()
+                    )));
+                }
+            }
+        };
+        let mut specials = serde_json::Map::new();
+        for key in SPECIAL_TOKEN_KEYS {
+            let token = match &v[key] {
+                serde_json::Value::Object(o) => o.get("content").cloned().unwrap_or_default(),
+                serde_json::Value::Array(list) => serde_json::Value::Array(
+                    list.iter().map(|t| t.get("content").cloned().unwrap_or_else(|| t.clone())).collect(),
+                ),
+                other => other.clone(),
+            };
+            if !token.is_null() {
+                specials.insert(key.to_owned(), token);
+            }
+        }
+        Self::named(&sources, specials)
     }
 
     /// Renders `messages` (and `tools`, JSON schemas in OpenAI form) to the prompt text.
@@ -116,8 +190,9 @@ impl ChatTemplate {
     }
 
     /// [`ChatTemplate::render`] with extra template variables (`chat_template_kwargs`, e.g.
-    /// `enable_thinking`), as HF `apply_chat_template(**kwargs)` passes them. They may not replace
-    /// the variables the renderer sets.
+    /// `enable_thinking`), as HF `apply_chat_template(**kwargs)` passes them: they override the
+    /// special tokens but may not replace `messages`, `tools` or `add_generation_prompt`. With
+    /// tools, a template named `tool_use` is used if there is one, else `default`.
     pub fn render_with(
         &self,
         messages: &[TemplateMessage],
@@ -125,19 +200,20 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String> {
-        const SET_HERE: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+        const SET_HERE: [&str; 3] = ["messages", "tools", "add_generation_prompt"];
         if let Some(k) = kwargs.keys().find(|k| SET_HERE.contains(&k.as_str())) {
             return Err(Error::Input(format!("chat_template_kwargs may not set `{k}`")));
         }
-        let tmpl = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
+        let name = if !tools.is_empty() && self.env.get_template("tool_use").is_ok() { "tool_use" } else { "default" };
+        let tmpl = self.env.get_template(name).map_err(|e| Error::Template(e.to_string()))?;
         let tools = if tools.is_empty() { Value::from(()) } else { Value::from(Serde(tools)) };
+        let mut vars = self.specials.clone();
+        vars.extend(kwargs.iter().map(|(k, v)| (k.clone(), v.clone())));
         tmpl.render(context! {
             messages => Value::from(Serde(messages)),
             tools => tools,
             add_generation_prompt => add_generation_prompt,
-            bos_token => "",
-            eos_token => "<|im_end|>",
-            ..Value::from(Serde(kwargs))
+            ..Value::from(Serde(vars))
         })
         .map_err(|e| Error::Template(e.to_string()))
     }
