@@ -259,10 +259,8 @@ impl TryFrom<RawConfig> for ModelConfig {
 
 /// Keys whose values change the function in ways this crate does not compute.
 fn refuse_unsupported(extra: &BTreeMap<String, Value>) -> std::result::Result<(), String> {
-    if let Some(act) = extra.get("hidden_act").filter(|v| !v.is_null()) {
-        if act.as_str() != Some("silu") {
-            return Err(format!("hidden_act {act} is not supported (only \"silu\")"));
-        }
+    if let Some(act) = extra.get("hidden_act").filter(|v| !v.is_null() && v.as_str() != Some("silu")) {
+        return Err(format!("hidden_act {act} is not supported (only \"silu\")"));
     }
     if extra.get("mlp_bias").and_then(Value::as_bool) == Some(true) {
         return Err(String::from("mlp_bias = true is not supported"));
@@ -270,10 +268,9 @@ fn refuse_unsupported(extra: &BTreeMap<String, Value>) -> std::result::Result<()
     if extra.get("use_sliding_window").and_then(Value::as_bool) == Some(true) {
         return Err(String::from("use_sliding_window = true is not supported (sliding-window attention)"));
     }
-    if let Some(kinds) = extra.get("layer_types").and_then(Value::as_array) {
-        if let Some(k) = kinds.iter().find(|k| k.as_str() != Some("full_attention")) {
-            return Err(format!("layer_types entry {k} is not supported (only \"full_attention\")"));
-        }
+    let kinds = extra.get("layer_types").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if let Some(k) = kinds.iter().find(|k| k.as_str() != Some("full_attention")) {
+        return Err(format!("layer_types entry {k} is not supported (only \"full_attention\")"));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use minijinja::value::{Kwargs, Value};
 use minijinja::{Error, ErrorKind};
 
 /// HF's `tojson` filter.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands filters their `Kwargs` by value
 pub(crate) fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<Value> = kwargs.get("indent")?;
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;

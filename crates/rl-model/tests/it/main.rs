@@ -2,6 +2,7 @@
 //! (and match finite differences), packed/cached/batched forwards agree with plain ones, model
 //! directories round-trip.
 
+mod chat_templates;
 mod equivalence;
 mod grads;
 mod io;
