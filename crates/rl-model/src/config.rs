@@ -445,6 +445,7 @@ mod tests {
     }
 
     /// The keys every test config shares, then `more` on top.
+    #[allow(clippy::needless_pass_by_value)] // reads as `config(json!(..))`
     fn config(more: serde_json::Value) -> serde_json::Value {
         let mut v = serde_json::json!({
             "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
@@ -475,7 +476,7 @@ mod tests {
         let old =
             parse(config(serde_json::json!({"model_type": "llama", "rope_theta": 10000.0, "rope_scaling": scaling})))
                 .unwrap();
-        let mut params = scaling.clone();
+        let mut params = scaling;
         params["rope_theta"] = serde_json::json!(10000.0);
         let new = parse(config(serde_json::json!({"model_type": "llama", "rope_parameters": params}))).unwrap();
         assert_eq!(old, new);
