@@ -27,6 +27,8 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists (the orphan watch below starts one).
+    rl_kernels::tune_process();
     orphan::exit_with_launcher();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match commands::run(&args) {

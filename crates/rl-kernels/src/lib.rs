@@ -7,16 +7,21 @@
 //!   runtime.
 //! - [`RowLayout`]: which tokens of a packed row see which (the attention pattern and positions).
 //!
-//! `gemm.rs` holds the workspace's only `unsafe` code: a checked call into the `gemm` crate.
+//! - [`tune_process`]: process-wide settings for compute-heavy binaries (call first in `main`).
+//!
+//! `gemm.rs` (a checked call into the `gemm` crate) and `process.rs` (setting the environment
+//! while single-threaded, `mallopt`) hold the workspace's only `unsafe` code.
 
 pub mod cpu;
 mod float;
 pub mod gemm;
 mod layout;
 pub mod ops;
+mod process;
 
 pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
 pub use cpu::logprobs::Targets;
 pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};
+pub use process::{Tuning, tune_process};

@@ -49,6 +49,7 @@ fn decode(m: &CpuRuntime, batch: usize, steps: usize) -> f64 {
 }
 
 fn main() {
+    rl_kernels::tune_process();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let m = model(preset);
         let _ = decode(&m, 1, 4);

@@ -54,6 +54,7 @@ fn matmul_gflops() -> f64 {
 }
 
 fn main() {
+    rl_kernels::tune_process();
     let peak = matmul_gflops();
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         let cfg = ModelConfig::preset(preset, 128);

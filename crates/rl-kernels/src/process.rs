@@ -1,0 +1,92 @@
+//! Process-wide settings for compute-heavy processes, applied once at the start of `main` while the
+//! process still has a single thread. This file and `gemm.rs` are the workspace's only `unsafe`
+//! code: both settings below are C-level process state that Rust exposes only as `unsafe` calls.
+//!
+//! Why they matter (measured with `perf` on the train-step benchmark, 2-core machine):
+//! - candle's element-wise thread pool spins 25,000 `pause` instructions after every job before it
+//!   parks; on 2 cores those spinning threads take the cores from the GEMM threads (10% of all
+//!   samples were the spin loop). The pool reads `CANDLE_BARRIER_POOL_SPIN_LIMIT` once, when it
+//!   starts; we set it to 0 unless the user chose a value.
+//! - glibc returns freed blocks above its (dynamic) mmap threshold and the top of the heap to the
+//!   kernel, so every training step page-faults its activations in again (14% of samples in page
+//!   faults). We keep freed memory in the heap instead (memory in use stays what the step needs).
+#![allow(unsafe_code)]
+
+/// candle's spin limit for its element-wise thread pool, unless already set.
+const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
+
+/// What [`tune_process`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// The spin limit was set (false: the user's own value was kept, or threads already ran).
+    pub spin_limit_set: bool,
+    /// The allocator keeps freed memory (false on non-glibc targets, or if glibc refused).
+    pub allocator_tuned: bool,
+}
+
+/// Applies the settings above. Call first thing in `main`, before any thread is started: the
+/// environment is changed only while this process provably has one thread (checked in
+/// `/proc/self/status`), and is left alone otherwise.
+pub fn tune_process() -> Tuning {
+    let spin_limit_set = std::env::var_os(SPIN_LIMIT_VAR).is_none() && single_threaded() && {
+        // SAFETY: `set_var` is unsound only while another thread may read or write the
+        // environment; `single_threaded` just confirmed this process has exactly one thread.
+        unsafe { std::env::set_var(SPIN_LIMIT_VAR, "0") };
+        true
+    };
+    Tuning { spin_limit_set, allocator_tuned: keep_freed_memory() }
+}
+
+/// Whether the process has exactly one thread (Linux: `/proc/self/status`; elsewhere unknown,
+/// so false).
+fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim().parse::<u32>().ok())))
+        .flatten()
+        == Some(1)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_freed_memory() -> bool {
+    // glibc caps the mmap threshold at 32 MiB on 64-bit targets; blocks above it still come from
+    // mmap. Trimming starts only beyond 1 GiB of free heap top.
+    const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+    const TRIM_THRESHOLD: libc::c_int = 1 << 30;
+    const TOP_PAD: libc::c_int = 16 << 20;
+    // SAFETY: `mallopt` only changes allocator parameters (thread-safe in glibc) and is given
+    // documented parameters with in-range values; it returns 0 when it refuses one.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+            && libc::mallopt(libc::M_TOP_PAD, TOP_PAD) == 1
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_freed_memory() -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_allocator_accepts_the_settings_and_threads_are_counted() {
+        let t = tune_process();
+        // Set only when the process had one thread (the test harness may run tests on others).
+        assert!(!t.spin_limit_set || std::env::var(SPIN_LIMIT_VAR).as_deref() == Ok("0"));
+        // With a second thread alive, the environment is never touched.
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let helper = std::thread::spawn(move || wait.recv());
+        assert!(!single_threaded());
+        release.send(()).expect("helper alive");
+        let _ = helper.join();
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        assert!(t.allocator_tuned);
+        // Memory still works: a large block (heap, not mmap) round-trips.
+        let v = vec![1.0f32; 4 << 20];
+        assert_eq!(v.iter().sum::<f32>(), (4 << 20) as f32);
+    }
+}
