@@ -6,5 +6,6 @@ pub mod attention;
 pub mod linear;
 pub mod logprobs;
 pub mod norm;
+pub mod packed;
 pub mod simd;
 pub mod swiglu;

@@ -9,8 +9,8 @@ mod kv;
 mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
-use rl_kernels::cpu::linear::linear;
 use rl_kernels::cpu::norm::{RopeTables, head_norm_rope_forward, rms_norm_forward, rope_rotate};
+use rl_kernels::cpu::packed::PackedLinear;
 use rl_kernels::cpu::swiglu::swiglu_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
@@ -123,21 +123,21 @@ impl Runtime for CpuRuntime {
     }
 }
 
-/// One layer's weights as f32 buffers (HF layout).
+/// One layer's weights: projections packed for [`PackedLinear::apply`], the rest as f32 buffers.
 #[derive(Debug, Clone)]
 struct Layer {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    o: Vec<f32>,
+    q: PackedLinear,
+    k: PackedLinear,
+    v: PackedLinear,
+    o: PackedLinear,
     /// q, k, v biases (Qwen2, or `attention_bias`).
     qkv_bias: Option<[Vec<f32>; 3]>,
     o_bias: Option<Vec<f32>>,
     /// q and k head norms (Qwen3).
     qk_norm: Option<[Vec<f32>; 2]>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    down: Vec<f32>,
+    gate: PackedLinear,
+    up: PackedLinear,
+    down: PackedLinear,
     ln1: Vec<f32>,
     ln2: Vec<f32>,
 }
@@ -147,7 +147,8 @@ struct Layer {
 pub struct CpuRuntime {
     cfg: ModelConfig,
     embed: Vec<f32>,
-    lm_head: Option<Vec<f32>>,
+    /// The output head (the embedding itself, packed, when tied).
+    lm_head: PackedLinear,
     norm: Vec<f32>,
     layers: Vec<Layer>,
     cos: Vec<f32>,
@@ -155,14 +156,20 @@ pub struct CpuRuntime {
 }
 
 /// `out = x W^T (+ b)` for `n` rows.
-fn linear_bias(out: &mut [f32], x: &[f32], w: &[f32], b: Option<&[f32]>, n: usize, k: usize, m: usize) {
+fn linear_bias(out: &mut [f32], x: &[f32], w: &PackedLinear, b: Option<&[f32]>, n: usize) {
     match b {
         Some(b) => {
-            out.chunks_mut(m).for_each(|row| row.copy_from_slice(b));
-            linear(out, x, w, n, k, m, true);
+            out.chunks_mut(w.out()).take(n).for_each(|row| row.copy_from_slice(b));
+            w.apply(out, x, n, true);
         }
-        None => linear(out, x, w, n, k, m, false),
+        None => w.apply(out, x, n, false),
     }
+}
+
+/// A `[out, in]` weight tensor packed for the runtime.
+fn packed(t: &candle_core::Tensor) -> Result<PackedLinear> {
+    let (out, inp) = t.dims2()?;
+    Ok(PackedLinear::new(&values(t)?, out, inp))
 }
 
 /// Adds `b` to every row of `x`.
@@ -182,10 +189,10 @@ impl CpuRuntime {
             .iter()
             .map(|l| {
                 Ok(Layer {
-                    q: values(&l.q)?,
-                    k: values(&l.k)?,
-                    v: values(&l.v)?,
-                    o: values(&l.o)?,
+                    q: packed(&l.q)?,
+                    k: packed(&l.k)?,
+                    v: packed(&l.v)?,
+                    o: packed(&l.o)?,
                     qkv_bias: match &l.qkv_bias {
                         Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?]),
                         None => None,
@@ -195,9 +202,9 @@ impl CpuRuntime {
                         Some([q, k]) => Some([values(q)?, values(k)?]),
                         None => None,
                     },
-                    gate: values(&l.gate)?,
-                    up: values(&l.up)?,
-                    down: values(&l.down)?,
+                    gate: packed(&l.gate)?,
+                    up: packed(&l.up)?,
+                    down: packed(&l.down)?,
                     ln1: values(&l.ln1)?,
                     ln2: values(&l.ln2)?,
                 })
@@ -206,7 +213,7 @@ impl CpuRuntime {
         let cfg = model.config().clone();
         let (cos, sin) = model.rope.tables();
         Ok(CpuRuntime {
-            lm_head: if cfg.tie_word_embeddings { None } else { Some(values(&model.lm_head)?) },
+            lm_head: packed(&model.lm_head)?,
             embed: values(&model.embed)?,
             norm: values(&model.norm)?,
             cos: values(cos)?,
@@ -271,9 +278,9 @@ impl CpuRuntime {
         for (li, l) in self.layers.iter().enumerate() {
             let hn = rms_norm_forward(&x, &l.ln1, eps);
             let bias = |i: usize| l.qkv_bias.as_ref().map(|b| b[i].as_slice());
-            linear_bias(&mut q, &hn, &l.q, bias(0), n, h, qd);
-            linear_bias(&mut k, &hn, &l.k, bias(1), n, h, kd);
-            linear_bias(&mut v, &hn, &l.v, bias(2), n, h, kd);
+            linear_bias(&mut q, &hn, &l.q, bias(0), n);
+            linear_bias(&mut k, &hn, &l.k, bias(1), n);
+            linear_bias(&mut v, &hn, &l.v, bias(2), n);
             let (q, k) = match &l.qk_norm {
                 Some([qn, kn]) => (
                     head_norm_rope_forward(&q, qn, eps, &positions, tables),
@@ -294,11 +301,11 @@ impl CpuRuntime {
             if let Some(b) = &l.o_bias {
                 add_rows(&mut x, b);
             }
-            linear(&mut x, &a, &l.o, n, qd, h, true);
+            l.o.apply(&mut x, &a, n, true);
             let hn = rms_norm_forward(&x, &l.ln2, eps);
-            linear(&mut g, &hn, &l.gate, n, h, inter, false);
-            linear(&mut u, &hn, &l.up, n, h, inter, false);
-            linear(&mut x, &swiglu_forward(&g, &u), &l.down, n, inter, h, true);
+            l.gate.apply(&mut g, &hn, n, false);
+            l.up.apply(&mut u, &hn, n, false);
+            l.down.apply(&mut x, &swiglu_forward(&g, &u), n, true);
         }
         let mut rows = Vec::new();
         let mut start = 0;
@@ -313,7 +320,7 @@ impl CpuRuntime {
         let hn = rms_norm_forward(&picked, &self.norm, eps);
         let vocab = c.vocab_size;
         let mut logits = vec![0f32; rows.len() * vocab];
-        linear(&mut logits, &hn, self.lm_head.as_deref().unwrap_or(&self.embed), rows.len(), h, vocab, false);
+        self.lm_head.apply(&mut logits, &hn, rows.len(), false);
         Ok(logits)
     }
 

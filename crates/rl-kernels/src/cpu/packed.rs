@@ -1,0 +1,273 @@
+//! Dense layers whose weights are packed once, for the inference runtime: `y (+)= x W^T` with an
+//! HF weight `W [out, in]` rearranged into panels of `NR` output columns (`[in][NR]`, the last
+//! panel zero-padded). A general GEMM (the `gemm` crate) repacks the weight on every call, which
+//! for the few rows of a decode step reads and writes the whole weight twice; here each call only
+//! streams the panels. Register tiles of `MR` rows x `NR` columns accumulate over all of `in` with
+//! FMAs, compiled for the widest SIMD the CPU has (AVX-512: 12 x 32, AVX2: 6 x 16).
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+/// Products of at least this many multiply-adds are split across the thread pool.
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+
+/// A weight packed for [`PackedLinear::apply`].
+#[derive(Debug, Clone)]
+pub struct PackedLinear {
+    out: usize,
+    inp: usize,
+    /// Columns per panel: two SIMD vectors of the CPU this was packed on.
+    nr: usize,
+    /// `ceil(out / nr)` panels of `inp * nr` values.
+    panels: Vec<f32>,
+}
+
+/// f32 lanes of the widest SIMD available at run time.
+fn simd_lanes() -> usize {
+    struct Lanes;
+    impl WithSimd for Lanes {
+        type Output = usize;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) -> usize {
+            S::F32_LANES
+        }
+    }
+    pulp::Arch::new().dispatch(Lanes)
+}
+
+impl PackedLinear {
+    /// Packs `w` (`out` rows of `inp`, row-major as HF stores it).
+    pub fn new(w: &[f32], out: usize, inp: usize) -> Self {
+        assert_eq!(w.len(), out * inp, "weight of {} values is not [{out}, {inp}]", w.len());
+        let nr = 2 * simd_lanes();
+        let n_panels = out.div_ceil(nr);
+        let mut panels = vec![0f32; n_panels * inp * nr];
+        for (p, panel) in panels.chunks_mut(inp * nr).enumerate() {
+            for c in 0..nr.min(out - p * nr) {
+                let row = &w[(p * nr + c) * inp..][..inp];
+                for (k, &v) in row.iter().enumerate() {
+                    panel[k * nr + c] = v;
+                }
+            }
+        }
+        PackedLinear { out, inp, nr, panels }
+    }
+
+    /// Output columns.
+    pub fn out(&self) -> usize {
+        self.out
+    }
+
+    /// Input columns.
+    pub fn inp(&self) -> usize {
+        self.inp
+    }
+
+    /// `y [m, out] (+)= x [m, in] W^T` (accumulating onto `y` when `accumulate`).
+    pub fn apply(&self, y: &mut [f32], x: &[f32], m: usize, accumulate: bool) {
+        assert!(x.len() >= m * self.inp && y.len() >= m * self.out, "buffers too small for {m} rows");
+        let n_panels = self.out.div_ceil(self.nr);
+        let threads = rayon::current_num_threads();
+        if threads < 2 || n_panels < 2 || m * self.inp * self.out < PARALLEL_MIN_MACS {
+            self.panels_into(y, self.out, 0..n_panels, x, m, accumulate);
+            return;
+        }
+        // Each thread fills its own column range of a private `[m, cols]` block, then copies it
+        // into place (rows of `y` interleave the ranges, so they cannot be split as slices).
+        let per = n_panels.div_ceil(threads);
+        let parts: Vec<(usize, Vec<f32>)> = (0..n_panels)
+            .step_by(per)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|p0| {
+                let p1 = (p0 + per).min(n_panels);
+                let cols = (p1 * self.nr).min(self.out) - p0 * self.nr;
+                let mut block = vec![0f32; m * cols];
+                self.panels_into(&mut block, cols, p0..p1, x, m, false);
+                (p0 * self.nr, block)
+            })
+            .collect();
+        for (c0, block) in parts {
+            let cols = block.len() / m.max(1);
+            for (yr, br) in y.chunks_mut(self.out).zip(block.chunks(cols)).take(m) {
+                let dst = &mut yr[c0..c0 + cols];
+                if accumulate {
+                    dst.iter_mut().zip(br).for_each(|(d, s)| *d += s);
+                } else {
+                    dst.copy_from_slice(br);
+                }
+            }
+        }
+    }
+
+    /// Panels `range` into `y` (`m` rows of `ldy`, column 0 = the range's first column).
+    fn panels_into(&self, y: &mut [f32], ldy: usize, range: std::ops::Range<usize>, x: &[f32], m: usize, acc: bool) {
+        pulp::Arch::new().dispatch(Panels { w: self, y, ldy, range, x, m, accumulate: acc });
+    }
+}
+
+struct Panels<'a> {
+    w: &'a PackedLinear,
+    y: &'a mut [f32],
+    ldy: usize,
+    range: std::ops::Range<usize>,
+    x: &'a [f32],
+    m: usize,
+    accumulate: bool,
+}
+
+/// Calls `$f::<MR>` for the row count `$rows` (1..=12) as a compile-time constant.
+macro_rules! with_rows {
+    ($rows:expr, $f:ident, $($arg:expr),*) => {
+        match $rows {
+            1 => $f::<S, 1>($($arg),*),
+            2 => $f::<S, 2>($($arg),*),
+            3 => $f::<S, 3>($($arg),*),
+            4 => $f::<S, 4>($($arg),*),
+            5 => $f::<S, 5>($($arg),*),
+            6 => $f::<S, 6>($($arg),*),
+            7 => $f::<S, 7>($($arg),*),
+            8 => $f::<S, 8>($($arg),*),
+            9 => $f::<S, 9>($($arg),*),
+            10 => $f::<S, 10>($($arg),*),
+            11 => $f::<S, 11>($($arg),*),
+            _ => $f::<S, 12>($($arg),*),
+        }
+    };
+}
+
+impl WithSimd for Panels<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Panels { w, y, ldy, range, x, m, accumulate } = self;
+        let (nr, k) = (w.nr, w.inp);
+        if nr != 2 * S::F32_LANES {
+            // Packed for another instruction set (cannot happen within one process).
+            return scalar(w, y, ldy, range, x, m, accumulate);
+        }
+        // Rows per register tile: 2 * MR accumulators + 2 weight vectors + 1 broadcast must fit
+        // the register file (32 vectors with AVX-512, 16 with AVX2).
+        let mr = if S::F32_LANES >= 16 { 12 } else { 6 };
+        let c_first = range.start * nr;
+        for p in range {
+            let panel = &w.panels[p * k * nr..][..k * nr];
+            let (c0, cols) = (p * nr - c_first, nr.min(w.out - p * nr));
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = mr.min(m - r0);
+                let xs = &x[r0 * k..];
+                let ys = &mut y[r0 * ldy + c0..];
+                with_rows!(rows, tile, simd, panel, xs, k, ys, ldy, cols, accumulate);
+                r0 += rows;
+            }
+        }
+    }
+}
+
+/// One `MR x NR` tile: rows `x[0..MR]` (stride `k`) against one panel, into `y` (stride `ldy`,
+/// `cols <= NR` valid columns).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile<S: Simd, const MR: usize>(
+    simd: S,
+    panel: &[f32],
+    x: &[f32],
+    k: usize,
+    y: &mut [f32],
+    ldy: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let lanes = S::F32_LANES;
+    let (w, _) = S::as_simd_f32s(panel);
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; 2]; MR];
+    let rows: [&[f32]; MR] = std::array::from_fn(|i| &x[i * k..i * k + k]);
+    for kk in 0..k {
+        let (w0, w1) = (w[2 * kk], w[2 * kk + 1]);
+        for i in 0..MR {
+            let b = simd.splat_f32s(rows[i][kk]);
+            acc[i][0] = simd.mul_add_f32s(b, w0, acc[i][0]);
+            acc[i][1] = simd.mul_add_f32s(b, w1, acc[i][1]);
+        }
+    }
+    for (i, a) in acc.iter().enumerate() {
+        let yr = &mut y[i * ldy..i * ldy + cols];
+        let mut vals = [0f32; 64];
+        let (v, _) = S::as_mut_simd_f32s(&mut vals[..2 * lanes]);
+        v[0] = a[0];
+        v[1] = a[1];
+        if accumulate {
+            yr.iter_mut().zip(&vals).for_each(|(d, s)| *d += s);
+        } else {
+            yr.copy_from_slice(&vals[..cols]);
+        }
+    }
+}
+
+/// The same product without SIMD (packing and use on different instruction sets).
+fn scalar(
+    w: &PackedLinear,
+    y: &mut [f32],
+    ldy: usize,
+    range: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    accumulate: bool,
+) {
+    let (nr, k) = (w.nr, w.inp);
+    let c_first = range.start * nr;
+    for p in range {
+        let panel = &w.panels[p * k * nr..][..k * nr];
+        for c in 0..nr.min(w.out - p * nr) {
+            for r in 0..m {
+                let s: f32 = (0..k).map(|kk| x[r * k + kk] * panel[kk * nr + c]).sum();
+                let d = &mut y[r * ldy + p * nr - c_first + c];
+                *d = if accumulate { *d + s } else { s };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(x: &[f32], w: &[f32], m: usize, inp: usize, out: usize) -> Vec<f64> {
+        let mut y = vec![0f64; m * out];
+        for r in 0..m {
+            for c in 0..out {
+                y[r * out + c] = (0..inp).map(|k| f64::from(x[r * inp + k]) * f64::from(w[c * inp + k])).sum();
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn packed_products_match_the_definition_for_every_tile_shape() {
+        // Row counts around the tile heights, column counts around the panel widths, serial and
+        // parallel sizes, assignment and accumulation.
+        for (m, inp, out) in [(1, 7, 5), (3, 16, 33), (13, 64, 70), (25, 32, 16), (32, 256, 300), (1, 512, 1024)] {
+            let x: Vec<f32> = (0..m * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let w: Vec<f32> = (0..out * inp).map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0).collect();
+            let packed = PackedLinear::new(&w, out, inp);
+            let want = reference(&x, &w, m, inp, out);
+            let mut y = vec![f32::NAN; m * out];
+            packed.apply(&mut y, &x, m, false);
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()), "({m},{inp},{out}) [{i}] {a} vs {b}");
+            }
+            packed.apply(&mut y, &x, m, true);
+            for (a, b) in y.iter().zip(&want) {
+                assert!((f64::from(*a) - 2.0 * b).abs() < 2e-4 * (1.0 + b.abs()));
+            }
+            let mut s = vec![0f32; m * out];
+            scalar(&packed, &mut s, out, 0..out.div_ceil(packed.nr), &x, m, false);
+            for (a, b) in s.iter().zip(&want) {
+                assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()));
+            }
+        }
+    }
+}
