@@ -110,6 +110,50 @@ pub fn matmul_par<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'
     product(dst, lhs, rhs, scale, accumulate, par);
 }
 
+/// `scale * lhs * rhs` as a new row-major buffer, on every thread of the current rayon pool when
+/// `parallel`. The product writes every element, so the buffer is never zero-filled first (a
+/// full extra pass over memory for the large activations of a training step).
+pub fn product_new<T: Real>(lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, parallel: bool) -> Vec<T> {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert_eq!(rhs.rows, k, "matmul shapes {m}x{k} * {}x{n}", rhs.rows);
+    if m == 0 || n == 0 || k == 0 {
+        return vec![T::ZERO; m * n];
+    }
+    let threads = rayon::current_num_threads();
+    let par = if parallel && threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    let mut out: Vec<T> = Vec::with_capacity(m * n);
+    // SAFETY: `out` has room for m * n elements, addressed row-major (row stride n, column
+    // stride 1); with `read_dst = false` gemm sets its alpha to 0, never reads the destination and
+    // writes each of the m * n elements (k > 0 here), so all of them are initialised before
+    // `set_len`. The views were bounds-checked at construction.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            stride(n),
+            false,
+            lhs.data.as_ptr(),
+            stride(lhs.cs),
+            stride(lhs.rs),
+            rhs.data.as_ptr(),
+            stride(rhs.cs),
+            stride(rhs.rs),
+            T::ONE,
+            scale,
+            false,
+            false,
+            false,
+            par,
+        );
+        out.set_len(m * n);
+    }
+    out
+}
+
 fn product<T: Real>(
     dst: MatMut<'_, T>,
     lhs: MatRef<'_, T>,
@@ -200,6 +244,20 @@ mod tests {
         matmul(MatMut::rows(&mut c, m, n, n), MatRef::rows(&a, m, k, k), MatRef::rows(&bt, n, k, k).t(), 1.0, true);
         for (x, y) in c.iter().zip(&want) {
             assert!((x - 3.0 * y).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn new_products_write_every_element() {
+        for (m, k, n, par) in [(5, 7, 3, false), (64, 33, 97, true), (3, 0, 4, false), (0, 3, 2, true)] {
+            let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
+            let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.11).cos()).collect();
+            let want = naive(&a, &b, m, k, n);
+            let got = product_new(MatRef::rows(&a, m, k, k), MatRef::rows(&b, k, n, n), 0.5, par);
+            assert_eq!(got.len(), m * n);
+            for (x, y) in got.iter().zip(&want) {
+                assert!((x - 0.5 * y).abs() < 1e-12, "{m}x{k}x{n}: {x} vs {}", 0.5 * y);
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::simd::vectorized;
 use crate::float::Real;
 
 const PER_TASK: usize = 16 * 1024;
@@ -34,11 +35,16 @@ pub fn moments_update<T: Real>(state: &mut [T], g: &[T], h: &AdamW) {
     let (b1, b2, gs) = (T::of(h.beta1), T::of(h.beta2), T::of(h.grad_scale));
     let (c1, c2) = (T::ONE - b1, T::ONE - b2);
     m.par_chunks_mut(PER_TASK).zip(v.par_chunks_mut(PER_TASK)).zip(g.par_chunks(PER_TASK)).for_each(|((m, v), g)| {
-        for i in 0..g.len() {
-            let gi = g[i] * gs;
-            m[i] = m[i] * b1 + gi * c1;
-            v[i] = v[i] * b2 + gi * gi * c2;
-        }
+        vectorized(
+            #[inline(always)]
+            || {
+                for i in 0..g.len() {
+                    let gi = g[i] * gs;
+                    m[i] = m[i] * b1 + gi * c1;
+                    v[i] = v[i] * b2 + gi * gi * c2;
+                }
+            },
+        );
     });
 }
 
@@ -50,9 +56,39 @@ pub fn apply_update<T: Real>(w: &mut [T], state: &[T], h: &AdamW) {
     let (c1, c2) = (T::of(1.0 / (1.0 - h.beta1.powi(t))), T::of(1.0 / (1.0 - h.beta2.powi(t))));
     let (lr, eps, decay) = (T::of(h.lr), T::of(h.eps), T::of(1.0 - h.lr * h.weight_decay));
     w.par_chunks_mut(PER_TASK).zip(m.par_chunks(PER_TASK)).zip(v.par_chunks(PER_TASK)).for_each(|((w, m), v)| {
-        for i in 0..w.len() {
-            let update = (m[i] * c1) / ((v[i] * c2).sqrt() + eps);
-            w[i] = w[i] * decay - update * lr;
-        }
+        vectorized(
+            #[inline(always)]
+            || {
+                for i in 0..w.len() {
+                    let update = (m[i] * c1) / ((v[i] * c2).sqrt() + eps);
+                    w[i] = w[i] * decay - update * lr;
+                }
+            },
+        );
     });
+}
+
+/// The sum of squares of `x`, accumulated in f64 over parallel chunks and independent lanes; the
+/// chunks' sums are added in order, so the result does not depend on the thread count.
+pub fn sum_squares<T: Real>(x: &[T]) -> f64 {
+    let parts: Vec<f64> = x
+        .par_chunks(PER_TASK)
+        .map(|c| {
+            vectorized(
+                #[inline(always)]
+                || {
+                    let mut acc = [0.0f64; 8];
+                    let chunks = c.chunks_exact(8);
+                    let rest = chunks.remainder();
+                    for ch in chunks {
+                        for j in 0..8 {
+                            acc[j] += ch[j].f64() * ch[j].f64();
+                        }
+                    }
+                    rest.iter().fold(acc.iter().sum::<f64>(), |s, v| s + v.f64() * v.f64())
+                },
+            )
+        })
+        .collect();
+    parts.iter().sum()
 }

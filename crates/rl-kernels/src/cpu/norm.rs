@@ -5,45 +5,65 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::simd::{dot, vectorized};
 use crate::float::Real;
 
 /// Rows per parallel chunk (small rows are too cheap to split finer).
 const ROWS_PER_TASK: usize = 32;
 
+/// `1 / sqrt(mean(x^2) + eps)`, the sum of squares in f64 over eight independent lanes (so it
+/// vectorises; one fixed order, shared by training and inference).
+#[inline(always)]
 fn rstd<T: Real>(x: &[T], eps: f64) -> T {
-    let ss = x.iter().fold(0.0f64, |acc, &v| acc + v.f64() * v.f64());
+    let mut acc = [0.0f64; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            let v = c[j].f64();
+            acc[j] += v * v;
+        }
+    }
+    let ss = rest.iter().fold(acc.iter().sum::<f64>(), |s, &v| s + v.f64() * v.f64());
     T::of(1.0 / (ss / x.len() as f64 + eps).sqrt())
 }
+
+/// Independent accumulators of the row reductions.
+const LANES: usize = 8;
 
 /// `y[r] = x[r] * rstd(x[r]) * w` for every row of width `w.len()`.
 pub fn rms_norm_forward<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
     let n = w.len();
     let mut y = vec![T::ZERO; x.len()];
     y.par_chunks_mut(n * ROWS_PER_TASK).zip(x.par_chunks(n * ROWS_PER_TASK)).for_each(|(yc, xc)| {
-        for (yr, xr) in yc.chunks_mut(n).zip(xc.chunks(n)) {
-            let r = rstd(xr, eps);
-            for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
-                *y = x * r * w;
-            }
-        }
+        vectorized(
+            #[inline(always)]
+            || {
+                for (yr, xr) in yc.chunks_mut(n).zip(xc.chunks(n)) {
+                    let r = rstd(xr, eps);
+                    for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
+                        *y = x * r * w;
+                    }
+                }
+            },
+        );
     });
     y
 }
 
-/// One row's backward: adds to `dw`, writes `dx`.
+/// One row's backward: adds to `dw`, writes `dx` (`dx` is scratch on entry).
+#[inline(always)]
 fn rms_row_backward<T: Real>(xr: &[T], w: &[T], dy: &[T], eps: f64, dx: &mut [T], dw: &mut [T]) {
     let n = w.len();
     let r = rstd(xr, eps);
-    // dx = r * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*r.
-    let mut dot = T::ZERO;
+    // dx = r * (dy*w - xhat * mean(dy*w*xhat)), xhat = x*r; dx holds dy*w first.
     for i in 0..n {
-        let xhat = xr[i] * r;
-        dot += dy[i] * w[i] * xhat;
-        dw[i] += dy[i] * xhat;
+        dx[i] = dy[i] * w[i];
+        dw[i] += dy[i] * xr[i] * r;
     }
-    let mean = dot / T::of(n as f64);
+    let mean = dot(dx, xr) * r / T::of(n as f64);
     for i in 0..n {
-        dx[i] = r * (dy[i] * w[i] - xr[i] * r * mean);
+        dx[i] = r * (dx[i] - xr[i] * r * mean);
     }
 }
 
@@ -58,9 +78,14 @@ pub fn rms_norm_backward<T: Real>(x: &[T], w: &[T], dy: &[T], eps: f64) -> (Vec<
         .fold(
             || vec![T::ZERO; n],
             |mut dw, ((dxc, xc), dyc)| {
-                for ((dxr, xr), dyr) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)) {
-                    rms_row_backward(xr, w, dyr, eps, dxr, &mut dw);
-                }
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for ((dxr, xr), dyr) in dxc.chunks_mut(n).zip(xc.chunks(n)).zip(dyc.chunks(n)) {
+                            rms_row_backward(xr, w, dyr, eps, dxr, &mut dw);
+                        }
+                    },
+                );
                 dw
             },
         )
@@ -98,16 +123,24 @@ pub fn head_norm_rope_forward<T: Real>(
     let half = d / 2;
     let width = x.len() / positions.len().max(1);
     let mut y = vec![T::ZERO; x.len()];
-    y.par_chunks_mut(width).zip(x.par_chunks(width)).zip(positions.par_iter()).for_each(|((yt, xt), &p)| {
-        let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
-        for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
-            let r = rstd(xh, eps);
-            for i in 0..half {
-                let (a, b) = (xh[i] * r * w[i], xh[i + half] * r * w[i + half]);
-                yh[i] = a * cos[i] - b * sin[i];
-                yh[i + half] = b * cos[i] + a * sin[i];
-            }
-        }
+    let job = width * ROWS_PER_TASK;
+    y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((yt, xt), &p) in yc.chunks_mut(width).zip(xc.chunks(width)).zip(pc) {
+                    let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+                    for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
+                        let r = rstd(xh, eps);
+                        for i in 0..half {
+                            let (a, b) = (xh[i] * r * w[i], xh[i + half] * r * w[i + half]);
+                            yh[i] = a * cos[i] - b * sin[i];
+                            yh[i + half] = b * cos[i] + a * sin[i];
+                        }
+                    }
+                }
+            },
+        );
     });
     y
 }
@@ -125,24 +158,34 @@ pub fn head_norm_rope_backward<T: Real>(
     let half = d / 2;
     let width = x.len() / positions.len().max(1);
     let mut dx = vec![T::ZERO; x.len()];
+    let job = width * ROWS_PER_TASK;
     let dw = dx
-        .par_chunks_mut(width)
-        .zip(x.par_chunks(width))
-        .zip(dy.par_chunks(width))
-        .zip(positions.par_iter())
+        .par_chunks_mut(job)
+        .zip(x.par_chunks(job))
+        .zip(dy.par_chunks(job))
+        .zip(positions.par_chunks(ROWS_PER_TASK))
         .fold(
             || (vec![T::ZERO; d], vec![T::ZERO; d]),
-            |(mut dw, mut dn), (((dxt, xt), dyt), &p)| {
-                let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
-                for ((dxh, xh), dyh) in dxt.chunks_mut(d).zip(xt.chunks(d)).zip(dyt.chunks(d)) {
-                    // The rotation is orthogonal: its backward rotates the gradient back.
-                    for i in 0..half {
-                        let (ga, gb) = (dyh[i], dyh[i + half]);
-                        dn[i] = ga * cos[i] + gb * sin[i];
-                        dn[i + half] = gb * cos[i] - ga * sin[i];
-                    }
-                    rms_row_backward(xh, w, &dn, eps, dxh, &mut dw);
-                }
+            |(mut dw, mut dn), (((dxc, xc), dyc), pc)| {
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        let tokens = dxc.chunks_mut(width).zip(xc.chunks(width)).zip(dyc.chunks(width)).zip(pc);
+                        for (((dxt, xt), dyt), &p) in tokens {
+                            let cos = &rope.cos[p as usize * half..][..half];
+                            let sin = &rope.sin[p as usize * half..][..half];
+                            for ((dxh, xh), dyh) in dxt.chunks_mut(d).zip(xt.chunks(d)).zip(dyt.chunks(d)) {
+                                // The rotation is orthogonal: its backward rotates the gradient back.
+                                for i in 0..half {
+                                    let (ga, gb) = (dyh[i], dyh[i + half]);
+                                    dn[i] = ga * cos[i] + gb * sin[i];
+                                    dn[i + half] = gb * cos[i] - ga * sin[i];
+                                }
+                                rms_row_backward(xh, w, &dn, eps, dxh, &mut dw);
+                            }
+                        }
+                    },
+                );
                 (dw, dn)
             },
         )
@@ -159,16 +202,24 @@ pub fn rope_rotate<T: Real>(x: &[T], d: usize, positions: &[u32], rope: RopeTabl
     let half = d / 2;
     let width = x.len() / positions.len().max(1);
     let mut y = vec![T::ZERO; x.len()];
-    y.par_chunks_mut(width).zip(x.par_chunks(width)).zip(positions.par_iter()).for_each(|((yt, xt), &p)| {
-        let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
-        for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
-            for i in 0..half {
-                let (a, b) = (xh[i], xh[i + half]);
-                let s = if inverse { -sin[i] } else { sin[i] };
-                yh[i] = a * cos[i] - b * s;
-                yh[i + half] = b * cos[i] + a * s;
-            }
-        }
+    let job = width * ROWS_PER_TASK;
+    y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((yt, xt), &p) in yc.chunks_mut(width).zip(xc.chunks(width)).zip(pc) {
+                    let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+                    for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
+                        for i in 0..half {
+                            let (a, b) = (xh[i], xh[i + half]);
+                            let s = if inverse { -sin[i] } else { sin[i] };
+                            yh[i] = a * cos[i] - b * s;
+                            yh[i + half] = b * cos[i] + a * s;
+                        }
+                    }
+                }
+            },
+        );
     });
     y
 }

@@ -7,7 +7,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
 use crate::float::Real;
-use crate::gemm::{MatMut, MatRef, matmul_par};
+use crate::gemm::{MatRef, product_new};
 
 const LINEAR: &str = "linear";
 
@@ -23,15 +23,7 @@ fn dims(x: &Shape, w: &Shape) -> candle_core::Result<(usize, usize, usize)> {
 }
 
 fn forward<T: Real>(x: &[T], w: &[T], m: usize, inp: usize, out: usize) -> Vec<T> {
-    let mut y = vec![T::ZERO; m * out];
-    matmul_par(
-        MatMut::rows(&mut y, m, out, out),
-        MatRef::rows(x, m, inp, inp),
-        MatRef::rows(w, out, inp, inp).t(),
-        T::ONE,
-        false,
-    );
-    y
+    product_new(MatRef::rows(x, m, inp, inp), MatRef::rows(w, out, inp, inp).t(), T::ONE, true)
 }
 
 impl CustomOp2 for Linear {
@@ -72,22 +64,8 @@ impl CustomOp2 for Linear {
             fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
                 let (m, inp, out) = self.dims;
                 let (x, w, dy) = (xs[0], xs[1], xs[2]);
-                let mut dx = vec![T::ZERO; m * inp];
-                matmul_par(
-                    MatMut::rows(&mut dx, m, inp, inp),
-                    MatRef::rows(dy, m, out, out),
-                    MatRef::rows(w, out, inp, inp),
-                    T::ONE,
-                    false,
-                );
-                let mut dw = vec![T::ZERO; out * inp];
-                matmul_par(
-                    MatMut::rows(&mut dw, out, inp, inp),
-                    MatRef::rows(dy, m, out, out).t(),
-                    MatRef::rows(x, m, inp, inp),
-                    T::ONE,
-                    false,
-                );
+                let dx = product_new(MatRef::rows(dy, m, out, out), MatRef::rows(w, out, inp, inp), T::ONE, true);
+                let dw = product_new(MatRef::rows(dy, m, out, out).t(), MatRef::rows(x, m, inp, inp), T::ONE, true);
                 Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
             }
         }
