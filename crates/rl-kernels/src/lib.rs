@@ -21,6 +21,7 @@ mod process;
 
 pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
+pub use cpu::layer::LayerShape;
 pub use cpu::logprobs::Targets;
 pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_kernels::ops::{Rope, attention, head_norm_rope, rms_norm, rope, swiglu};
-use rl_kernels::{AttnShape, RowLayout};
+use rl_kernels::ops::{LayerWeights, Rope, decoder_layer, head_norm_rope, rms_norm, rope, swiglu};
+use rl_kernels::{AttnShape, LayerShape, RowLayout};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -97,6 +97,24 @@ impl Layer {
     /// The attention output projection.
     pub(crate) fn out_proj(&self, a: &Tensor, at: &impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         linear_bias(a, &self.o, self.o_bias.as_ref(), at)
+    }
+
+    /// The weights as the fused decoder-layer op takes them.
+    pub(crate) fn weights(&self) -> LayerWeights<'_> {
+        LayerWeights {
+            ln1: &self.ln1,
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            qkv_bias: self.qkv_bias.as_ref().map(|[q, k, v]| [q, k, v]),
+            qk_norm: self.qk_norm.as_ref().map(|[q, k]| [q, k]),
+            o: &self.o,
+            o_bias: self.o_bias.as_ref(),
+            ln2: &self.ln2,
+            gate: &self.gate,
+            up: &self.up,
+            down: &self.down,
+        }
     }
 
     /// The SwiGLU MLP of the normed input `h`.
@@ -195,6 +213,20 @@ impl CausalLm {
         &self.device
     }
 
+    /// The decoder layers' sizes and parts.
+    fn layer_shape(&self) -> LayerShape {
+        let c = &self.cfg;
+        LayerShape {
+            hidden: c.hidden_size,
+            attn: self.shape(),
+            intermediate: c.intermediate_size,
+            eps: c.rms_norm_eps,
+            qkv_bias: c.qkv_bias(),
+            qk_norm: c.qk_norm(),
+            o_bias: c.o_bias(),
+        }
+    }
+
     fn shape(&self) -> AttnShape {
         AttnShape {
             q_heads: self.cfg.num_attention_heads,
@@ -227,14 +259,11 @@ impl CausalLm {
         let (eps, hd) = (self.cfg.rms_norm_eps, self.cfg.head_dim);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.at(&self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?)?;
+        let shape = self.layer_shape();
         for l in &self.layers {
-            let at = |w: &Tensor| self.at(w);
-            let h = rms_norm(&x, &self.at(&l.ln1)?, eps)?;
-            let (q, k, v) = l.qkv(&h, &at, eps, hd, &positions, &self.rope)?;
-            let a = attention(&q, &k, &v, layout.clone(), self.shape(), scale)?;
-            x = (x + l.out_proj(&a, &at)?)?;
-            let h = rms_norm(&x, &self.at(&l.ln2)?, eps)?;
-            x = (&x + l.mlp(&h, &at)?)?;
+            let l = l.map(|w| self.at(w))?;
+            let w = l.weights().flat()?;
+            x = decoder_layer(&x, &w, layout.clone(), positions.clone(), &self.rope, shape, scale)?;
         }
         Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)
     }

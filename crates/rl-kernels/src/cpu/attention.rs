@@ -28,16 +28,57 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
-    fn ldq(&self) -> usize {
+    /// Width of a token's queries.
+    pub fn ldq(&self) -> usize {
         self.q_heads * self.head_dim
     }
 
-    fn ldk(&self) -> usize {
+    /// Width of a token's keys (or values).
+    pub fn ldk(&self) -> usize {
         self.kv_heads * self.head_dim
     }
 
     fn group(&self, h: usize) -> usize {
         h / (self.q_heads / self.kv_heads)
+    }
+}
+
+/// Queries, keys and values of a packed row, token-major with their own row strides: three
+/// buffers as the projections produce them ([`Qkv::separate`]), or the columns of one `[T, (Hq +
+/// 2 Hk) d]` buffer ([`Qkv::packed`], one projection for all three).
+#[derive(Debug, Clone, Copy)]
+pub struct Qkv<'a, T> {
+    /// Queries from the row's first token: `q[t * ldq + h * d + i]`.
+    pub q: &'a [T],
+    /// Keys: `k[t * ldk + g * d + i]`.
+    pub k: &'a [T],
+    /// Values, with the keys' stride.
+    pub v: &'a [T],
+    /// Row stride of `q`.
+    pub ldq: usize,
+    /// Row stride of `k` and `v`.
+    pub ldk: usize,
+}
+
+impl<'a, T> Qkv<'a, T> {
+    /// Three buffers `q [T, Hq*d]`, `k`/`v [T, Hk*d]`.
+    pub fn separate(q: &'a [T], k: &'a [T], v: &'a [T], shape: AttnShape) -> Self {
+        Qkv { q, k, v, ldq: shape.ldq(), ldk: shape.ldk() }
+    }
+
+    /// One buffer `[T, (Hq + 2 Hk) d]` holding each token's queries, then keys, then values.
+    pub fn packed(qkv: &'a [T], shape: AttnShape) -> Self {
+        let (qd, kd) = (shape.ldq(), shape.ldk());
+        let ld = qd + 2 * kd;
+        Qkv { q: qkv, k: &qkv[qd.min(qkv.len())..], v: &qkv[(qd + kd).min(qkv.len())..], ldq: ld, ldk: ld }
+    }
+
+    /// Whether the buffers hold `t` tokens.
+    fn holds(&self, shape: AttnShape, t: usize) -> bool {
+        let rows = |len: usize, ld: usize, w: usize| t == 0 || len >= (t - 1) * ld + w;
+        rows(self.q.len(), self.ldq, shape.ldq())
+            && rows(self.k.len(), self.ldk, shape.ldk())
+            && rows(self.v.len(), self.ldk, shape.ldk())
     }
 }
 
@@ -174,14 +215,15 @@ pub(crate) fn split_chunks<T>(mut data: &mut [T], sizes: impl IntoIterator<Item 
 }
 
 /// Forward: returns `o [T, Hq*d]` and the log-sum-exp `[T, Hq]` of every (token, head).
-pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, q: &[T], k: &[T], v: &[T], scale: T) -> (Vec<T>, Vec<T>) {
+pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, qkv: Qkv<'_, T>, scale: T) -> (Vec<T>, Vec<T>) {
     let (t, d, hq) = (layout.len(), shape.head_dim, shape.q_heads);
-    let (ldq, ldk) = (shape.ldq(), shape.ldk());
-    assert!(q.len() == t * ldq && k.len() == t * ldk && v.len() == t * ldk, "attention buffers do not match the row");
-    let mut o = vec![T::ZERO; t * ldq];
+    let Qkv { q, k, v, ldq, ldk } = qkv;
+    assert!(qkv.holds(shape, t), "attention buffers do not match the row");
+    let ldo = shape.ldq();
+    let mut o = vec![T::ZERO; t * ldo];
     let mut lse = vec![T::ZERO; t * hq];
     let blocks = blocks(layout);
-    let o_chunks = split_chunks(&mut o, blocks.iter().map(|b| b.rows * ldq));
+    let o_chunks = split_chunks(&mut o, blocks.iter().map(|b| b.rows * ldo));
     let l_chunks = split_chunks(&mut lse, blocks.iter().map(|b| b.rows * hq));
     blocks.into_par_iter().zip(o_chunks).zip(l_chunks).for_each_init(Vec::new, |s, ((b, o_blk), l_blk)| {
         let runs = key_runs(layout, &b);
@@ -189,7 +231,7 @@ pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, q: &[T], k: &[T], 
         for h in 0..hq {
             let g = shape.group(h);
             let qb = MatRef::new(&q[b.row * ldq + h * d..], b.rows, d, ldq, 1);
-            let out = MatMut::new(&mut o_blk[h * d..], b.rows, d, ldq, 1);
+            let out = MatMut::new(&mut o_blk[h * d..], b.rows, d, ldo, 1);
             attend(qb, &kv_runs(&runs, k, v, ldk, g * d), ldk, causal, scale, s, out, &mut l_blk[h..], hq);
         }
     });
@@ -211,29 +253,71 @@ fn softmax_row<T: Real>(row: &mut [T]) -> T {
     max + sum.ln()
 }
 
-/// Gradients `(dq, dk, dv)` given the forward's output `o`, its log-sum-exp and `d_o`.
-#[allow(clippy::too_many_arguments)]
+/// Gradients `(dq, dk, dv)` (separate buffers) given the forward's output `o`, its log-sum-exp
+/// and `d_o`.
 pub fn backward<T: Real>(
     layout: &RowLayout,
     shape: AttnShape,
-    q: &[T],
-    k: &[T],
-    v: &[T],
+    qkv: Qkv<'_, T>,
     o: &[T],
     lse: &[T],
     d_o: &[T],
     scale: T,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let mut dq = vec![T::ZERO; layout.len() * shape.ldq()];
+    let (dk, dv) = backward_into(layout, shape, qkv, o, lse, d_o, scale, &mut dq, shape.ldq());
+    (dq, dk, dv)
+}
+
+/// The gradient of a packed `[T, (Hq + 2 Hk) d]` buffer (see [`Qkv::packed`]).
+pub fn backward_packed<T: Real>(
+    layout: &RowLayout,
+    shape: AttnShape,
+    qkv: &[T],
+    o: &[T],
+    lse: &[T],
+    d_o: &[T],
+    scale: T,
+) -> Vec<T> {
+    let (qd, kd) = (shape.ldq(), shape.ldk());
+    let ld = qd + 2 * kd;
+    let mut d = vec![T::ZERO; layout.len() * ld];
+    let (dk, dv) = backward_into(layout, shape, Qkv::packed(qkv, shape), o, lse, d_o, scale, &mut d, ld);
+    for ((row, k), v) in d.chunks_mut(ld).zip(dk.chunks(kd)).zip(dv.chunks(kd)) {
+        row[qd..qd + kd].copy_from_slice(k);
+        row[qd + kd..].copy_from_slice(v);
+    }
+    d
+}
+
+/// Writes `dq` into `dq_out` (row stride `ldq_out`, query columns first) and returns `(dk, dv)`
+/// as `[T, Hk*d]` buffers.
+#[allow(clippy::too_many_arguments)]
+fn backward_into<T: Real>(
+    layout: &RowLayout,
+    shape: AttnShape,
+    qkv: Qkv<'_, T>,
+    o: &[T],
+    lse: &[T],
+    d_o: &[T],
+    scale: T,
+    dq_out: &mut [T],
+    ldq_out: usize,
+) -> (Vec<T>, Vec<T>) {
     let (t, d, hq) = (layout.len(), shape.head_dim, shape.q_heads);
-    let (ldq, ldk) = (shape.ldq(), shape.ldk());
+    let Qkv { q, k, v, ldq, ldk } = qkv;
+    let (ldo, ldkv) = (shape.ldq(), shape.ldk());
     assert!(
-        o.len() == t * ldq && d_o.len() == t * ldq && lse.len() == t * hq,
+        qkv.holds(shape, t)
+            && o.len() == t * ldo
+            && d_o.len() == t * ldo
+            && lse.len() == t * hq
+            && dq_out.len() == t * ldq_out,
         "attention gradients do not match the row"
     );
-    let mut dq = vec![T::ZERO; t * ldq];
     let blocks = blocks(layout);
-    let dq_chunks = split_chunks(&mut dq, blocks.iter().map(|b| b.rows * ldq));
-    let zeros = || (vec![T::ZERO; t * ldk], vec![T::ZERO; t * ldk]);
+    let dq_chunks = split_chunks(dq_out, blocks.iter().map(|b| b.rows * ldq_out));
+    let zeros = || (vec![T::ZERO; t * ldkv], vec![T::ZERO; t * ldkv]);
     let (dk, dv) = blocks
         .into_par_iter()
         .zip(dq_chunks)
@@ -247,7 +331,7 @@ pub fn backward<T: Real>(
                 for h in 0..hq {
                     let g = shape.group(h);
                     let qb = MatRef::new(&q[b.row * ldq + h * d..], b.rows, d, ldq, 1);
-                    let dob = MatRef::new(&d_o[b.row * ldq + h * d..], b.rows, d, ldq, 1);
+                    let dob = MatRef::new(&d_o[b.row * ldo + h * d..], b.rows, d, ldo, 1);
                     let causal = Causal { diag: b.offset, step: 1 };
                     scores(&mut p, qb, &kv_runs(&runs, k, v, ldk, g * d), ldk, causal, scale);
                     // dP = dO · V^T, then dS = P * (dP - rowsum(dO * O)).
@@ -263,7 +347,7 @@ pub fn backward<T: Real>(
                             for i in 0..b.rows {
                                 let tok = b.row + i;
                                 let l = lse[tok * hq + h];
-                                let (orow, drow) = (&o[tok * ldq + h * d..][..d], &d_o[tok * ldq + h * d..][..d]);
+                                let (orow, drow) = (&o[tok * ldo + h * d..][..d], &d_o[tok * ldo + h * d..][..d]);
                                 let di = dot(orow, drow);
                                 let (prow, dsrow) =
                                     (&mut p[i * keys..(i + 1) * keys], &mut ds[i * keys..(i + 1) * keys]);
@@ -279,10 +363,10 @@ pub fn backward<T: Real>(
                         let kr = MatRef::new(&k[r.start * ldk + g * d..], r.len, d, ldk, 1);
                         let dsr = MatRef::new(&ds[col..], b.rows, r.len, keys, 1);
                         let pr = MatRef::new(&p[col..], b.rows, r.len, keys, 1);
-                        matmul(MatMut::new(&mut dq_blk[h * d..], b.rows, d, ldq, 1), dsr, kr, scale, n > 0);
-                        let dk_run = MatMut::new(&mut dk[r.start * ldk + g * d..], r.len, d, ldk, 1);
+                        matmul(MatMut::new(&mut dq_blk[h * d..], b.rows, d, ldq_out, 1), dsr, kr, scale, n > 0);
+                        let dk_run = MatMut::new(&mut dk[r.start * ldkv + g * d..], r.len, d, ldkv, 1);
                         matmul(dk_run, dsr.t(), qb, scale, true);
-                        let dv_run = MatMut::new(&mut dv[r.start * ldk + g * d..], r.len, d, ldk, 1);
+                        let dv_run = MatMut::new(&mut dv[r.start * ldkv + g * d..], r.len, d, ldkv, 1);
                         matmul(dv_run, pr.t(), dob, T::ONE, true);
                         col += r.len;
                     }
@@ -297,5 +381,5 @@ pub fn backward<T: Real>(
             (ak, av)
         })
         .unwrap_or_else(zeros);
-    (dq, dk, dv)
+    (dk, dv)
 }

@@ -3,6 +3,7 @@
 
 pub mod adamw;
 pub mod attention;
+pub mod layer;
 pub mod linear;
 pub mod logprobs;
 pub mod norm;

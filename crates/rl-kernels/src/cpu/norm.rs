@@ -110,6 +110,17 @@ pub struct RopeTables<'a, T> {
     pub sin: &'a [T],
 }
 
+/// A run of heads at the start of a token's row for [`heads_norm_rope_forward`]: `heads` heads
+/// RMS-normalised with `norm` (`[d]`; none: rotated only), then rotated. Spans follow each other;
+/// the columns after the last span are copied unchanged.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadSpan<'a, T> {
+    /// Heads in the span.
+    pub heads: usize,
+    /// The per-head norm weight, if the heads are normalised.
+    pub norm: Option<&'a [T]>,
+}
+
 /// q/k norm + rotary: each head of `x [T, H*d]` is RMS-normalised with `w [d]`, then rotated at
 /// `positions[t]`.
 pub fn head_norm_rope_forward<T: Real>(
@@ -119,30 +130,9 @@ pub fn head_norm_rope_forward<T: Real>(
     positions: &[u32],
     rope: RopeTables<'_, T>,
 ) -> Vec<T> {
-    let d = w.len();
-    let half = d / 2;
     let width = x.len() / positions.len().max(1);
-    let mut y = vec![T::ZERO; x.len()];
-    let job = width * ROWS_PER_TASK;
-    y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
-        vectorized(
-            #[inline(always)]
-            || {
-                for ((yt, xt), &p) in yc.chunks_mut(width).zip(xc.chunks(width)).zip(pc) {
-                    let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
-                    for (yh, xh) in yt.chunks_mut(d).zip(xt.chunks(d)) {
-                        let r = rstd(xh, eps);
-                        for i in 0..half {
-                            let (a, b) = (xh[i] * r * w[i], xh[i + half] * r * w[i + half]);
-                            yh[i] = a * cos[i] - b * sin[i];
-                            yh[i + half] = b * cos[i] + a * sin[i];
-                        }
-                    }
-                }
-            },
-        );
-    });
-    y
+    let span = HeadSpan { heads: width / w.len().max(1), norm: Some(w) };
+    heads_norm_rope_forward(x, width, w.len(), &[span], eps, positions, rope)
 }
 
 /// Gradients `(dx, dw)` of [`head_norm_rope_forward`].
@@ -154,19 +144,86 @@ pub fn head_norm_rope_backward<T: Real>(
     rope: RopeTables<'_, T>,
     dy: &[T],
 ) -> (Vec<T>, Vec<T>) {
-    let d = w.len();
-    let half = d / 2;
     let width = x.len() / positions.len().max(1);
+    let span = HeadSpan { heads: width / w.len().max(1), norm: Some(w) };
+    let (dx, mut dws) = heads_norm_rope_backward(x, dy, width, w.len(), &[span], eps, positions, rope);
+    (dx, dws.pop().unwrap_or_default())
+}
+
+/// Norm + rotary over the spans of every token row of `x [T, width]` (heads of width `d`); e.g. a
+/// packed `[q | k | v]` row is two spans (queries with the q norm, keys with the k norm) and the
+/// values, copied.
+pub fn heads_norm_rope_forward<T: Real>(
+    x: &[T],
+    width: usize,
+    d: usize,
+    spans: &[HeadSpan<'_, T>],
+    eps: f64,
+    positions: &[u32],
+    rope: RopeTables<'_, T>,
+) -> Vec<T> {
+    let half = d / 2;
+    let mut y = vec![T::ZERO; x.len()];
+    let job = width * ROWS_PER_TASK;
+    y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
+        vectorized(
+            #[inline(always)]
+            || {
+                for ((yt, xt), &p) in yc.chunks_mut(width).zip(xc.chunks(width)).zip(pc) {
+                    let (cos, sin) = (&rope.cos[p as usize * half..][..half], &rope.sin[p as usize * half..][..half]);
+                    let mut col = 0;
+                    for span in spans {
+                        for _ in 0..span.heads {
+                            let (yh, xh) = (&mut yt[col..col + d], &xt[col..col + d]);
+                            let r = match span.norm {
+                                Some(_) => rstd(xh, eps),
+                                None => T::ONE,
+                            };
+                            for i in 0..half {
+                                let (wa, wb) = match span.norm {
+                                    Some(w) => (w[i] * r, w[i + half] * r),
+                                    None => (T::ONE, T::ONE),
+                                };
+                                let (a, b) = (xh[i] * wa, xh[i + half] * wb);
+                                yh[i] = a * cos[i] - b * sin[i];
+                                yh[i + half] = b * cos[i] + a * sin[i];
+                            }
+                            col += d;
+                        }
+                    }
+                    yt[col..].copy_from_slice(&xt[col..]);
+                }
+            },
+        );
+    });
+    y
+}
+
+/// Gradients of [`heads_norm_rope_forward`]: `dx` (the copied columns pass `dy` through) and one
+/// norm-weight gradient per span (empty for spans without a norm).
+#[allow(clippy::too_many_arguments)]
+pub fn heads_norm_rope_backward<T: Real>(
+    x: &[T],
+    dy: &[T],
+    width: usize,
+    d: usize,
+    spans: &[HeadSpan<'_, T>],
+    eps: f64,
+    positions: &[u32],
+    rope: RopeTables<'_, T>,
+) -> (Vec<T>, Vec<Vec<T>>) {
+    let half = d / 2;
     let mut dx = vec![T::ZERO; x.len()];
     let job = width * ROWS_PER_TASK;
-    let dw = dx
+    let no_grads = || spans.iter().map(|s| vec![T::ZERO; if s.norm.is_some() { d } else { 0 }]).collect::<Vec<_>>();
+    let dws = dx
         .par_chunks_mut(job)
         .zip(x.par_chunks(job))
         .zip(dy.par_chunks(job))
         .zip(positions.par_chunks(ROWS_PER_TASK))
         .fold(
-            || (vec![T::ZERO; d], vec![T::ZERO; d]),
-            |(mut dw, mut dn), (((dxc, xc), dyc), pc)| {
+            || (no_grads(), vec![T::ZERO; d]),
+            |(mut dws, mut dn), (((dxc, xc), dyc), pc)| {
                 vectorized(
                     #[inline(always)]
                     || {
@@ -174,25 +231,35 @@ pub fn head_norm_rope_backward<T: Real>(
                         for (((dxt, xt), dyt), &p) in tokens {
                             let cos = &rope.cos[p as usize * half..][..half];
                             let sin = &rope.sin[p as usize * half..][..half];
-                            for ((dxh, xh), dyh) in dxt.chunks_mut(d).zip(xt.chunks(d)).zip(dyt.chunks(d)) {
-                                // The rotation is orthogonal: its backward rotates the gradient back.
-                                for i in 0..half {
-                                    let (ga, gb) = (dyh[i], dyh[i + half]);
-                                    dn[i] = ga * cos[i] + gb * sin[i];
-                                    dn[i + half] = gb * cos[i] - ga * sin[i];
+                            let mut col = 0;
+                            for (span, dw) in spans.iter().zip(dws.iter_mut()) {
+                                for _ in 0..span.heads {
+                                    let (dxh, xh, dyh) =
+                                        (&mut dxt[col..col + d], &xt[col..col + d], &dyt[col..col + d]);
+                                    // The rotation is orthogonal: its backward rotates the gradient back.
+                                    let dst: &mut [T] = if span.norm.is_some() { &mut dn } else { &mut *dxh };
+                                    for i in 0..half {
+                                        let (ga, gb) = (dyh[i], dyh[i + half]);
+                                        dst[i] = ga * cos[i] + gb * sin[i];
+                                        dst[i + half] = gb * cos[i] - ga * sin[i];
+                                    }
+                                    if let Some(w) = span.norm {
+                                        rms_row_backward(xh, w, &dn, eps, dxh, dw);
+                                    }
+                                    col += d;
                                 }
-                                rms_row_backward(xh, w, &dn, eps, dxh, &mut dw);
                             }
+                            dxt[col..].copy_from_slice(&dyt[col..]);
                         }
                     },
                 );
-                (dw, dn)
+                (dws, dn)
             },
         )
-        .map(|(dw, _)| dw)
-        .reduce_with(add_into)
-        .unwrap_or_else(|| vec![T::ZERO; d]);
-    (dx, dw)
+        .map(|(dws, _)| dws)
+        .reduce_with(|a, b| a.into_iter().zip(b).map(|(a, b)| add_into(a, b)).collect())
+        .unwrap_or_else(no_grads);
+    (dx, dws)
 }
 
 /// Rotary embedding alone (Llama, Qwen2: no q/k norm): every head of `x [T, H*d]` rotated at

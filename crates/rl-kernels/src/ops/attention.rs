@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
-use crate::cpu::attention::{AttnShape, backward, forward};
+use crate::cpu::attention::{AttnShape, Qkv, backward, forward};
 use crate::float::Real;
 use crate::layout::RowLayout;
 
@@ -52,7 +52,7 @@ impl CustomOp3 for Attention {
         cpu_dispatch!(ATTN, s1, |T| {
             let (q, k, v) = (slice::<T>(ATTN, s1, l1)?, slice::<T>(ATTN, s2, l2)?, slice::<T>(ATTN, s3, l3)?);
             self.check(q.len(), k.len(), v.len())?;
-            let (o, lse) = forward(&self.layout, self.shape, q, k, v, T::of(self.scale));
+            let (o, lse) = forward(&self.layout, self.shape, Qkv::separate(q, k, v, self.shape), T::of(self.scale));
             let lse = tensor(lse, (self.layout.len(), self.shape.q_heads))?;
             *self.lse.lock().map_err(|_| op_error(ATTN, "lock poisoned"))? = Some(lse);
             Ok((T::to_cpu_storage_owned(o), l1.shape().clone()))
@@ -76,7 +76,8 @@ impl CustomOp3 for Attention {
             type Out = (Tensor, Tensor, Tensor);
             fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
                 let (l, s) = (&self.op.layout, self.op.shape);
-                let (dq, dk, dv) = backward(l, s, xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], T::of(self.op.scale));
+                let qkv = Qkv::separate(xs[0], xs[1], xs[2], s);
+                let (dq, dk, dv) = backward(l, s, qkv, xs[3], xs[4], xs[5], T::of(self.op.scale));
                 Ok((tensor(dq, self.q.shape())?, tensor(dk, self.k.shape())?, tensor(dv, self.k.shape())?))
             }
         }

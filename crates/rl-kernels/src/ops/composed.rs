@@ -183,3 +183,48 @@ pub fn adamw_step(weight: &Tensor, state: &Tensor, grad: &Tensor, h: &crate::Ada
     debug_assert_eq!(state.elem_count(), 2 * n);
     Ok(())
 }
+
+/// One decoder layer of `x [T, hidden]` with flat weights `w` (see [`crate::cpu::layer::LayerShape::parts`]):
+/// pre-norm attention with the stacked q/k/v projection, then the pre-norm SwiGLU MLP, both
+/// residual.
+pub fn decoder_layer(
+    x: &Tensor,
+    w: &Tensor,
+    layout: &RowLayout,
+    positions: &[u32],
+    rope_tables: &Rope,
+    sh: crate::cpu::layer::LayerShape,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    let p = sh.parts();
+    let part = |r: &std::ops::Range<usize>, dims: &[usize]| w.narrow(0, r.start, r.len())?.reshape(dims);
+    let (h, width, inter, d) = (sh.hidden, sh.qkv_width(), sh.intermediate, sh.attn.head_dim);
+    let (qd, kd) = (sh.attn.ldq(), sh.attn.ldk());
+    let linear = |x: &Tensor, r: &std::ops::Range<usize>, out: usize, inp: usize| -> candle_core::Result<Tensor> {
+        x.matmul(&part(r, &[out, inp])?.t()?)
+    };
+    let h1 = rms_norm(x, &part(&p.ln1, &[h])?, sh.eps)?;
+    let mut qkv = linear(&h1, &p.qkv, width, h)?;
+    if sh.qkv_bias {
+        qkv = qkv.broadcast_add(&part(&p.qkv_bias, &[width])?)?;
+    }
+    let (q, k, v) = (qkv.narrow(1, 0, qd)?, qkv.narrow(1, qd, kd)?, qkv.narrow(1, qd + kd, kd)?.contiguous()?);
+    let (q, k) = if sh.qk_norm {
+        (
+            head_norm_rope(&q.contiguous()?, &part(&p.q_norm, &[d])?, sh.eps, positions, rope_tables)?,
+            head_norm_rope(&k.contiguous()?, &part(&p.k_norm, &[d])?, sh.eps, positions, rope_tables)?,
+        )
+    } else {
+        (rope(&q.contiguous()?, d, positions, rope_tables)?, rope(&k.contiguous()?, d, positions, rope_tables)?)
+    };
+    let a = attention(&q, &k, &v, layout, sh.attn, scale)?;
+    let mut attn_out = linear(&a, &p.o, h, qd)?;
+    if sh.o_bias {
+        attn_out = attn_out.broadcast_add(&part(&p.o_bias, &[h])?)?;
+    }
+    let x2 = (x + attn_out)?;
+    let h2 = rms_norm(&x2, &part(&p.ln2, &[h])?, sh.eps)?;
+    let gu = linear(&h2, &p.gate_up, 2 * inter, h)?;
+    let act = swiglu(&gu.narrow(1, 0, inter)?, &gu.narrow(1, inter, inter)?)?;
+    x2 + linear(&act, &p.down, h, inter)?
+}

@@ -4,6 +4,7 @@
 mod adamw;
 mod attention;
 mod composed;
+mod layer;
 mod pointwise;
 
 use candle_core::{DType, Device, Tensor, Var};

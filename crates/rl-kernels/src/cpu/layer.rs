@@ -1,0 +1,261 @@
+//! A whole decoder layer (pre-norm attention block, then pre-norm SwiGLU block, both residual),
+//! forward and backward, on plain slices: the kernels of this module's siblings chained with every
+//! buffer in place. As one op, the layer costs candle's autograd one gradient buffer for its
+//! input and one for its weights; as a graph of a dozen ops it cost a zero-filled buffer plus an
+//! addition pass for every input of every op. The three projections q/k/v are one product with
+//! the stacked weight (so are gate/up), and the residual additions are the products' own
+//! accumulation.
+//!
+//! Weights travel as one flat buffer in the order [`LayerShape::parts`] documents.
+
+use std::ops::Range;
+
+use crate::cpu::attention::{AttnShape, Qkv, backward_packed, forward};
+use crate::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_backward, heads_norm_rope_forward};
+use crate::cpu::norm::{rms_norm_backward, rms_norm_forward};
+use crate::cpu::swiglu::{swiglu_packed_backward, swiglu_packed_forward};
+use crate::float::Real;
+use crate::gemm::{MatMut, MatRef, matmul_par, product_new};
+use crate::layout::RowLayout;
+
+/// Sizes and optional parts of a decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerShape {
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Attention heads.
+    pub attn: AttnShape,
+    /// Width of the MLP.
+    pub intermediate: usize,
+    /// RMSNorm epsilon (the layer norms and the q/k norms).
+    pub eps: f64,
+    /// q/k/v projections have biases (Qwen2, Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// Queries and keys are RMS-normalised per head before the rotation (Qwen3).
+    pub qk_norm: bool,
+    /// The output projection has a bias (Llama's `attention_bias`).
+    pub o_bias: bool,
+}
+
+/// Where each weight sits in the flat buffer (empty ranges for absent parts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerParts {
+    /// Input norm `[hidden]`.
+    pub ln1: Range<usize>,
+    /// q, k, v projections stacked: `[(Hq + 2 Hk) d, hidden]`.
+    pub qkv: Range<usize>,
+    /// Their biases `[(Hq + 2 Hk) d]`.
+    pub qkv_bias: Range<usize>,
+    /// q head norm `[d]`.
+    pub q_norm: Range<usize>,
+    /// k head norm `[d]`.
+    pub k_norm: Range<usize>,
+    /// Output projection `[hidden, Hq d]`.
+    pub o: Range<usize>,
+    /// Its bias `[hidden]`.
+    pub o_bias: Range<usize>,
+    /// Post-attention norm `[hidden]`.
+    pub ln2: Range<usize>,
+    /// Gate and up projections stacked: `[2 intermediate, hidden]`.
+    pub gate_up: Range<usize>,
+    /// Down projection `[hidden, intermediate]`.
+    pub down: Range<usize>,
+}
+
+impl LayerShape {
+    /// Width of the packed q/k/v rows.
+    pub fn qkv_width(&self) -> usize {
+        self.attn.ldq() + 2 * self.attn.ldk()
+    }
+
+    /// The flat weight layout, in this order: ln1, q/k/v, q/k/v biases, q norm, k norm, o, o bias,
+    /// ln2, gate/up, down.
+    pub fn parts(&self) -> LayerParts {
+        let (h, w, d, i) = (self.hidden, self.qkv_width(), self.attn.head_dim, self.intermediate);
+        let mut at = 0;
+        let mut next = |len: usize| {
+            let r = at..at + len;
+            at += len;
+            r
+        };
+        LayerParts {
+            ln1: next(h),
+            qkv: next(w * h),
+            qkv_bias: next(if self.qkv_bias { w } else { 0 }),
+            q_norm: next(if self.qk_norm { d } else { 0 }),
+            k_norm: next(if self.qk_norm { d } else { 0 }),
+            o: next(h * self.attn.ldq()),
+            o_bias: next(if self.o_bias { h } else { 0 }),
+            ln2: next(h),
+            gate_up: next(2 * i * h),
+            down: next(h * i),
+        }
+    }
+
+    /// Values in the flat weight buffer.
+    pub fn weight_len(&self) -> usize {
+        self.parts().down.end
+    }
+
+    /// The head spans of a packed q/k/v row (values copied).
+    fn spans<'a, T>(&self, w: &'a [T], p: &LayerParts) -> [HeadSpan<'a, T>; 2] {
+        let norm = |r: &Range<usize>| if self.qk_norm { Some(&w[r.clone()]) } else { None };
+        [
+            HeadSpan { heads: self.attn.q_heads, norm: norm(&p.q_norm) },
+            HeadSpan { heads: self.attn.kv_heads, norm: norm(&p.k_norm) },
+        ]
+    }
+}
+
+/// What the forward keeps for the backward (all token-major).
+#[derive(Debug)]
+pub struct Saved<T> {
+    /// Normed input `[T, hidden]`.
+    pub h1: Vec<T>,
+    /// Projected q/k/v before norm and rotation `[T, qkv_width]`.
+    pub qkv_pre: Vec<T>,
+    /// After them (what attention read).
+    pub qkv: Vec<T>,
+    /// Attention output `[T, Hq d]`.
+    pub o: Vec<T>,
+    /// Its log-sum-exp `[T, Hq]`.
+    pub lse: Vec<T>,
+    /// The residual stream after attention `[T, hidden]`.
+    pub x2: Vec<T>,
+    /// Its norm `[T, hidden]`.
+    pub h2: Vec<T>,
+    /// Gate/up projections `[T, 2 intermediate]`.
+    pub gu: Vec<T>,
+    /// SwiGLU output `[T, intermediate]`.
+    pub act: Vec<T>,
+}
+
+/// Everything a layer pass needs besides the activations.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerCtx<'a, T> {
+    /// Sizes and parts.
+    pub shape: LayerShape,
+    /// The packed row's attention pattern.
+    pub layout: &'a RowLayout,
+    /// Each token's position.
+    pub positions: &'a [u32],
+    /// Rotary tables.
+    pub rope: RopeTables<'a, T>,
+    /// Attention scale.
+    pub scale: T,
+}
+
+/// Adds `b` to every row of `x` (rows of `b.len()`).
+fn add_rows<T: Real>(x: &mut [T], b: &[T]) {
+    for row in x.chunks_mut(b.len()) {
+        row.iter_mut().zip(b).for_each(|(x, b)| *x += *b);
+    }
+}
+
+/// Column sums of `x` (rows of `out.len()`) into `out`.
+fn column_sums<T: Real>(x: &[T], out: &mut [T]) {
+    for row in x.chunks(out.len()) {
+        out.iter_mut().zip(row).for_each(|(o, v)| *o += *v);
+    }
+}
+
+/// `y = x W^T` as a new buffer, `W` rows `r` of the flat weights (`out x inp`).
+fn project<T: Real>(x: &[T], w: &[T], r: &Range<usize>, t: usize, inp: usize) -> Vec<T> {
+    let out = r.len() / inp;
+    product_new(MatRef::rows(x, t, inp, inp), MatRef::rows(&w[r.clone()], out, inp, inp).t(), T::ONE, true)
+}
+
+/// `y += x W^T` (the residual stream takes a projection in place).
+fn project_onto<T: Real>(y: &mut [T], x: &[T], w: &[T], r: &Range<usize>, t: usize, inp: usize) {
+    let out = r.len() / inp;
+    let wt = MatRef::rows(&w[r.clone()], out, inp, inp).t();
+    matmul_par(MatMut::rows(y, t, out, out), MatRef::rows(x, t, inp, inp), wt, T::ONE, true);
+}
+
+/// The layer's output `[T, hidden]` for input `x` and flat weights `w`, and what its backward
+/// needs.
+pub fn layer_forward<T: Real>(x: &[T], w: &[T], ctx: &LayerCtx<'_, T>) -> (Vec<T>, Saved<T>) {
+    let sh = ctx.shape;
+    let (h, t, width, inter) = (sh.hidden, ctx.positions.len(), sh.qkv_width(), sh.intermediate);
+    let p = sh.parts();
+    assert!(x.len() == t * h && w.len() == p.down.end, "decoder layer: buffers do not match the shape");
+    let h1 = rms_norm_forward(x, &w[p.ln1.clone()], sh.eps);
+    let mut qkv_pre = project(&h1, w, &p.qkv, t, h);
+    if sh.qkv_bias {
+        add_rows(&mut qkv_pre, &w[p.qkv_bias.clone()]);
+    }
+    let spans = sh.spans(w, &p);
+    let qkv = heads_norm_rope_forward(&qkv_pre, width, sh.attn.head_dim, &spans, sh.eps, ctx.positions, ctx.rope);
+    let (o, lse) = forward(ctx.layout, sh.attn, Qkv::packed(&qkv, sh.attn), ctx.scale);
+    let mut x2 = x.to_vec();
+    if sh.o_bias {
+        add_rows(&mut x2, &w[p.o_bias.clone()]);
+    }
+    project_onto(&mut x2, &o, w, &p.o, t, sh.attn.ldq());
+    let h2 = rms_norm_forward(&x2, &w[p.ln2.clone()], sh.eps);
+    let gu = project(&h2, w, &p.gate_up, t, h);
+    let act = swiglu_packed_forward(&gu, inter);
+    let mut out = x2.clone();
+    project_onto(&mut out, &act, w, &p.down, t, inter);
+    (out, Saved { h1, qkv_pre, qkv, o, lse, x2, h2, gu, act })
+}
+
+/// `dW = dy^T x` straight into the weight gradient's rows `r` (`out x inp`).
+fn weight_grad<T: Real>(dw: &mut [T], r: &Range<usize>, dy: &[T], x: &[T], t: usize, inp: usize) {
+    let out = r.len() / inp;
+    let dst = MatMut::rows(&mut dw[r.clone()], out, inp, inp);
+    matmul_par(dst, MatRef::rows(dy, t, out, out).t(), MatRef::rows(x, t, inp, inp), T::ONE, false);
+}
+
+/// `dx = dy W` for the weight's rows `r` (`out x inp`) as a new `[T, inp]` buffer.
+fn input_grad<T: Real>(dy: &[T], w: &[T], r: &Range<usize>, t: usize, inp: usize) -> Vec<T> {
+    let out = r.len() / inp;
+    product_new(MatRef::rows(dy, t, out, out), MatRef::rows(&w[r.clone()], out, inp, inp), T::ONE, true)
+}
+
+/// Gradients `(dx, dw)` of [`layer_forward`] given the output's gradient `dy`.
+pub fn layer_backward<T: Real>(x: &[T], w: &[T], s: &Saved<T>, dy: &[T], ctx: &LayerCtx<'_, T>) -> (Vec<T>, Vec<T>) {
+    let sh = ctx.shape;
+    let (h, t, width, inter, qd) = (sh.hidden, ctx.positions.len(), sh.qkv_width(), sh.intermediate, sh.attn.ldq());
+    let p = sh.parts();
+    assert!(dy.len() == t * h && w.len() == p.down.end, "decoder layer: gradient does not match the shape");
+    let mut dw = vec![T::ZERO; w.len()];
+    // MLP block: out = x2 + swiglu(h2 Wgu^T) Wd^T.
+    let d_act = input_grad(dy, w, &p.down, t, inter);
+    weight_grad(&mut dw, &p.down, dy, &s.act, t, inter);
+    let d_gu = swiglu_packed_backward(&s.gu, &d_act, inter);
+    drop(d_act);
+    let d_h2 = input_grad(&d_gu, w, &p.gate_up, t, h);
+    weight_grad(&mut dw, &p.gate_up, &d_gu, &s.h2, t, h);
+    drop(d_gu);
+    let (mut d_x2, d_ln2) = rms_norm_backward(&s.x2, &w[p.ln2.clone()], &d_h2, sh.eps);
+    dw[p.ln2.clone()].copy_from_slice(&d_ln2);
+    d_x2.iter_mut().zip(dy).for_each(|(a, b)| *a += *b);
+    // Attention block: x2 = x + attn(norm-rope(h1 Wqkv^T + b)) Wo^T + bo.
+    if sh.o_bias {
+        column_sums(&d_x2, &mut dw[p.o_bias.clone()]);
+    }
+    let d_o = input_grad(&d_x2, w, &p.o, t, qd);
+    weight_grad(&mut dw, &p.o, &d_x2, &s.o, t, qd);
+    let d_qkv = backward_packed(ctx.layout, sh.attn, &s.qkv, &s.o, &s.lse, &d_o, ctx.scale);
+    drop(d_o);
+    let spans = sh.spans(w, &p);
+    let (d_pre, d_norms) =
+        heads_norm_rope_backward(&s.qkv_pre, &d_qkv, width, sh.attn.head_dim, &spans, sh.eps, ctx.positions, ctx.rope);
+    drop(d_qkv);
+    if sh.qk_norm {
+        dw[p.q_norm.clone()].copy_from_slice(&d_norms[0]);
+        dw[p.k_norm.clone()].copy_from_slice(&d_norms[1]);
+    }
+    if sh.qkv_bias {
+        column_sums(&d_pre, &mut dw[p.qkv_bias.clone()]);
+    }
+    let d_h1 = input_grad(&d_pre, w, &p.qkv, t, h);
+    weight_grad(&mut dw, &p.qkv, &d_pre, &s.h1, t, h);
+    drop(d_pre);
+    let (d_x, d_ln1) = rms_norm_backward(x, &w[p.ln1.clone()], &d_h1, sh.eps);
+    dw[p.ln1.clone()].copy_from_slice(&d_ln1);
+    let mut d_x = d_x;
+    d_x.iter_mut().zip(&d_x2).for_each(|(a, b)| *a += *b);
+    (d_x, dw)
+}

@@ -1,0 +1,175 @@
+//! A whole decoder layer as one differentiable candle op over the input `[T, hidden]` and the
+//! layer's weights flattened into one vector ([`LayerWeights::flat`]). On CPU (f32/f64) it runs
+//! `cpu::layer`; elsewhere the same math composed of candle ops (`composed::decoder_layer`).
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, WithDType};
+
+use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
+use super::norm::Rope;
+use crate::cpu::layer::{LayerCtx, LayerShape, Saved, layer_backward, layer_forward};
+use crate::cpu::norm::RopeTables;
+use crate::float::Real;
+use crate::layout::RowLayout;
+
+const LAYER: &str = "decoder_layer";
+
+/// One layer's weight tensors (HF layout: projections `[out, in]`), as the model holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerWeights<'a> {
+    /// Input norm.
+    pub ln1: &'a Tensor,
+    /// Query projection.
+    pub q: &'a Tensor,
+    /// Key projection.
+    pub k: &'a Tensor,
+    /// Value projection.
+    pub v: &'a Tensor,
+    /// q, k, v biases.
+    pub qkv_bias: Option<[&'a Tensor; 3]>,
+    /// q and k head norms.
+    pub qk_norm: Option<[&'a Tensor; 2]>,
+    /// Output projection.
+    pub o: &'a Tensor,
+    /// Its bias.
+    pub o_bias: Option<&'a Tensor>,
+    /// Post-attention norm.
+    pub ln2: &'a Tensor,
+    /// Gate projection.
+    pub gate: &'a Tensor,
+    /// Up projection.
+    pub up: &'a Tensor,
+    /// Down projection.
+    pub down: &'a Tensor,
+}
+
+impl LayerWeights<'_> {
+    /// All weights in one vector, in [`LayerShape::parts`]' order (differentiable: each weight's
+    /// gradient is its slice of the vector's).
+    pub fn flat(&self) -> candle_core::Result<Tensor> {
+        let mut parts = vec![self.ln1, self.q, self.k, self.v];
+        if let Some(b) = &self.qkv_bias {
+            parts.extend(b.iter().copied());
+        }
+        if let Some(n) = &self.qk_norm {
+            parts.extend(n.iter().copied());
+        }
+        parts.push(self.o);
+        parts.extend(self.o_bias);
+        parts.extend([self.ln2, self.gate, self.up, self.down]);
+        let flat = parts.into_iter().map(Tensor::flatten_all).collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::cat(&flat, 0)
+    }
+}
+
+struct DecoderLayer {
+    shape: LayerShape,
+    layout: Arc<RowLayout>,
+    positions: Arc<[u32]>,
+    rope: Rope,
+    scale: f64,
+    /// The forward's activations (`Saved<T>` for the op's dtype), kept for the backward.
+    saved: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+}
+
+impl DecoderLayer {
+    fn ctx<'a, T: Real>(&'a self, rope: RopeTables<'a, T>) -> LayerCtx<'a, T> {
+        LayerCtx { shape: self.shape, layout: &self.layout, positions: &self.positions, rope, scale: T::of(self.scale) }
+    }
+
+    fn check(&self, x: usize, w: usize, tables: usize) -> candle_core::Result<()> {
+        let (t, sh) = (self.positions.len(), self.shape);
+        if self.layout.len() != t {
+            return Err(op_error(LAYER, "positions and layout disagree on the row's length"));
+        }
+        if x != t * sh.hidden || w != sh.weight_len() {
+            return Err(op_error(LAYER, format!("expected x [{t}, {}] and {} weights", sh.hidden, sh.weight_len())));
+        }
+        let half = sh.attn.head_dim / 2;
+        if let Some(p) = self.positions.iter().find(|&&p| (p as usize + 1) * half > tables) {
+            return Err(op_error(LAYER, format!("position {p} is beyond the rotary tables")));
+        }
+        Ok(())
+    }
+}
+
+impl CustomOp2 for DecoderLayer {
+    fn name(&self) -> &'static str {
+        LAYER
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_dispatch!(LAYER, s1, |T| {
+            let (x, w) = (slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?);
+            self.rope.with_cpu_tables::<T, _>(|tables| {
+                self.check(x.len(), w.len(), tables.cos.len())?;
+                let (out, saved) = layer_forward(x, w, &self.ctx(tables));
+                *self.saved.lock().map_err(|_| op_error(LAYER, "lock poisoned"))? = Some(Arc::new(saved));
+                Ok((T::to_cpu_storage_owned(out), l1.shape().clone()))
+            })
+        })
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        struct K<'a> {
+            op: &'a DecoderLayer,
+            saved: Arc<dyn Any + Send + Sync>,
+            x: &'a Tensor,
+            w: &'a Tensor,
+        }
+        impl CpuKernel for K<'_> {
+            type Out = (Tensor, Tensor);
+            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
+                let saved = self
+                    .saved
+                    .downcast_ref::<Saved<T>>()
+                    .ok_or_else(|| op_error(LAYER, "dtype changed since the forward"))?;
+                let ctx = self.op.ctx(RopeTables { cos: xs[3], sin: xs[4] });
+                let (dx, dw) = layer_backward(xs[0], xs[1], saved, xs[2], &ctx);
+                Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
+            }
+        }
+        let saved = self
+            .saved
+            .lock()
+            .map_err(|_| op_error(LAYER, "lock poisoned"))?
+            .clone()
+            .ok_or_else(|| op_error(LAYER, "backward before forward"))?;
+        let dy = dy.contiguous()?;
+        let (cos, sin) = self.rope.tables();
+        let (dx, dw) = on_cpu(LAYER, &[x, w, &dy, cos, sin], K { op: self, saved, x, w })?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// One decoder layer of `x [T, hidden]` (a packed row laid out as `layout`, tokens at
+/// `positions`) with flat weights `w` ([`LayerWeights::flat`]); differentiable in both.
+pub fn decoder_layer(
+    x: &Tensor,
+    w: &Tensor,
+    layout: Arc<RowLayout>,
+    positions: Arc<[u32]>,
+    rope: &Rope,
+    shape: LayerShape,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    if !super::runs_fused(x) {
+        return super::composed::decoder_layer(x, w, &layout, &positions, rope, shape, scale);
+    }
+    let op = DecoderLayer { shape, layout, positions, rope: rope.clone(), scale, saved: Mutex::new(None) };
+    x.contiguous()?.apply_op2(&w.contiguous()?, op)
+}

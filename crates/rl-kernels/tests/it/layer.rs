@@ -1,0 +1,160 @@
+//! The fused decoder layer equals the same layer composed of candle's differentiable ops (forward
+//! and the gradients of the input and of every weight), for every family's variant (q/k norm;
+//! q/k/v and output biases; neither) over independent and prefix-shared rows, and its gradients
+//! match finite differences in f64.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor, Var};
+use rl_kernels::ops::{self, LayerWeights, Rope, composed};
+use rl_kernels::{AttnShape, LayerShape, RowLayout};
+
+use crate::{check_grads, max_abs_diff, probe, rand};
+
+struct Weights {
+    ln1: Var,
+    q: Var,
+    k: Var,
+    v: Var,
+    bias: Option<[Var; 3]>,
+    norms: Option<[Var; 2]>,
+    o: Var,
+    o_bias: Option<Var>,
+    ln2: Var,
+    gate: Var,
+    up: Var,
+    down: Var,
+}
+
+fn var(shape: &[usize], seed: u64, scale: f64) -> Var {
+    Var::from_tensor(&rand(shape, seed, scale, DType::F64)).unwrap()
+}
+
+impl Weights {
+    fn new(sh: LayerShape) -> Self {
+        let (h, d, i) = (sh.hidden, sh.attn.head_dim, sh.intermediate);
+        let (qd, kd) = (sh.attn.ldq(), sh.attn.ldk());
+        let norm = |seed| Var::from_tensor(&(rand(&[h], seed, 0.3, DType::F64) + 1.0).unwrap()).unwrap();
+        Weights {
+            ln1: norm(1),
+            q: var(&[qd, h], 2, 0.5),
+            k: var(&[kd, h], 3, 0.5),
+            v: var(&[kd, h], 4, 0.5),
+            bias: sh.qkv_bias.then(|| [var(&[qd], 5, 0.2), var(&[kd], 6, 0.2), var(&[kd], 7, 0.2)]),
+            norms: sh.qk_norm.then(|| [var(&[d], 8, 1.0), var(&[d], 9, 1.0)]),
+            o: var(&[h, qd], 10, 0.5),
+            o_bias: sh.o_bias.then(|| var(&[h], 11, 0.2)),
+            ln2: norm(12),
+            gate: var(&[i, h], 13, 0.5),
+            up: var(&[i, h], 14, 0.5),
+            down: var(&[h, i], 15, 0.5),
+        }
+    }
+
+    fn all(&self) -> Vec<&Var> {
+        let mut v = vec![&self.ln1, &self.q, &self.k, &self.v];
+        v.extend(self.bias.iter().flatten());
+        v.extend(self.norms.iter().flatten());
+        v.push(&self.o);
+        v.extend(&self.o_bias);
+        v.extend([&self.ln2, &self.gate, &self.up, &self.down]);
+        v
+    }
+
+    fn flat(&self) -> Tensor {
+        fn t(v: &Var) -> &Tensor {
+            v.as_tensor()
+        }
+        LayerWeights {
+            ln1: t(&self.ln1),
+            q: t(&self.q),
+            k: t(&self.k),
+            v: t(&self.v),
+            qkv_bias: self.bias.as_ref().map(|[a, b, c]| [t(a), t(b), t(c)]),
+            qk_norm: self.norms.as_ref().map(|[a, b]| [t(a), t(b)]),
+            o: t(&self.o),
+            o_bias: self.o_bias.as_ref().map(t),
+            ln2: t(&self.ln2),
+            gate: t(&self.gate),
+            up: t(&self.up),
+            down: t(&self.down),
+        }
+        .flat()
+        .unwrap()
+    }
+}
+
+fn shapes() -> Vec<LayerShape> {
+    let attn = AttnShape { q_heads: 4, kv_heads: 2, head_dim: 4 };
+    let base =
+        LayerShape { hidden: 12, attn, intermediate: 10, eps: 1e-6, qkv_bias: false, qk_norm: true, o_bias: false };
+    vec![
+        base,
+        LayerShape { qk_norm: false, qkv_bias: true, ..base },
+        LayerShape { qk_norm: false, qkv_bias: true, o_bias: true, ..base },
+        LayerShape { qk_norm: false, ..base },
+    ]
+}
+
+fn layouts() -> Vec<Arc<RowLayout>> {
+    vec![
+        Arc::new(RowLayout::packed(&[5, 4])),
+        Arc::new(RowLayout::new(&[5, 3, 2, 4], &[None, Some(0), Some(0), None]).unwrap()),
+    ]
+}
+
+#[test]
+fn the_fused_layer_equals_the_composed_layer_with_every_gradient() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    for sh in shapes() {
+        for layout in layouts() {
+            let positions: Arc<[u32]> = layout.positions().into();
+            let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 20, 1.5, DType::F64)).unwrap();
+            let w = Weights::new(sh);
+            let fused = ops::decoder_layer(&x, &w.flat(), layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
+            let comp = composed::decoder_layer(&x, &w.flat(), &layout, &positions, &rope, sh, 0.5).unwrap();
+            assert!(max_abs_diff(&fused, &comp) < 1e-10, "{sh:?}: outputs differ");
+            let (gf, gc) = (probe(&fused, 21).backward().unwrap(), probe(&comp, 21).backward().unwrap());
+            let mut vars = w.all();
+            vars.push(&x);
+            for (i, v) in vars.iter().enumerate() {
+                let (a, b) =
+                    (gf.get(v.as_tensor()).expect("fused grad"), gc.get(v.as_tensor()).expect("composed grad"));
+                let scale = 1.0 + b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+                assert!(max_abs_diff(a, b) < 1e-10 * scale, "{sh:?}: gradient {i} differs by {}", max_abs_diff(a, b));
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_layer_gradients_match_finite_differences() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    for sh in [shapes()[0], shapes()[2]] {
+        let layout = layouts()[1].clone();
+        let positions: Arc<[u32]> = layout.positions().into();
+        let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 22, 1.5, DType::F64)).unwrap();
+        let w = Weights::new(sh);
+        let mut vars: Vec<Var> = w.all().into_iter().cloned().collect();
+        vars.push(x.clone());
+        check_grads(&vars, || {
+            let y = ops::decoder_layer(&x, &w.flat(), layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
+            probe(&y, 23)
+        });
+    }
+}
+
+#[test]
+fn mismatched_buffers_and_positions_beyond_the_tables_are_errors() {
+    let rope = Rope::new(4, 10_000.0, 8, DType::F64, &Device::Cpu).unwrap();
+    let sh = shapes()[0];
+    let layout = Arc::new(RowLayout::packed(&[3]));
+    let w = Weights::new(sh).flat();
+    let x = rand(&[3, sh.hidden], 24, 1.0, DType::F64);
+    let far: Arc<[u32]> = vec![0, 1, 9].into();
+    let err = ops::decoder_layer(&x, &w, layout.clone(), far, &rope, sh, 0.5).unwrap_err().to_string();
+    assert!(err.contains("position 9"), "{err}");
+    let short = w.narrow(0, 0, 10).unwrap();
+    let err = ops::decoder_layer(&x, &short, layout, vec![0, 1, 2].into(), &rope, sh, 0.5).unwrap_err().to_string();
+    assert!(err.contains("weights"), "{err}");
+}
