@@ -13,6 +13,8 @@ pub fn exp_f32(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // Round to nearest by adding and subtracting 1.5 * 2^23 (no call to `floorf`).
     const ROUND: f32 = 12_582_912.0;
+    // 2^23 + 127.
+    const BIAS_MAGIC: f32 = 8_388_735.0;
     let xc = x.clamp(-87.0, 88.0);
     let n = (xc * LOG2E + ROUND) - ROUND;
     let r = xc - n * LN2_HI - n * LN2_LO;
@@ -23,7 +25,10 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n without a float-to-int cast (whose saturating semantics compile to per-lane scalar
+    // code): n + 127 is an integer in 1..=254, so adding 2^23 puts it in the low mantissa bits,
+    // and shifting those into the exponent field gives 2^n.
+    let scale = f32::from_bits((n + BIAS_MAGIC).to_bits() << 23);
     if x < -87.0 { 0.0 } else { y * scale }
 }
 
