@@ -103,36 +103,92 @@ pub fn matmul<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T
     product(dst, lhs, rhs, scale, accumulate, gemm::Parallelism::None);
 }
 
-/// [`matmul`] on every thread of the current rayon pool (for one large product).
+/// Products smaller than this many multiply-adds run on one thread.
+const PARALLEL_MIN_MACS: usize = 1 << 17;
+
+/// Rows per thread when a product of `m` rows is split across `threads` (a multiple of 64, the
+/// AVX-512 micro-kernel's height); `None` when it is not worth splitting.
+fn row_split(m: usize, k: usize, n: usize, threads: usize) -> Option<usize> {
+    if threads < 2 || m < 128 || m * k * n < PARALLEL_MIN_MACS {
+        return None;
+    }
+    Some(m.div_ceil(threads).next_multiple_of(64))
+}
+
+/// [`matmul`] on every thread of the current rayon pool (for one large product): row blocks of
+/// `dst` run as independent single-threaded products. The `gemm` crate's own parallel mode runs
+/// the training step's shapes (a few hundred rows) at single-thread speed.
 pub fn matmul_par<T: Real>(dst: MatMut<'_, T>, lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, accumulate: bool) {
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    product(dst, lhs, rhs, scale, accumulate, par);
+    let (m, k, n) = (dst.rows, lhs.cols, dst.cols);
+    match row_split(m, k, n, threads) {
+        // Row blocks of a row-major destination are disjoint slices.
+        Some(per) if dst.cs == 1 && dst.rows > per => {
+            let MatMut { data, rows, cols, rs, cs } = dst;
+            let (top, bottom) = data.split_at_mut((per * rs).min(data.len()));
+            let upper = MatMut { data: top, rows: per, cols, rs, cs };
+            let lower = MatMut { data: bottom, rows: rows - per, cols, rs, cs };
+            rayon::join(
+                || product(upper, lhs.row_range(0, per), rhs, scale, accumulate, gemm::Parallelism::None),
+                || matmul_par(lower, lhs.row_range(per, rows - per), rhs, scale, accumulate),
+            );
+        }
+        // Too few rows to split (or the last block): the gemm crate's own parallel mode for
+        // large products.
+        _ => {
+            let large = threads > 1 && m * k * n >= PARALLEL_MIN_MACS;
+            let par = if large { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+            product(dst, lhs, rhs, scale, accumulate, par);
+        }
+    }
 }
 
 /// `scale * lhs * rhs` as a new row-major buffer, on every thread of the current rayon pool when
-/// `parallel`. The product writes every element, so the buffer is never zero-filled first (a
-/// full extra pass over memory for the large activations of a training step).
+/// `parallel` (row blocks as in [`matmul_par`]). The product writes every element, so the buffer
+/// is never zero-filled first (a full extra pass over memory for the large activations of a
+/// training step).
 pub fn product_new<T: Real>(lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, parallel: bool) -> Vec<T> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert_eq!(rhs.rows, k, "matmul shapes {m}x{k} * {}x{n}", rhs.rows);
     if m == 0 || n == 0 || k == 0 {
         return vec![T::ZERO; m * n];
     }
-    let threads = rayon::current_num_threads();
-    let par = if parallel && threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    let threads = if parallel { rayon::current_num_threads() } else { 1 };
+    let per = row_split(m, k, n, threads).unwrap_or(m);
     let mut out: Vec<T> = Vec::with_capacity(m * n);
-    // SAFETY: `out` has room for m * n elements, addressed row-major (row stride n, column
-    // stride 1); with `read_dst = false` gemm sets its alpha to 0, never reads the destination and
-    // writes each of the m * n elements (k > 0 here), so all of them are initialised before
-    // `set_len`. The views were bounds-checked at construction.
+    let blocks: Vec<(usize, &mut [std::mem::MaybeUninit<T>])> =
+        out.spare_capacity_mut()[..m * n].chunks_mut(per * n).enumerate().collect();
+    let write = |(b, block): (usize, &mut [std::mem::MaybeUninit<T>])| {
+        let rows = block.len() / n;
+        uninit_product(block, lhs.row_range(b * per, rows), rhs, scale);
+    };
+    if blocks.len() > 1 {
+        use rayon::prelude::*;
+        blocks.into_par_iter().for_each(write);
+    } else {
+        blocks.into_iter().for_each(write);
+    }
+    // SAFETY: the blocks cover the first m * n elements of `out`'s spare capacity, and
+    // `uninit_product` initialised every element of each block.
+    unsafe { out.set_len(m * n) };
+    out
+}
+
+/// `dst = scale * lhs * rhs` into uninitialised row-major memory (`lhs.rows` rows of `rhs.cols`),
+/// single-threaded; initialises every element.
+fn uninit_product<T: Real>(dst: &mut [std::mem::MaybeUninit<T>], lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert!(dst.len() == m * n && rhs.rows == k && k > 0, "uninit product {m}x{k} * {}x{n}", rhs.rows);
+    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    // SAFETY: `dst` holds exactly m * n elements, addressed row-major (row stride n, column stride
+    // 1); with `read_dst = false` gemm sets its alpha to 0, never reads the destination and writes
+    // each of the m * n elements (k > 0). The input views were bounds-checked at construction.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            out.as_mut_ptr(),
+            dst.as_mut_ptr().cast::<T>(),
             1,
             stride(n),
             false,
@@ -147,11 +203,9 @@ pub fn product_new<T: Real>(lhs: MatRef<'_, T>, rhs: MatRef<'_, T>, scale: T, pa
             false,
             false,
             false,
-            par,
+            gemm::Parallelism::None,
         );
-        out.set_len(m * n);
     }
-    out
 }
 
 fn product<T: Real>(
