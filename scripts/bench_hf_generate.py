@@ -32,8 +32,10 @@ for name, (hidden, layers, heads, kv, inter) in PRESETS.items():
     for batch, new in ((1, 128), (32, 32)):
         ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
         timed(model, ids, 4)
-        prefill = min(timed(model, ids, 1) for _ in range(3))
-        total = min(timed(model, ids, new) for _ in range(2))
+        # Minimums over five runs each: the decode time is a difference of two timings, so noise
+        # in either one would swing the figure (a single noisy prefill halved or doubled it).
+        prefill = min(timed(model, ids, 1) for _ in range(5))
+        total = min(timed(model, ids, new) for _ in range(5))
         tps = batch * (new - 1) / max(total - prefill, 1e-9)
         print(json.dumps({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": round(tps, 1),
                           "torch": torch.__version__}), flush=True)

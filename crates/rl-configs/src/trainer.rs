@@ -28,6 +28,12 @@ pub struct TrainerConfig {
     /// Learning-rate schedule.
     #[serde(deserialize_with = "scheduler_default_tag")]
     pub scheduler: SchedulerConfig,
+    /// Dtype of the weights the trainer broadcasts after each step (unset: the f32 master
+    /// weights). Set `bf16` when an external engine (vLLM) serves the policy in bf16: it halves
+    /// the bytes written and read per step, and the engine would round to bf16 anyway. Our own
+    /// inference server reads any float dtype, but bf16 weights widen its mismatch with the trainer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_dtype: Option<Dtype>,
     /// Maximum tokens per forward/backward micro-batch; gradients accumulate across micro-batches.
     pub micro_batch_tokens: u32,
     /// Number of training steps (unset: run until stopped).
@@ -58,6 +64,7 @@ impl Default for TrainerConfig {
             loss: LossConfig::default(),
             optim: OptimConfig::default(),
             scheduler: SchedulerConfig::default(),
+            broadcast_dtype: None,
             micro_batch_tokens: 4096,
             max_steps: None,
             batch_timeout_s: 1800.0,

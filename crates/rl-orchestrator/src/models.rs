@@ -178,7 +178,14 @@ impl Models {
                     Ok(r) => {
                         let status = r.status();
                         let body = r.text().await.unwrap_or_default();
-                        (format!("update_weights answered {status}: {body}"), status.is_server_error())
+                        // Plain `vllm serve` has no such route.
+                        let hint = if status == reqwest::StatusCode::NOT_FOUND {
+                            " (the server has no /update_weights route: serve vLLM with `python -m \
+                             rl_env.vllm_server`, see docs/guide-vllm.md)"
+                        } else {
+                            ""
+                        };
+                        (format!("update_weights answered {status}: {body}{hint}"), status.is_server_error())
                     }
                     Err(e) => (e.to_string(), true),
                 };

@@ -141,6 +141,18 @@ impl RlTrainer {
         self.vars.tensors()
     }
 
+    /// The weights as broadcast: in `broadcast_dtype` when set.
+    fn broadcast_weights(&self) -> Result<Vec<(String, Tensor)>> {
+        let weights = self.weights();
+        match self.cfg.broadcast_dtype {
+            None => Ok(weights),
+            Some(d) => {
+                let dtype = rl_model::compute_dtype(d);
+                Ok(weights.into_iter().map(|(n, t)| Ok((n, t.to_dtype(dtype)?))).collect::<Result<Vec<_>>>()?)
+            }
+        }
+    }
+
     /// Trains on one batch. A batch that trains no token leaves the weights and the optimizer
     /// untouched and says so in the report.
     pub fn train_step(&mut self, batch: &TrainBatch) -> Result<StepReport> {
@@ -184,14 +196,14 @@ impl RlTrainer {
     /// `broadcasts/step_{start-1}`, then trains each step as its batch arrives.
     pub fn run(&mut self, mut on_step: impl FnMut(&StepReport)) -> Result<()> {
         let run = RunDir::new(&self.cfg.output_dir);
-        write_broadcast(&run, self.step - 1, &self.weights())?;
+        write_broadcast(&run, self.step - 1, &self.broadcast_weights()?)?;
         let timeout = Duration::from_secs_f64(self.cfg.batch_timeout_s);
         while self.cfg.max_steps.is_none_or(|max| self.step <= max) {
             let waited = Instant::now();
             let batch = wait_for_batch(&run, self.step, timeout)?;
             let wait_s = waited.elapsed().as_secs_f64();
             let report = self.train_step(&batch)?;
-            write_broadcast(&run, self.step, &self.weights())?;
+            write_broadcast(&run, self.step, &self.broadcast_weights()?)?;
             let interval = self.cfg.ckpt.as_ref().map(|c| c.interval);
             clean_broadcasts(&run, self.step, interval)?;
             append_jsonl(&run.trainer_metrics(), &report.row(wait_s))?;

@@ -6,7 +6,6 @@
 //! FMAs, compiled for the widest SIMD the CPU has (AVX-512: 12 x 32, AVX2: 6 x 16).
 
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 /// Products of at least this many multiply-adds are split across the thread pool.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
@@ -67,52 +66,51 @@ impl PackedLinear {
     pub fn apply(&self, y: &mut [f32], x: &[f32], m: usize, accumulate: bool) {
         assert!(x.len() >= m * self.inp && y.len() >= m * self.out, "buffers too small for {m} rows");
         let n_panels = self.out.div_ceil(self.nr);
+        let mut rows: Vec<&mut [f32]> = y.chunks_mut(self.out).take(m).collect();
         let threads = rayon::current_num_threads();
-        if threads < 2 || n_panels < 2 || m * self.inp * self.out < PARALLEL_MIN_MACS {
-            self.panels_into(y, self.out, 0..n_panels, x, m, accumulate);
-            return;
-        }
-        // Each thread fills its own column range of a private `[m, cols]` block, then copies it
-        // into place (rows of `y` interleave the ranges, so they cannot be split as slices).
-        let per = n_panels.div_ceil(threads);
-        let parts: Vec<(usize, Vec<f32>)> = (0..n_panels)
-            .step_by(per)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|p0| {
-                let p1 = (p0 + per).min(n_panels);
-                let cols = (p1 * self.nr).min(self.out) - p0 * self.nr;
-                let mut block = vec![0f32; m * cols];
-                self.panels_into(&mut block, cols, p0..p1, x, m, false);
-                (p0 * self.nr, block)
-            })
-            .collect();
-        for (c0, block) in parts {
-            let cols = block.len() / m.max(1);
-            for (yr, br) in y.chunks_mut(self.out).zip(block.chunks(cols)).take(m) {
-                let dst = &mut yr[c0..c0 + cols];
-                if accumulate {
-                    dst.iter_mut().zip(br).for_each(|(d, s)| *d += s);
-                } else {
-                    dst.copy_from_slice(br);
-                }
-            }
-        }
+        let split = threads >= 2 && n_panels >= 2 && m * self.inp * self.out >= PARALLEL_MIN_MACS;
+        let parts = if split { threads.min(n_panels) } else { 1 };
+        self.panel_ranges(&mut rows, 0..n_panels, parts, x, accumulate);
     }
 
-    /// Panels `range` into `y` (`m` rows of `ldy`, column 0 = the range's first column).
-    fn panels_into(&self, y: &mut [f32], ldy: usize, range: std::ops::Range<usize>, x: &[f32], m: usize, acc: bool) {
-        pulp::Arch::new().dispatch(Panels { w: self, y, ldy, range, x, m, accumulate: acc });
+    /// Panels `range` into the row segments `rows` (column 0 of each = the range's first column),
+    /// split into `parts` column ranges that run side by side (each row's segment is split where
+    /// the ranges meet, so every thread writes its own columns in place).
+    fn panel_ranges(
+        &self,
+        rows: &mut [&mut [f32]],
+        range: std::ops::Range<usize>,
+        parts: usize,
+        x: &[f32],
+        accumulate: bool,
+    ) {
+        if parts <= 1 || range.len() < 2 {
+            pulp::Arch::new().dispatch(Panels { w: self, rows, range, x, accumulate });
+            return;
+        }
+        let left = parts / 2;
+        let mid = range.start + range.len() * left / parts;
+        let cut = (mid - range.start) * self.nr;
+        let (mut lo, mut hi): (Vec<&mut [f32]>, Vec<&mut [f32]>) = rows
+            .iter_mut()
+            .map(|r| {
+                let (a, b) = std::mem::take(r).split_at_mut(cut);
+                (a, b)
+            })
+            .unzip();
+        rayon::join(
+            || self.panel_ranges(&mut lo, range.start..mid, left, x, accumulate),
+            || self.panel_ranges(&mut hi, mid..range.end, parts - left, x, accumulate),
+        );
     }
 }
 
-struct Panels<'a> {
+struct Panels<'a, 'r> {
     w: &'a PackedLinear,
-    y: &'a mut [f32],
-    ldy: usize,
+    /// One segment per row of the product (`m` rows), starting at the range's first column.
+    rows: &'a mut [&'r mut [f32]],
     range: std::ops::Range<usize>,
     x: &'a [f32],
-    m: usize,
     accumulate: bool,
 }
 
@@ -136,16 +134,16 @@ macro_rules! with_rows {
     };
 }
 
-impl WithSimd for Panels<'_> {
+impl WithSimd for Panels<'_, '_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Panels { w, y, ldy, range, x, m, accumulate } = self;
-        let (nr, k) = (w.nr, w.inp);
+        let Panels { w, rows, range, x, accumulate } = self;
+        let (nr, k, m) = (w.nr, w.inp, rows.len());
         if nr != 2 * S::F32_LANES {
             // Packed for another instruction set (cannot happen within one process).
-            return scalar(w, y, ldy, range, x, m, accumulate);
+            return scalar(w, rows, range, x, accumulate);
         }
         // Rows per register tile: 2 * MR accumulators + 2 weight vectors + 1 broadcast must fit
         // the register file (32 vectors with AVX-512, 16 with AVX2).
@@ -156,18 +154,18 @@ impl WithSimd for Panels<'_> {
             let (c0, cols) = (p * nr - c_first, nr.min(w.out - p * nr));
             let mut r0 = 0;
             while r0 < m {
-                let rows = mr.min(m - r0);
+                let n = mr.min(m - r0);
                 let xs = &x[r0 * k..];
-                let ys = &mut y[r0 * ldy + c0..];
-                with_rows!(rows, tile, simd, panel, xs, k, ys, ldy, cols, accumulate);
-                r0 += rows;
+                let ys = &mut rows[r0..r0 + n];
+                with_rows!(n, tile, simd, panel, xs, k, ys, c0, cols, accumulate);
+                r0 += n;
             }
         }
     }
 }
 
-/// One `MR x NR` tile: rows `x[0..MR]` (stride `k`) against one panel, into `y` (stride `ldy`,
-/// `cols <= NR` valid columns).
+/// One `MR x NR` tile: rows `x[0..MR]` (stride `k`) against one panel, into columns
+/// `c0..c0 + cols` (`cols <= NR`) of the row segments `ys`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn tile<S: Simd, const MR: usize>(
@@ -175,8 +173,8 @@ fn tile<S: Simd, const MR: usize>(
     panel: &[f32],
     x: &[f32],
     k: usize,
-    y: &mut [f32],
-    ldy: usize,
+    ys: &mut [&mut [f32]],
+    c0: usize,
     cols: usize,
     accumulate: bool,
 ) {
@@ -193,8 +191,8 @@ fn tile<S: Simd, const MR: usize>(
             acc[i][1] = simd.mul_add_f32s(b, w1, acc[i][1]);
         }
     }
-    for (i, a) in acc.iter().enumerate() {
-        let yr = &mut y[i * ldy..i * ldy + cols];
+    for (a, y) in acc.iter().zip(ys.iter_mut()) {
+        let yr = &mut y[c0..c0 + cols];
         let mut vals = [0f32; 64];
         let (v, _) = S::as_mut_simd_f32s(&mut vals[..2 * lanes]);
         v[0] = a[0];
@@ -208,23 +206,15 @@ fn tile<S: Simd, const MR: usize>(
 }
 
 /// The same product without SIMD (packing and use on different instruction sets).
-fn scalar(
-    w: &PackedLinear,
-    y: &mut [f32],
-    ldy: usize,
-    range: std::ops::Range<usize>,
-    x: &[f32],
-    m: usize,
-    accumulate: bool,
-) {
+fn scalar(w: &PackedLinear, rows: &mut [&mut [f32]], range: std::ops::Range<usize>, x: &[f32], accumulate: bool) {
     let (nr, k) = (w.nr, w.inp);
     let c_first = range.start * nr;
     for p in range {
         let panel = &w.panels[p * k * nr..][..k * nr];
         for c in 0..nr.min(w.out - p * nr) {
-            for r in 0..m {
+            for (r, y) in rows.iter_mut().enumerate() {
                 let s: f32 = (0..k).map(|kk| x[r * k + kk] * panel[kk * nr + c]).sum();
-                let d = &mut y[r * ldy + p * nr - c_first + c];
+                let d = &mut y[p * nr - c_first + c];
                 *d = if accumulate { *d + s } else { s };
             }
         }
@@ -264,7 +254,8 @@ mod tests {
                 assert!((f64::from(*a) - 2.0 * b).abs() < 2e-4 * (1.0 + b.abs()));
             }
             let mut s = vec![0f32; m * out];
-            scalar(&packed, &mut s, out, 0..out.div_ceil(packed.nr), &x, m, false);
+            let mut rows: Vec<&mut [f32]> = s.chunks_mut(out).collect();
+            scalar(&packed, &mut rows, 0..out.div_ceil(packed.nr), &x, false);
             for (a, b) in s.iter().zip(&want) {
                 assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()));
             }

@@ -2,3 +2,4 @@
 
 mod dispatch;
 mod packing;
+mod vllm;

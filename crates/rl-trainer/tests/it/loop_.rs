@@ -97,6 +97,27 @@ fn resuming_after_a_checkpoint_gives_bit_identical_weights() {
 }
 
 #[test]
+fn broadcasts_are_written_in_the_broadcast_dtype_and_read_back_as_the_trained_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 6);
+    let run = tmp.path().join("run");
+    write_batch(&run, &synthetic_batch(1));
+    let mut cfg = config(&run, &model, 1);
+    cfg.broadcast_dtype = Some(rl_configs::Dtype::Bf16);
+    let mut trainer = RlTrainer::new(&cfg).unwrap();
+    trainer.run(|_| {}).unwrap();
+    let file = broadcast_dir(&run, 1).join("model.safetensors");
+    let read = candle_core::safetensors::load(&file, &candle_core::Device::Cpu).unwrap();
+    for (name, master) in trainer.weights() {
+        let sent = &read[&name];
+        assert_eq!(sent.dtype(), candle_core::DType::BF16, "{name}");
+        let want = master.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+        let got = sent.to_dtype(candle_core::DType::F32).unwrap();
+        assert!(weights_equal(&[(name.clone(), want)], &[(name.clone(), got)]), "{name}: the master weights, rounded");
+    }
+}
+
+#[test]
 fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
     let tmp = tempfile::tempdir().unwrap();
     let model = model_dir(tmp.path(), 5);
