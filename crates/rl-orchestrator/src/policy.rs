@@ -102,7 +102,7 @@ impl PolicyVersion {
                 );
                 next_warning += WAIT_WARNING;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(rl_configs::run_dir::POLL_INTERVAL).await;
         }
     }
 }

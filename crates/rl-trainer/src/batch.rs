@@ -27,7 +27,7 @@ pub fn wait_for_batch(run: &RunDir, step: u64, timeout: Duration) -> Result<Trai
         if start.elapsed() >= timeout {
             return Err(Error::BatchTimeout { step, path, waited_s: start.elapsed().as_secs_f64() });
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(rl_configs::run_dir::POLL_INTERVAL);
     }
     read_batch(run, step)
 }
