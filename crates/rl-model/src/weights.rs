@@ -192,7 +192,11 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()
     let tmp = temp_path(path);
     if let Err(e) = candle_core::safetensors::save(&map, &tmp) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
+        // candle's error does not say which file: a full disk must name it.
+        return Err(match e {
+            candle_core::Error::Io(source) => Error::io(path, source),
+            other => Error::Input(format!("cannot write {}: {other}", path.display())),
+        });
     }
     Ok(persist(&tmp, path)?)
 }

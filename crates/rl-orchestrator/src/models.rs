@@ -81,7 +81,7 @@ pub struct Models {
 impl Models {
     /// The endpoints a config names.
     pub fn new(cfg: &OrchestratorConfig) -> Result<Self> {
-        let http = reqwest::Client::builder()
+        let http = rl_serve::http::client_builder(&[])
             .timeout(Duration::from_secs_f64(cfg.model.timeout_s))
             .build()
             .map_err(|e| Error::Config(format!("cannot build the HTTP client: {e}")))?;
@@ -112,6 +112,10 @@ impl Models {
                     headers: m.headers.clone(),
                 },
             );
+        }
+        for (key, ep) in &endpoints {
+            rl_serve::http::check_reachable_scheme(&ep.base_url)
+                .map_err(|m| Error::Config(format!("{key} ({}): {m}", ep.base_url)))?;
         }
         Ok(Models { http, endpoints })
     }

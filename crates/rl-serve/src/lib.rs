@@ -11,6 +11,7 @@ mod env;
 mod error;
 #[cfg(feature = "fake-model")]
 pub mod fake_model;
+pub mod http;
 mod model_client;
 mod multi_agent;
 mod multi_rollout;

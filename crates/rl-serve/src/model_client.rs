@@ -46,7 +46,7 @@ pub struct ChatResponse {
     pub choices: Vec<Choice>,
 }
 
-/// A client for OpenAI-compatible endpoints (loopback HTTP; no TLS built in).
+/// A client for OpenAI-compatible endpoints (`http://`, or `https://` through [`crate::http`]).
 #[derive(Debug, Clone)]
 pub struct ModelClient {
     http: reqwest::Client,
@@ -62,13 +62,19 @@ impl Default for ModelClient {
 }
 
 impl ModelClient {
-    /// A client with connection pooling.
+    /// A client with connection pooling; `https://` endpoints are checked against the system's
+    /// root certificates.
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
+        Self::with_roots(&[])
+    }
+
+    /// A client that also trusts `extra_roots` for `https://` endpoints.
+    pub fn with_roots(extra_roots: &[reqwest::Certificate]) -> Self {
+        let http = crate::http::client_builder(extra_roots)
             .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
-            .expect("a plain HTTP client always builds");
+            .expect("an HTTP client with the installed TLS provider always builds");
         ModelClient { http }
     }
 
@@ -86,6 +92,7 @@ impl ModelClient {
     ) -> Result<ChatResponse> {
         let body = request_body(runtime, messages, tools, seed, n);
         let url = format!("{}/chat/completions", runtime.base_url);
+        crate::http::check_reachable_scheme(&url).map_err(|m| Error::bad_request("base_url", m))?;
         let mut request = self.http.post(&url).timeout(runtime.timeout).json(&body);
         if let Some(key) = &runtime.api_key {
             request = request.bearer_auth(&key.0);
@@ -105,8 +112,11 @@ impl ModelClient {
                     "model call to {url} took longer than {:?} (the model's timeout_s) before answering",
                     runtime.timeout
                 ))
+            } else if crate::http::is_tls_error(&e) {
+                // A certificate or handshake problem: configuration, not a passing fault.
+                Error::bad_request("base_url", format!("TLS with {url} failed: {}", crate::http::error_chain(&e)))
             } else {
-                Error::Infrastructure(format!("model endpoint {url} unreachable: {e}"))
+                Error::Infrastructure(format!("model endpoint {url} unreachable: {}", crate::http::error_chain(&e)))
             }
         })?;
         let status = response.status();

@@ -2,6 +2,7 @@
 //! errors and exit codes, schemas.
 
 mod dry_run;
+mod durability;
 mod e2e;
 mod env_server;
 mod guide;

@@ -53,7 +53,7 @@ pub(crate) async fn start(tweak: impl FnOnce(&mut InferenceConfig)) -> Srv {
     tokio::spawn(server.serve(listener, async {
         let _ = rx.await;
     }));
-    Srv { base: format!("http://{addr}"), dir, http: reqwest::Client::new(), _stop: tx }
+    Srv { base: format!("http://{addr}"), dir, http: rl_serve::http::client_builder(&[]).build().unwrap(), _stop: tx }
 }
 
 /// `log_softmax(logits / t)` of the continuation tokens, recomputed with a full forward pass.

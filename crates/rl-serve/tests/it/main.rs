@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod errors;
+mod https;
 mod judge;
 mod training_context;
 
