@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+mod gpu;
 mod rl_step;
 
 /// The reference packages, pinned to the versions the README's figures were measured with.
@@ -20,11 +21,15 @@ const REFERENCE_PACKAGES: &[&str] = &["torch==2.15.*", "transformers==5.23.*", "
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let reference = !args.iter().any(|a| a == "--no-reference");
     let only = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
-    const NAMES: [&str; 6] = ["dry-run", "generate", "train-step", "rl-step", "env-server", "python-env"];
+    const NAMES: [&str; 7] = ["dry-run", "generate", "train-step", "rl-step", "env-server", "python-env", "gpu"];
     if let Some(o) = only
         && !NAMES.contains(&o)
     {
         bail!("unknown benchmark {o:?}; expected one of {}", NAMES.join(", "));
+    }
+    // The GPU benchmark runs the CUDA binary of `cargo xtask build-cuda` and only when named.
+    if only == Some("gpu") {
+        return gpu::run(args);
     }
     crate::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
     let python = if reference && only.is_none_or(|o| ["generate", "train-step", "rl-step"].contains(&o)) {
