@@ -50,10 +50,20 @@ fn decode(m: &CpuRuntime, batch: usize, steps: usize) -> f64 {
 
 fn main() {
     rl_kernels::tune_process();
+    // `cargo bench -p rl-model --bench generate -- small 32` runs one case (for profiling).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let skip =
+        |what: &str, all: &[&str]| only.iter().any(|o| all.contains(&o.as_str())) && !only.iter().any(|o| o == what);
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
+        if skip(name, &["tiny", "small"]) {
+            continue;
+        }
         let m = model(preset);
         let _ = decode(&m, 1, 4);
         for batch in [1usize, 32] {
+            if skip(&batch.to_string(), &["1", "32"]) {
+                continue;
+            }
             let p = prefill(&m, batch, 256);
             // The best of five runs (a run is tens of milliseconds on a shared, noisy machine).
             let d = (0..5).map(|_| decode(&m, batch, if batch == 1 { 128 } else { 32 })).fold(0.0, f64::max);

@@ -45,6 +45,29 @@ impl KvBlock {
             self.len += k.len() / self.width;
         }
     }
+
+    /// Appends the keys and values of `rows` tokens of layer `layer`, read from token rows of
+    /// `ld` values (keys at column `k_col`, values at `v_col`: one packed q/k/v row per token);
+    /// the last layer's append counts them.
+    pub(crate) fn append_rows(
+        &mut self,
+        layer: usize,
+        src: &[f32],
+        rows: usize,
+        ld: usize,
+        k_col: usize,
+        v_col: usize,
+    ) {
+        let w = self.width;
+        for r in 0..rows {
+            let row = &src[r * ld..];
+            self.k[layer].extend_from_slice(&row[k_col..k_col + w]);
+            self.v[layer].extend_from_slice(&row[v_col..v_col + w]);
+        }
+        if layer + 1 == self.k.len() {
+            self.len += rows;
+        }
+    }
 }
 
 /// One sequence's cache: a shared, frozen prefix and its own tokens.

@@ -9,9 +9,9 @@ mod kv;
 mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
-use rl_kernels::cpu::norm::{RopeTables, head_norm_rope_forward, rms_norm_forward, rope_rotate};
+use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
 use rl_kernels::cpu::packed::PackedLinear;
-use rl_kernels::cpu::swiglu::swiglu_forward;
+use rl_kernels::cpu::swiglu::swiglu_packed_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
 use rayon::prelude::*;
@@ -123,20 +123,20 @@ impl Runtime for CpuRuntime {
     }
 }
 
-/// One layer's weights: projections packed for [`PackedLinear::apply`], the rest as f32 buffers.
+/// One layer's weights: projections packed for [`PackedLinear::apply`] (q/k/v stacked into one
+/// product, gate/up into another: fewer, larger products), the rest as f32 buffers.
 #[derive(Debug, Clone)]
 struct Layer {
-    q: PackedLinear,
-    k: PackedLinear,
-    v: PackedLinear,
+    /// `[q; k; v]`: each token's row of the product is its queries, keys, then values.
+    qkv: PackedLinear,
     o: PackedLinear,
-    /// q, k, v biases (Qwen2, or `attention_bias`).
-    qkv_bias: Option<[Vec<f32>; 3]>,
+    /// The q, k, v biases concatenated (Qwen2, or `attention_bias`).
+    qkv_bias: Option<Vec<f32>>,
     o_bias: Option<Vec<f32>>,
     /// q and k head norms (Qwen3).
     qk_norm: Option<[Vec<f32>; 2]>,
-    gate: PackedLinear,
-    up: PackedLinear,
+    /// `[gate; up]`: each row is the gate's columns, then the up projection's.
+    gate_up: PackedLinear,
     down: PackedLinear,
     ln1: Vec<f32>,
     ln2: Vec<f32>,
@@ -168,8 +168,19 @@ fn linear_bias(out: &mut [f32], x: &[f32], w: &PackedLinear, b: Option<&[f32]>, 
 
 /// A `[out, in]` weight tensor packed for the runtime.
 fn packed(t: &candle_core::Tensor) -> Result<PackedLinear> {
-    let (out, inp) = t.dims2()?;
-    Ok(PackedLinear::new(&values(t)?, out, inp))
+    stacked(&[t])
+}
+
+/// `[out_i, in]` weights stacked along their outputs and packed as one.
+fn stacked(ts: &[&candle_core::Tensor]) -> Result<PackedLinear> {
+    let mut w = Vec::new();
+    let (mut out, mut inp) = (0, 0);
+    for t in ts {
+        let (o, i) = t.dims2()?;
+        w.extend(values(t)?);
+        (out, inp) = (out + o, i);
+    }
+    Ok(PackedLinear::new(&w, out, inp))
 }
 
 /// Adds `b` to every row of `x`.
@@ -189,12 +200,10 @@ impl CpuRuntime {
             .iter()
             .map(|l| {
                 Ok(Layer {
-                    q: packed(&l.q)?,
-                    k: packed(&l.k)?,
-                    v: packed(&l.v)?,
+                    qkv: stacked(&[&l.q, &l.k, &l.v])?,
                     o: packed(&l.o)?,
                     qkv_bias: match &l.qkv_bias {
-                        Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?]),
+                        Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?].concat()),
                         None => None,
                     },
                     o_bias: l.o_bias.as_ref().map(values).transpose()?,
@@ -202,8 +211,7 @@ impl CpuRuntime {
                         Some([q, k]) => Some([values(q)?, values(k)?]),
                         None => None,
                     },
-                    gate: packed(&l.gate)?,
-                    up: packed(&l.up)?,
+                    gate_up: stacked(&[&l.gate, &l.up])?,
                     down: packed(&l.down)?,
                     ln1: values(&l.ln1)?,
                     ln2: values(&l.ln2)?,
@@ -273,39 +281,31 @@ impl CpuRuntime {
             }
         }
         let tables = RopeTables { cos: &self.cos, sin: &self.sin };
-        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kd], vec![0f32; n * kd]);
-        let (mut g, mut u) = (vec![0f32; n * inter], vec![0f32; n * inter]);
+        let width = qd + 2 * kd;
+        let mut qkv = vec![0f32; n * width];
+        let mut gu = vec![0f32; n * 2 * inter];
         for (li, l) in self.layers.iter().enumerate() {
             let hn = rms_norm_forward(&x, &l.ln1, eps);
-            let bias = |i: usize| l.qkv_bias.as_ref().map(|b| b[i].as_slice());
-            linear_bias(&mut q, &hn, &l.q, bias(0), n);
-            linear_bias(&mut k, &hn, &l.k, bias(1), n);
-            linear_bias(&mut v, &hn, &l.v, bias(2), n);
-            let (q, k) = match &l.qk_norm {
-                Some([qn, kn]) => (
-                    head_norm_rope_forward(&q, qn, eps, &positions, tables),
-                    head_norm_rope_forward(&k, kn, eps, &positions, tables),
-                ),
-                None => {
-                    let d = c.head_dim;
-                    (rope_rotate(&q, d, &positions, tables, false), rope_rotate(&k, d, &positions, tables, false))
-                }
-            };
+            linear_bias(&mut qkv, &hn, &l.qkv, l.qkv_bias.as_deref(), n);
+            let norm = |i: usize| l.qk_norm.as_ref().map(|w| w[i].as_slice());
+            let spans = [
+                HeadSpan { heads: c.num_attention_heads, norm: norm(0) },
+                HeadSpan { heads: c.num_key_value_heads, norm: norm(1) },
+            ];
+            let qkv = heads_norm_rope_forward(&qkv, width, c.head_dim, &spans, eps, &positions, tables);
             let mut row = 0;
             for (cache, toks) in caches.iter_mut().zip(tokens) {
-                let rows = row..row + toks.len();
-                cache.own.append(li, &k[rows.start * kd..rows.end * kd], &v[rows.start * kd..rows.end * kd]);
-                row = rows.end;
+                cache.own.append_rows(li, &qkv[row * width..], toks.len(), width, qd, qd + kd);
+                row += toks.len();
             }
-            let a = self.attention(li, caches, tokens, &q);
+            let a = self.attention(li, caches, tokens, &qkv, width);
             if let Some(b) = &l.o_bias {
                 add_rows(&mut x, b);
             }
             l.o.apply(&mut x, &a, n, true);
             let hn = rms_norm_forward(&x, &l.ln2, eps);
-            l.gate.apply(&mut g, &hn, n, false);
-            l.up.apply(&mut u, &hn, n, false);
-            l.down.apply(&mut x, &swiglu_forward(&g, &u), n, true);
+            l.gate_up.apply(&mut gu, &hn, n, false);
+            l.down.apply(&mut x, &swiglu_packed_forward(&gu, inter), n, true);
         }
         let mut rows = Vec::new();
         let mut start = 0;
@@ -325,8 +325,8 @@ impl CpuRuntime {
     }
 
     /// Attention of every sequence's new query rows over its cache (new keys already appended),
-    /// `[n, q_heads * head_dim]`.
-    fn attention(&self, layer: usize, caches: &[&mut SeqCache], tokens: &[&[u32]], q: &[f32]) -> Vec<f32> {
+    /// `[n, q_heads * head_dim]`; the queries are the first columns of rows of `ldq` values.
+    fn attention(&self, layer: usize, caches: &[&mut SeqCache], tokens: &[&[u32]], q: &[f32], ldq: usize) -> Vec<f32> {
         let c = &self.cfg;
         let (d, hq, hk) = (c.head_dim, c.num_attention_heads, c.num_key_value_heads);
         let (qd, kd, rep) = (hq * d, hk * d, hq / hk);
@@ -366,14 +366,14 @@ impl CpuRuntime {
                     // One token: its heads sharing a key/value head are one [rep x d] block.
                     lse.resize(rep, 0.0);
                     for g in 0..hk {
-                        let qb = MatRef::new(&q[start * qd + g * rep * d..], rep, d, d, 1);
+                        let qb = MatRef::new(&q[start * ldq + g * rep * d..], rep, d, d, 1);
                         let ob = MatMut::new(&mut o[g * rep * d..], rep, d, d, 1);
                         attend(qb, &runs(g), kd, Causal { diag, step: 0 }, scale, s, ob, lse, 1);
                     }
                 } else {
                     lse.resize(rows, 0.0);
                     for head in 0..hq {
-                        let qb = MatRef::new(&q[start * qd + head * d..], rows, d, qd, 1);
+                        let qb = MatRef::new(&q[start * ldq + head * d..], rows, d, ldq, 1);
                         let ob = MatMut::new(&mut o[head * d..], rows, d, qd, 1);
                         attend(qb, &runs(head / rep), kd, Causal { diag, step: 1 }, scale, s, ob, lse, 1);
                     }
