@@ -50,7 +50,14 @@ struct Restart {
     program: Option<Vec<String>>,
     args: Vec<String>,
     done: u32,
+    /// Crashes in a row, each soon after the (re)start before it: the backoff grows with them.
+    quick: u32,
+    started: std::time::Instant,
 }
+
+/// A server that ran this long before crashing is restarted after the shortest backoff again:
+/// the backoff is for crash loops, not for the occasional crash of a long run.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
 
 impl Drop for Proc {
     /// SIGTERM to the child's process group (it leads its own: anything it started, a Python
@@ -160,19 +167,33 @@ fn spawn_child(
     Ok((child, log, event))
 }
 
-/// Starts a crashed env server again on its address, after a backoff (1, 2, 4 s ...). What the
-/// dead process started (its process group) is killed first.
+/// The length of the streak of crashes this one belongs to, given the streak before it and how
+/// long the process ran: a crash after [`HEALTHY_RUN`] starts a new streak.
+fn quick_crashes(before: u32, ran: Duration) -> u32 {
+    if ran >= HEALTHY_RUN { 1 } else { before + 1 }
+}
+
+/// The pause before a restart, the `streak`-th crash in a row: 1, 2, 4 ... 32 s.
+fn restart_backoff(streak: u32) -> Duration {
+    Duration::from_secs(1 << streak.saturating_sub(1).min(5))
+}
+
+/// Starts a crashed env server again on its address, after a backoff (1, 2, 4 s ... for crashes
+/// in quick succession; 1 s again after a run of [`HEALTHY_RUN`]). What the dead process started
+/// (its process group) is killed first.
 fn restart(run: &RunDir, p: &mut Proc, out: &mut impl Write, why: &str, budget: u32) -> anyhow::Result<bool> {
     let Some(r) = p.restart.as_mut().filter(|r| r.done < budget) else { return Ok(false) };
     r.done += 1;
+    r.quick = quick_crashes(r.quick, r.started.elapsed());
     let group = format!("-{}", p.child.id());
     let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
     writeln!(out, "{} {why}; restarting it ({}/{budget}) on its address; log {}", p.name, r.done, p.log.display())?;
-    std::thread::sleep(Duration::from_secs(1 << (r.done - 1).min(5)));
+    std::thread::sleep(restart_backoff(r.quick));
     let args: Vec<&str> = r.args.iter().map(String::as_str).collect();
     let (child, _, _) = spawn_child(run, &p.name, r.program.as_deref(), &args, true)
         .with_context(|| format!("cannot restart {}", p.name))?;
     p.child = child;
+    r.started = std::time::Instant::now();
     Ok(true)
 }
 
@@ -241,7 +262,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         // Restarted on its port; the orchestrator sees the new boot id and loads its weights again.
         if let Some(port) = crate::liveness::host_port(&orchestrator.model.base_url).and_then(|h| h.rsplit_once(':')) {
             args.extend([String::from("--port"), port.1.to_owned()]);
-            p.restart = Some(Restart { program: None, args, done: 0 });
+            p.restart = Some(Restart { program: None, args, done: 0, quick: 0, started: std::time::Instant::now() });
         }
         procs.push(p);
     }
@@ -263,7 +284,13 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
             .context("env server did not report its address")?;
         if let Some((_, port)) = address.rsplit_once(':') {
             args.extend([String::from("--serve.port"), port.to_owned()]);
-            p.restart = Some(Restart { program: part.command.clone(), args, done: 0 });
+            p.restart = Some(Restart {
+                program: part.command.clone(),
+                args,
+                done: 0,
+                quick: 0,
+                started: std::time::Instant::now(),
+            });
         }
         addresses.insert((part.split, part.name.clone()), address);
         procs.push(p);
@@ -599,6 +626,22 @@ fn monitor(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn restart_backoff_grows_with_crash_loops_and_starts_over_after_a_healthy_run() {
+        let mut quick = 0;
+        let mut pauses = Vec::new();
+        for _ in 0..7 {
+            quick = super::quick_crashes(quick, Duration::from_secs(2));
+            pauses.push(super::restart_backoff(quick).as_secs());
+        }
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 32]);
+        // A crash after a minute of serving is not part of a loop: the shortest pause again.
+        quick = super::quick_crashes(quick, super::HEALTHY_RUN);
+        assert_eq!(super::restart_backoff(quick).as_secs(), 1);
+    }
+
     #[test]
     fn steps_that_train_nothing_are_warned_about_at_5_then_as_the_streak_doubles() {
         let mut warned = 0;

@@ -178,6 +178,15 @@ impl Dispatch<'_> {
                     tracing::warn!("the policy's inference server does not answer; waiting for it");
                     self.models.wait_healthy(POLICY_KEY, self.ready_timeout).await?;
                 }
+                // Likewise an env server that is down (the launcher restarts it, after a backoff
+                // that can outlast the groups' runs): wait for it before running them again.
+                let mut seen = std::collections::BTreeSet::new();
+                for &j in &pending {
+                    let client = jobs[j].client;
+                    if seen.insert(client.address().to_owned()) {
+                        client.wait_for_health(self.ready_timeout).await?;
+                    }
+                }
                 policy.reload_after_restart(self.models).await?;
                 tokio::time::sleep(RETRY_PAUSE).await;
             }

@@ -610,3 +610,47 @@ async fn weight_updates_retry_server_errors_and_not_client_errors() {
     assert!(err.contains("400"), "{err}");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "no retry of a client error");
 }
+
+/// An env server that is down for longer than a group's three runs take (the launcher restarts a
+/// crashed one after a backoff of up to 32 s): the orchestrator waits for it to answer again
+/// before running the failed groups, so the step completes and no group is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_wait_for_an_env_server_that_comes_back_instead_of_being_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = reverse_text_model().await;
+    let args = serde_json::json!({"num_examples": 40});
+    let env = rl_envs::load("reverse-text", args.as_object().unwrap()).await.unwrap();
+    let serve = ServeConfig::default();
+    let listener = rl_serve::bind(&serve).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let (env, serve) = (Arc::clone(&env), serve.clone());
+        tokio::spawn(async move {
+            rl_serve::serve(env, &serve, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+        })
+    };
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address.to_string(), 1);
+    cfg.wait_for_ready_s = 30.0;
+    let mut orch = Orchestrator::connect(&cfg).await.unwrap();
+    // The server goes away, and comes back on its address 12 s later (a group's three runs, with
+    // the client's own retries, give up after about 7 s).
+    stop.send(()).unwrap();
+    let _ = first.await;
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let again = ServeConfig { port: address.port(), ..ServeConfig::default() };
+        let listener = rl_serve::bind(&again).await.unwrap();
+        rl_serve::serve(env, &again, listener, std::future::pending()).await
+    });
+    let mut summaries = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), orch.run(|s| summaries.push(s.clone()))).await.unwrap().unwrap();
+    trainer.await.unwrap();
+    let m = row(&summaries[0]);
+    assert_eq!(m.get("groups_dropped/infrastructure").and_then(serde_json::Value::as_u64).unwrap_or(0), 0, "{m}");
+    assert_eq!(summaries[0].metrics.rollouts.as_ref().unwrap().rollouts, 8, "{m}");
+}
