@@ -8,7 +8,7 @@
 use pulp::{Simd, WithSimd};
 
 /// Products of at least this many multiply-adds are split across the thread pool.
-const PARALLEL_MIN_MACS: usize = 1 << 18;
+const PARALLEL_MIN_MACS: usize = 1 << 15;
 
 /// A weight packed for [`PackedLinear::apply`].
 #[derive(Debug, Clone)]

@@ -263,8 +263,25 @@ impl CpuRuntime {
         for (c, t) in caches.iter().zip(tokens) {
             self.check(c.len(), t)?;
         }
-        // On a pool thread, so the kernels' parallel loops over small inputs run inline.
-        rayon::scope(|_| self.forward_on_pool(caches, tokens, rows))
+        // On a pool thread, so the kernels' parallel loops over small inputs run inline. While it
+        // runs, the pool's other threads stay awake (looking for work instead of sleeping), so
+        // the many small parallel products of a decode step start at once instead of waiting for
+        // a sleeping thread to be woken for each.
+        let done = std::sync::atomic::AtomicBool::new(false);
+        rayon::scope(|s| {
+            for _ in 1..rayon::current_num_threads() {
+                s.spawn(|_| {
+                    while !done.load(std::sync::atomic::Ordering::Acquire) {
+                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                });
+            }
+            let out = self.forward_on_pool(caches, tokens, rows);
+            done.store(true, std::sync::atomic::Ordering::Release);
+            out
+        })
     }
 
     fn forward_on_pool(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], want: &[Rows]) -> Result<Vec<f32>> {
