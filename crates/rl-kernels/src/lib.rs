@@ -17,6 +17,7 @@ mod float;
 pub mod gemm;
 mod layout;
 pub mod ops;
+mod pool;
 mod process;
 
 pub use cpu::adamw::AdamW;
@@ -25,4 +26,5 @@ pub use cpu::layer::LayerShape;
 pub use cpu::logprobs::Targets;
 pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};
+pub use pool::on_awake_pool;
 pub use process::{Tuning, tune_process};

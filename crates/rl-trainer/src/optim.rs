@@ -79,6 +79,11 @@ impl Optimizer {
     /// Applies one update with learning rate `lr` to gradients scaled by `grad_scale` (clipping);
     /// `grads[i]` belongs to `vars[i]`.
     pub fn step(&mut self, vars: &[(String, Var)], grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
+        // Two small parallel passes per variable: keep the pool awake between them.
+        rl_kernels::on_awake_pool(|| self.step_here(vars, grads, lr, grad_scale))
+    }
+
+    fn step_here(&mut self, vars: &[(String, Var)], grads: &[Tensor], lr: f64, grad_scale: f64) -> Result<()> {
         self.steps += 1;
         for ((name, var), g) in vars.iter().zip(grads) {
             let w = var.as_tensor();

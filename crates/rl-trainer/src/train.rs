@@ -246,7 +246,7 @@ pub fn step_gradients(
     counts: crate::loss::StepCounts,
     step: u64,
 ) -> Result<(Vec<Tensor>, LossStats)> {
-    rayon::scope(|_| gradients_here(model, vars, rows, loss, counts, step))
+    rl_kernels::on_awake_pool(|| gradients_here(model, vars, rows, loss, counts, step))
 }
 
 fn gradients_here(

@@ -263,25 +263,9 @@ impl CpuRuntime {
         for (c, t) in caches.iter().zip(tokens) {
             self.check(c.len(), t)?;
         }
-        // On a pool thread, so the kernels' parallel loops over small inputs run inline. While it
-        // runs, the pool's other threads stay awake (looking for work instead of sleeping), so
-        // the many small parallel products of a decode step start at once instead of waiting for
-        // a sleeping thread to be woken for each.
-        let done = std::sync::atomic::AtomicBool::new(false);
-        rayon::scope(|s| {
-            for _ in 1..rayon::current_num_threads() {
-                s.spawn(|_| {
-                    while !done.load(std::sync::atomic::Ordering::Acquire) {
-                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                            std::hint::spin_loop();
-                        }
-                    }
-                });
-            }
-            let out = self.forward_on_pool(caches, tokens, rows);
-            done.store(true, std::sync::atomic::Ordering::Release);
-            out
-        })
+        // On a pool thread, so the kernels' parallel loops over small inputs run inline, with the
+        // pool's other threads awake for the many small parallel products of a decode step.
+        rl_kernels::on_awake_pool(|| self.forward_on_pool(caches, tokens, rows))
     }
 
     fn forward_on_pool(&self, caches: &mut [&mut SeqCache], tokens: &[&[u32]], want: &[Rows]) -> Result<Vec<f32>> {
