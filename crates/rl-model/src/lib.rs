@@ -32,6 +32,6 @@ pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRunti
 pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
 pub use weights::{
-    Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config, read_weights,
-    weight_names, weight_shapes, write_model_dir, write_safetensors,
+    Part, Trainable, layer_part_shapes, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
+    read_weights, weight_names, weight_shapes, write_model_dir, write_safetensors,
 };

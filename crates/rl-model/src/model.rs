@@ -31,6 +31,9 @@ pub(crate) struct Layer {
     pub(crate) down: Tensor,
     pub(crate) ln1: Tensor,
     pub(crate) ln2: Tensor,
+    /// All of the above as the fused layer op's flat vector, when the weights are one trainable
+    /// variable per layer ([`crate::Trainable`]); otherwise built from them at each forward.
+    pub(crate) flat: Option<Tensor>,
 }
 
 /// `x W^T + b`, with `W` and `b` through `at` (the cast to the compute dtype).
@@ -66,6 +69,7 @@ impl Layer {
             down: f(&self.down)?,
             ln1: f(&self.ln1)?,
             ln2: f(&self.ln2)?,
+            flat: self.flat.as_ref().map(&f).transpose()?,
         })
     }
 
@@ -177,6 +181,7 @@ impl CausalLm {
                 down: p.get((h, inter), "down_proj.weight")?,
                 ln1: l.get(h, "input_layernorm.weight")?,
                 ln2: l.get(h, "post_attention_layernorm.weight")?,
+                flat: None,
             });
         }
         let norm = m.get(h, "norm.weight")?;
@@ -261,8 +266,10 @@ impl CausalLm {
         let mut x = self.at(&self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?)?;
         let shape = self.layer_shape();
         for l in &self.layers {
-            let l = l.map(|w| self.at(w))?;
-            let w = l.weights().flat()?;
+            let w = match &l.flat {
+                Some(flat) => self.at(flat)?,
+                None => l.map(|w| self.at(w))?.weights().flat()?,
+            };
             x = decoder_layer(&x, &w, layout.clone(), positions.clone(), &self.rope, shape, scale)?;
         }
         Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)

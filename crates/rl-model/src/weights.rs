@@ -147,34 +147,154 @@ pub fn model_from_weights(
         .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))
 }
 
-/// Trainable weights: one `Var` per HF name, in [`weight_names`] order.
+/// One decoder layer's weights (HF names and shapes) in the order of the fused layer op's flat
+/// vector (`rl_kernels::LayerShape::parts`): input norm, q/k/v projections, their biases, the q/k
+/// norms, the output projection and its bias, the post-attention norm, gate, up, down.
+pub fn layer_part_shapes(cfg: &ModelConfig, i: usize) -> Vec<(String, Vec<usize>)> {
+    let (h, hd, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
+    let l = format!("model.layers.{i}");
+    let mut out = vec![(format!("{l}.input_layernorm.weight"), vec![h])];
+    for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+        out.push((format!("{l}.self_attn.{p}.weight"), vec![rows, h]));
+    }
+    if cfg.qkv_bias() {
+        for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            out.push((format!("{l}.self_attn.{p}.bias"), vec![rows]));
+        }
+    }
+    if cfg.qk_norm() {
+        out.push((format!("{l}.self_attn.q_norm.weight"), vec![hd]));
+        out.push((format!("{l}.self_attn.k_norm.weight"), vec![hd]));
+    }
+    out.push((format!("{l}.self_attn.o_proj.weight"), vec![h, q]));
+    if cfg.o_bias() {
+        out.push((format!("{l}.self_attn.o_proj.bias"), vec![h]));
+    }
+    out.push((format!("{l}.post_attention_layernorm.weight"), vec![h]));
+    out.push((format!("{l}.mlp.gate_proj.weight"), vec![inter, h]));
+    out.push((format!("{l}.mlp.up_proj.weight"), vec![inter, h]));
+    out.push((format!("{l}.mlp.down_proj.weight"), vec![h, inter]));
+    out
+}
+
+/// One HF weight inside a trainable variable: elements `offset..offset + len` of `vars[var]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// The HF name.
+    pub name: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Index of the variable holding it in [`Trainable::vars`].
+    pub var: usize,
+    /// Its first element in the (flattened) variable.
+    pub offset: usize,
+}
+
+/// Trainable weights. Each decoder layer's weights are one flat `Var` (named `model.layers.{i}`,
+/// laid out as [`layer_part_shapes`]) that the fused layer op takes as it is, so a step neither
+/// concatenates them nor splits and accumulates their gradients; the embedding, final norm and
+/// untied output head are one `Var` each under their HF names. [`Trainable::tensors`] gives every
+/// weight under its HF name.
 #[derive(Debug, Clone)]
 pub struct Trainable {
-    /// (name, variable).
+    /// The optimizer's variables: (name, variable).
     pub vars: Vec<(String, Var)>,
+    /// Every HF weight and where it lives, in [`weight_names`] order.
+    parts: Vec<Part>,
+    /// Each layer's flat variable, by layer.
+    layers: Vec<usize>,
 }
 
 impl Trainable {
     /// Wraps tensors as variables (every tensor the model reads).
     pub fn from_tensors(cfg: &ModelConfig, tensors: &HashMap<String, Tensor>) -> Result<Self> {
-        let mut vars = Vec::new();
-        for name in weight_names(cfg) {
-            let t = tensors.get(&name).ok_or_else(|| Error::Input(format!("missing weight {name}")))?;
-            vars.push((name, Var::from_tensor(t)?));
+        let get = |name: &str| tensors.get(name).ok_or_else(|| Error::Input(format!("missing weight {name}")));
+        let (mut vars, mut parts, mut layers) = (Vec::new(), Vec::new(), Vec::new());
+        let single = |name: &str, vars: &mut Vec<(String, Var)>, parts: &mut Vec<Part>| -> Result<()> {
+            let t = get(name)?;
+            parts.push(Part { name: name.to_owned(), shape: t.dims().to_vec(), var: vars.len(), offset: 0 });
+            vars.push((name.to_owned(), Var::from_tensor(t)?));
+            Ok(())
+        };
+        single("model.embed_tokens.weight", &mut vars, &mut parts)?;
+        for i in 0..cfg.num_hidden_layers {
+            let mut flat = Vec::new();
+            let mut offset = 0;
+            for (name, shape) in layer_part_shapes(cfg, i) {
+                let t = get(&name)?;
+                if t.dims() != shape.as_slice() {
+                    return Err(Error::Input(format!("{name} is {:?}, expected {shape:?}", t.dims())));
+                }
+                flat.push(t.flatten_all()?);
+                parts.push(Part { name, shape: shape.clone(), var: vars.len(), offset });
+                offset += shape.iter().product::<usize>();
+            }
+            layers.push(vars.len());
+            vars.push((format!("model.layers.{i}"), Var::from_tensor(&Tensor::cat(&flat, 0)?)?));
         }
-        Ok(Trainable { vars })
+        single("model.norm.weight", &mut vars, &mut parts)?;
+        if !cfg.tie_word_embeddings {
+            single("lm_head.weight", &mut vars, &mut parts)?;
+        }
+        let order: HashMap<String, usize> = weight_names(cfg).into_iter().enumerate().map(|(i, n)| (n, i)).collect();
+        parts.sort_by_key(|p| order.get(&p.name).copied().unwrap_or(usize::MAX));
+        Ok(Trainable { vars, parts, layers })
+    }
+
+    /// Every HF weight and the variable elements that hold it, in [`weight_names`] order.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The part of `t` (a tensor shaped like its variable: the variable itself or its gradient)
+    /// that holds `part`, in the weight's shape.
+    pub fn part_of(&self, part: &Part, t: &Tensor) -> Result<Tensor> {
+        if !self.layers.contains(&part.var) {
+            return Ok(t.clone());
+        }
+        let len = part.shape.iter().product();
+        Ok(t.narrow(0, part.offset, len)?.reshape(part.shape.as_slice())?)
+    }
+
+    /// Each flat layer variable's name and the HF names of its parts, in order (to regroup
+    /// per-weight optimizer state saved by earlier versions).
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        self.layers
+            .iter()
+            .map(|&v| {
+                let names = self.parts.iter().filter(|p| p.var == v).map(|p| (p.offset, p.name.clone()));
+                let mut names: Vec<(usize, String)> = names.collect();
+                names.sort();
+                (self.vars[v].0.clone(), names.into_iter().map(|(_, n)| n).collect())
+            })
+            .collect()
     }
 
     /// A model whose weights are these variables (gradients flow to them), in their dtype.
     pub fn model(&self, cfg: &ModelConfig, device: &Device) -> Result<CausalLm> {
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
-        let map: HashMap<String, Tensor> = self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-        CausalLm::new(cfg, &VarBuilder::from_tensors(map, dtype, device))
+        let map: HashMap<String, Tensor> = self
+            .parts
+            .iter()
+            .map(|p| Ok((p.name.clone(), self.part_of(p, self.vars[p.var].1.as_tensor())?)))
+            .collect::<Result<_>>()?;
+        let mut model = CausalLm::new(cfg, &VarBuilder::from_tensors(map, dtype, device))?;
+        for (layer, &v) in model.layers.iter_mut().zip(&self.layers) {
+            layer.flat = Some(self.vars[v].1.as_tensor().clone());
+        }
+        Ok(model)
     }
 
-    /// Current values, detached.
+    /// Current values under their HF names, detached.
     pub fn tensors(&self) -> Vec<(String, Tensor)> {
-        self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().detach())).collect()
+        self.parts
+            .iter()
+            .map(|p| {
+                let t = self.vars[p.var].1.as_tensor().detach();
+                (p.name.clone(), self.part_of(p, &t).expect("a part lies inside its variable"))
+            })
+            .collect()
     }
 }
 

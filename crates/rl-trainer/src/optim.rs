@@ -117,6 +117,41 @@ impl Optimizer {
         Ok(())
     }
 
+    /// Regroups state saved per HF weight (before layers were one variable each) into the
+    /// variables `groups` names: each group's parts, in order, become one flat state. A group with
+    /// some parts' state but not all is an error naming the first missing one.
+    pub fn regroup(&mut self, groups: &[(String, Vec<String>)]) -> Result<()> {
+        for (flat, parts) in groups {
+            if self.state.contains_key(flat) || !parts.iter().any(|p| self.state.contains_key(p)) {
+                continue;
+            }
+            if let Some(missing) = parts.iter().find(|p| !self.state.contains_key(*p)) {
+                return Err(Error::Checkpoint {
+                    path: std::path::PathBuf::from(flat),
+                    message: format!("the optimizer state has other weights of this layer but not {missing}"),
+                });
+            }
+            let states: Vec<Tensor> = parts.iter().filter_map(|p| self.state.remove(p)).collect();
+            for p in parts {
+                self.shapes.remove(p);
+            }
+            // AdamW keeps [2, n] (m; v) per variable, SGD a buffer of the weight's shape.
+            let joined = match self.cfg {
+                OptimConfig::Adamw { .. } => Tensor::cat(&states, 1)?,
+                OptimConfig::Sgd { .. } => {
+                    Tensor::cat(&states.iter().map(Tensor::flatten_all).collect::<candle_core::Result<Vec<_>>>()?, 0)?
+                }
+            };
+            let n = match self.cfg {
+                OptimConfig::Adamw { .. } => joined.dim(1)?,
+                OptimConfig::Sgd { .. } => joined.elem_count(),
+            };
+            self.shapes.insert(flat.clone(), candle_core::Shape::from(n));
+            self.state.insert(flat.clone(), joined);
+        }
+        Ok(())
+    }
+
     /// (first, second) moment tensors of a variable of `shape` (SGD: the momentum buffer, no second).
     fn moments(&self, state: &Tensor, shape: &candle_core::Shape) -> Result<(Tensor, Option<Tensor>)> {
         Ok(match self.cfg {
@@ -185,6 +220,25 @@ impl Optimizer {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn per_weight_state_of_older_checkpoints_is_regrouped_into_layer_variables() {
+        let cfg = OptimConfig::Adamw { lr: 0.1, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 };
+        let mut opt = Optimizer::new(&cfg);
+        let state = |v: &[f64]| Tensor::new(v, &Device::Cpu).unwrap().reshape((2, v.len() / 2)).unwrap();
+        opt.state.insert(String::from("l.a"), state(&[1.0, 2.0, 10.0, 20.0]));
+        opt.state.insert(String::from("l.b"), state(&[3.0, 30.0]));
+        opt.state.insert(String::from("other"), state(&[5.0, 50.0]));
+        opt.regroup(&[(String::from("l"), vec![String::from("l.a"), String::from("l.b")])]).unwrap();
+        let flat = opt.state["l"].to_vec2::<f64>().unwrap();
+        assert_eq!(flat, vec![vec![1.0, 2.0, 3.0], vec![10.0, 20.0, 30.0]], "m then v, parts in order");
+        assert!(!opt.state.contains_key("l.a") && opt.state.contains_key("other"));
+        // Half a layer's state is not silently dropped.
+        let mut partial = Optimizer::new(&cfg);
+        partial.state.insert(String::from("l.a"), state(&[1.0, 2.0]));
+        let err = partial.regroup(&[(String::from("l"), vec![String::from("l.a"), String::from("l.b")])]).unwrap_err();
+        assert!(err.to_string().contains("l.b"), "{err}");
+    }
 
     #[test]
     fn adamw_matches_the_formula_for_two_steps() {

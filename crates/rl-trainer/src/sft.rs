@@ -195,6 +195,8 @@ impl SftTrainer {
             None => (src.clone(), 1, Optimizer::new(&cfg.optim)),
         };
         let (vars, model) = master_weights(&model_cfg, &weights_dir, &dev, cfg.dtype)?;
+        let mut opt = opt;
+        opt.regroup(&vars.groups())?;
         Ok(SftTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, src })
     }
 

@@ -123,6 +123,8 @@ impl RlTrainer {
             None => (dir, 1, Optimizer::new(&cfg.optim)),
         };
         let (vars, model) = master_weights(&model_cfg, &weights_dir, &device, cfg.dtype)?;
+        let mut opt = opt;
+        opt.regroup(&vars.groups())?;
         Ok(RlTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, device })
     }
 

@@ -33,9 +33,13 @@ fn every_weight_gets_a_nonzero_gradient_in(cfg: &rl_model::ModelConfig) {
     let t = Trainable::from_tensors(&cfg, &weights(&cfg, 1, DType::F32)).unwrap();
     let model = t.model(&cfg, &Device::Cpu).unwrap();
     let grads = loss(&model).backward().unwrap();
-    assert_eq!(t.vars.len(), rl_model::weight_names(&cfg).len());
-    for (name, var) in &t.vars {
+    assert_eq!(t.parts().len(), rl_model::weight_names(&cfg).len());
+    for part in t.parts() {
+        let name = &part.name;
+        let var = &t.vars[part.var].1;
         let g = grads.get(var.as_tensor()).unwrap_or_else(|| panic!("{name} got no gradient"));
+        let g = t.part_of(part, g).unwrap();
+        assert_eq!(g.dims(), part.shape.as_slice(), "{name}");
         let norm = g.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(norm > 0.0 && norm.is_finite(), "{family:?} {name}: gradient norm {norm}");
     }
@@ -54,13 +58,16 @@ fn gradients_match_finite_differences_in(cfg: &rl_model::ModelConfig) {
     let model = t.model(&cfg, &Device::Cpu).unwrap();
     let grads = loss(&model).backward().unwrap();
     let eps = 1e-6;
-    for (name, var) in &t.vars {
+    for part in t.parts() {
+        let (name, var) = (&part.name, &t.vars[part.var].1);
         let analytic = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
         let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
         let shape = var.as_tensor().shape().clone();
-        // Two elements per tensor: the one with the largest gradient and a fixed middle one.
-        let largest = analytic.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap().0;
-        for idx in [largest, base.len() / 2] {
+        // Two elements per weight: the one with the largest gradient and a fixed middle one.
+        let len: usize = part.shape.iter().product();
+        let own = &analytic[part.offset..part.offset + len];
+        let largest = part.offset + own.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap().0;
+        for idx in [largest, part.offset + len / 2] {
             let eval = |delta: f64| {
                 let mut v = base.clone();
                 v[idx] += delta;
