@@ -162,11 +162,16 @@ pub struct SftValConfig {
     pub interval: u64,
     /// Held-out examples (generated with a different seed than training).
     pub num_examples: u32,
+    /// Stop once a validation loss is at or below this (the model of that step is the result);
+    /// unset: train all `max_steps`. A warm start for RL that stops here leaves RL room to improve
+    /// a skill the model has just begun to learn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_below: Option<f64>,
 }
 
 impl Default for SftValConfig {
     fn default() -> Self {
-        SftValConfig { interval: 50, num_examples: 64 }
+        SftValConfig { interval: 50, num_examples: 64, stop_below: None }
     }
 }
 
@@ -226,6 +231,12 @@ impl SftConfig {
             && (v.interval == 0 || v.num_examples == 0)
         {
             return Err(ConfigError::invalid(k("val"), "interval and num_examples must be at least 1"));
+        }
+        if let Some(v) = &self.val
+            && let Some(t) = v.stop_below
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(ConfigError::invalid(k("val.stop_below"), format!("must be a positive loss, got {t}")));
         }
         self.optim.validate(&k("optim"))?;
         self.scheduler.validate(&k("scheduler"), self.optim.lr(), Some(self.max_steps))?;

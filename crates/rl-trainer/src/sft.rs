@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::run_dir::{SftRow, append_jsonl, retain_jsonl};
-use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig};
+use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig, SftValConfig};
 use rl_model::{CausalLm, ChatTemplate, ModelConfig, TemplateMessage, Tok, Trainable, read_config};
 
 use crate::MicroBatch;
@@ -266,12 +266,20 @@ impl SftTrainer {
                 val_loss,
             };
             append_jsonl(&run.metrics(), &row)?;
+            let stop = match (&self.cfg.val, val_loss) {
+                (Some(SftValConfig { stop_below: Some(t), .. }), Some(v)) => v <= *t,
+                _ => false,
+            };
             if let Some(c) = &self.cfg.ckpt
-                && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps)
+                && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps || stop)
             {
                 write_checkpoint(&run, self.step, &self.vars.tensors(), &self.opt, c.keep_last)?;
             }
             on_step(&report);
+            if stop {
+                tracing::info!(step = self.step, val_loss, "validation loss reached val.stop_below: stopping");
+                break;
+            }
             self.step += 1;
         }
         Ok(())

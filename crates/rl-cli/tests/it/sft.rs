@@ -168,3 +168,46 @@ fn sft_tracking_writes_tensorboard_events_and_survives_a_failing_sidecar() {
     let bytes = std::fs::read(events[0].path()).unwrap();
     assert!(String::from_utf8_lossy(&bytes).contains("grad_norm"), "loss scalars are in the event file");
 }
+
+/// `val.stop_below`: training stops at the first validation at or below it, and the model of that
+/// step is written.
+#[test]
+fn sft_stops_once_the_validation_loss_reaches_stop_below() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let o = rl(&[
+        "sft",
+        "@",
+        "configs/reverse_text/sft.toml",
+        "--output-dir",
+        tmp.path().to_str().unwrap(),
+        "--model.path",
+        base.to_str().unwrap(),
+        "--max-steps",
+        "30",
+        "--batch-size",
+        "4",
+        "--val.interval",
+        "5",
+        "--val.num-examples",
+        "4",
+        "--val.stop-below",
+        "100",
+        "--scheduler.warmup-steps",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = tmp.path().join("reverse-text-sft");
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5, "stopped at the first validation (step 5)");
+    assert!(rows[4]["val_loss"].as_f64().is_some());
+    assert!(run.join("model/model.safetensors").exists(), "the model of the stopping step is written");
+    // A threshold that is not a positive loss is refused.
+    let bad = rl(&["sft", "@", "configs/reverse_text/sft.toml", "--val.stop-below", "0", "--dry-run"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("stop_below"), "{}", stderr(&bad));
+}
