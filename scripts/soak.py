@@ -6,10 +6,11 @@
 - Every `--kill-every` seconds one part is killed with SIGKILL, in turn: the env server (the
   launcher restarts it) or the inference server (this script restarts it on its port; the
   orchestrator reloads the current weights into it).
-- At the end: the run must have finished, with every step exactly once in both metrics files and a
+- At the end (the run finished its --max-steps, or was interrupted at --minutes): every step exactly once in both metrics files and a
   final model; the script prints the counts of kills, restarts, retried errors and dropped groups.
 
     python3 scripts/soak.py --minutes 30 [--kill-every 180] [--fault-rate 0.01] [--rl target/release/rl]
+                            [--max-steps N] [--model outputs/reverse-text-sft-seed0/model]
 
 Uses only the standard library and the `rl` binary (build it with `cargo build --release -p rl-cli`).
 """
@@ -124,11 +125,13 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--config", type=Path, default=ROOT / "configs/reverse_text/rl.toml")
     p.add_argument("--max-steps", type=int, default=100000, help="stop earlier than --minutes after this many steps")
+    p.add_argument("--model", type=Path, default=None,
+                   help="policy to start from (e.g. an SFT model, so that rewards vary and every step trains); default: a random tiny model")
     p.add_argument("--max-restarts", type=int, default=1000, help="the launcher's restart budget per env server")
     args = p.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="rl-soak-"))
     out.mkdir(parents=True, exist_ok=True)
-    model = out / "tiny"
+    model = args.model or out / "tiny"
     if not model.exists():
         subprocess.run([args.rl, "model", "init", "--out", str(model), "--seed", str(args.seed)], check=True, stdout=subprocess.DEVNULL)
     run_root = out / "soak"
@@ -183,6 +186,7 @@ def main() -> int:
         "errors_retried": sum(v for r in rows for k, v in r.items() if k.startswith("errors/") and isinstance(v, (int, float))),
         "groups_dropped": sum(v for r in rows for k, v in r.items() if k.startswith("groups_dropped/")),
         "final_model": (run_root / "model" / "model.safetensors").exists(),
+        "trained_steps": sum(1 for r in trainer if r.get("rl_tokens", 0) > 0),
         "run_dir": str(run_root),
     }
     print(json.dumps(summary, indent=1))
