@@ -6,8 +6,8 @@
 - Every `--kill-every` seconds one part is killed with SIGKILL, in turn: the env server (the
   launcher restarts it) or the inference server (this script restarts it on its port; the
   orchestrator reloads the current weights into it).
-- At the end (the run finished its --max-steps, or was interrupted at --minutes): every step exactly once in both metrics files and a
-  final model; the script prints the counts of kills, restarts, retried errors and dropped groups.
+- At the end (the run finished its --max-steps, or was interrupted at --minutes): every step exactly once in both metrics files, and a
+  final model if it finished; the script prints the counts of kills, restarts, retried errors and dropped groups.
 
     python3 scripts/soak.py --minutes 30 [--kill-every 180] [--fault-rate 0.01] [--rl target/release/rl]
                             [--max-steps N] [--model outputs/reverse-text-sft-seed0/model]
