@@ -26,8 +26,13 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Watches for Ctrl-C / SIGTERM on a small runtime of its own (the launcher itself is synchronous).
 fn watch_signals() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Installed here, before any child starts, not whenever the thread gets to run.
+    let signal = {
+        let _context = rt.enter();
+        rl_serve::shutdown_signal()
+    };
     std::thread::Builder::new().name(String::from("signals")).spawn(move || {
-        rt.block_on(rl_serve::shutdown_signal());
+        rt.block_on(signal);
         INTERRUPTED.store(true, Ordering::SeqCst);
     })?;
     Ok(())

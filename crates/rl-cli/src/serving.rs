@@ -19,12 +19,14 @@ pub(crate) fn inference(_command: &str, config: &InferenceConfig) -> anyhow::Res
             .await
             .with_context(|| format!("cannot bind {host}:{port}"))?;
         let addr = listener.local_addr()?;
+        // Before the address is announced: from then on a SIGTERM must stop the server cleanly.
+        let shutdown = shutdown_signal();
         let line = serde_json::json!({"event": "listening", "address": addr.to_string(), "base_url": format!("http://{addr}/v1")});
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")?;
         out.flush()?;
         drop(out);
-        server.serve(listener, shutdown_signal()).await.context("inference server failed")?;
+        server.serve(listener, shutdown).await.context("inference server failed")?;
         tracing::info!("inference server stopped");
         Ok(())
     })

@@ -97,29 +97,39 @@ pub async fn announce_and_serve(
     Ok(())
 }
 
-/// Resolves on Ctrl-C, SIGTERM or SIGHUP (a closed terminal or ssh session stops a server or the
-/// launcher the same way as SIGTERM).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let on = |kind: tokio::signal::unix::SignalKind| async move {
-        match tokio::signal::unix::signal(kind) {
-            Ok(mut s) => {
+/// A future that resolves on Ctrl-C, SIGTERM or SIGHUP (a closed terminal or ssh session stops a
+/// server or the launcher the same way as SIGTERM).
+///
+/// The handlers are installed by this call, not when the future is first polled: a process that
+/// has announced its address must survive a SIGTERM sent at once (until the first poll the default
+/// action would kill it, which a loaded CI machine once showed). Call it inside a Tokio runtime.
+#[cfg(unix)]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    // A kind that cannot be registered is waited on forever, like a signal that never comes.
+    async fn next(stream: Option<Signal>) {
+        match stream {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(unix)]
-    let (term, hangup) =
-        (on(tokio::signal::unix::SignalKind::terminate()), on(tokio::signal::unix::SignalKind::hangup()));
-    #[cfg(not(unix))]
-    let (term, hangup) = (std::future::pending::<()>(), std::future::pending::<()>());
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-        () = hangup => {}
+    }
+    let [interrupt, terminate, hangup] =
+        [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()].map(|kind| signal(kind).ok());
+    async move {
+        tokio::select! {
+            () = next(interrupt) => {}
+            () = next(terminate) => {}
+            () = next(hangup) => {}
+        }
+    }
+}
+
+/// A future that resolves on Ctrl-C.
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
