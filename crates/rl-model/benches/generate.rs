@@ -32,12 +32,19 @@ fn prefill(m: &CpuRuntime, batch: usize, len: usize) -> f64 {
     (batch * len) as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Decode tokens/s: `batch` sequences (64-token prompts) decoding `steps` tokens together.
-fn decode(m: &CpuRuntime, batch: usize, steps: usize) -> f64 {
+/// `batch` caches holding 64-token prompts, with room for `steps` more tokens.
+fn prefilled(m: &CpuRuntime, batch: usize, steps: usize) -> Vec<SeqCache> {
     let mut caches: Vec<SeqCache> = (0..batch).map(|_| m.new_cache(None, 64 + steps)).collect();
     for (b, c) in caches.iter_mut().enumerate() {
         m.forward(&mut [c], &[&prompt(64, b as u32)], false).expect("prefill");
     }
+    caches
+}
+
+/// Decode tokens/s: the sequences of `caches` (copied) decoding `steps` tokens together.
+fn decode(m: &CpuRuntime, prefilled: &[SeqCache], steps: usize) -> f64 {
+    let mut caches = prefilled.to_vec();
+    let batch = caches.len();
     let start = Instant::now();
     for s in 0..steps {
         let tokens: Vec<[u32; 1]> = (0..batch as u32).map(|b| [8 + (b + s as u32) % 100]).collect();
@@ -54,19 +61,31 @@ fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let skip =
         |what: &str, all: &[&str]| only.iter().any(|o| all.contains(&o.as_str())) && !only.iter().any(|o| o == what);
+    // `--profile`: the decode runs only, a hundred times (a profile of decoding alone).
+    let profile = std::env::args().any(|a| a == "--profile");
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
         if skip(name, &["tiny", "small"]) {
             continue;
         }
         let m = model(preset);
-        let _ = decode(&m, 1, 4);
+        let _ = decode(&m, &prefilled(&m, 1, 4), 4);
         for batch in [1usize, 32] {
             if skip(&batch.to_string(), &["1", "32"]) {
                 continue;
             }
+            let steps = if batch == 1 { 128 } else { 32 };
+            let caches = prefilled(&m, batch, steps);
+            if profile {
+                let best = (0..100).map(|_| decode(&m, &caches, steps)).fold(0.0, f64::max);
+                println!(
+                    "{}",
+                    serde_json::json!({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": best})
+                );
+                continue;
+            }
             let p = prefill(&m, batch, 256);
             // The best of five runs (a run is tens of milliseconds on a shared, noisy machine).
-            let d = (0..5).map(|_| decode(&m, batch, if batch == 1 { 128 } else { 32 })).fold(0.0, f64::max);
+            let d = (0..5).map(|_| decode(&m, &caches, steps)).fold(0.0, f64::max);
             let line = serde_json::json!({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": d, "prefill_tokens_per_s": p});
             println!("{line}");
         }

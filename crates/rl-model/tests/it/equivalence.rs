@@ -143,6 +143,37 @@ fn batched_shared_and_chunked_runtime_steps_agree_in(cfg: &rl_model::ModelConfig
     assert_eq!(a.len(), 5);
 }
 
+/// A call over enough sequences is split between threads by sequence: its logits are
+/// bit-identical to each sequence's own call (prompts of different lengths, last-row and all-row
+/// choices, then a batched decode step).
+#[test]
+fn sequences_split_between_threads_give_the_logits_of_their_own_calls() {
+    let cfg = micro_config();
+    let m = model(&cfg, 8);
+    let rt = CpuRuntime::new(&m).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let prompts: Vec<Vec<u32>> =
+        (0..27u32).map(|i| (0..1 + i % 7).map(|j| 1 + (i * 5 + j * 3) % 30).collect()).collect();
+    let rows: Vec<Rows> = (0..prompts.len()).map(|i| if i % 3 == 0 { Rows::All } else { Rows::Last }).collect();
+    let mut caches: Vec<SeqCache> = prompts.iter().map(|_| rt.new_cache(None, 16)).collect();
+    let mut singles = caches.clone();
+    let step = |caches: &mut Vec<SeqCache>, tokens: &[&[u32]], rows: &[Rows]| {
+        let mut refs: Vec<&mut SeqCache> = caches.iter_mut().collect();
+        pool.install(|| rt.forward_rows(&mut refs, tokens, rows)).unwrap()
+    };
+    let toks: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let mut batched = vec![step(&mut caches, &toks, &rows)];
+    let next: Vec<[u32; 1]> = (0..prompts.len() as u32).map(|i| [2 + i % 20]).collect();
+    let next_toks: Vec<&[u32]> = next.iter().map(|t| &t[..]).collect();
+    batched.push(step(&mut caches, &next_toks, &vec![Rows::Last; prompts.len()]));
+    let mut alone = vec![Vec::new(), Vec::new()];
+    for (i, cache) in singles.iter_mut().enumerate() {
+        alone[0].extend(rt.forward_rows(&mut [&mut *cache], &[toks[i]], &[rows[i]]).unwrap());
+        alone[1].extend(rt.forward_rows(&mut [cache], &[next_toks[i]], &[Rows::Last]).unwrap());
+    }
+    assert_eq!(batched, alone);
+}
+
 #[test]
 fn out_of_range_inputs_are_errors_not_panics() {
     let cfg = micro_config();
