@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs `f` on a thread of the current rayon pool while every other thread of the pool looks for
 /// work (`rayon::yield_now`) instead of sleeping, until `f` returns. The other threads run any
-/// parallel work `f` creates at once; they spin when there is none, so use this for calls that
-/// keep the machine busy anyway.
+/// parallel work `f` creates at once; when there is none they give the core to any other runnable
+/// thread (`sched_yield`) and look again, so use this for calls that keep the machine busy anyway.
+/// Yielding rather than spinning matters where `f` hands work to threads outside the pool:
+/// candle's element-wise pool otherwise waits for a core held by a spinning thread (small train
+/// step, 4 x 128 tokens, 2 cores: 6.46k -> 6.79k tok/s, alternating runs).
 pub fn on_awake_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let done = AtomicBool::new(false);
     rayon::scope(|s| {
@@ -15,7 +18,7 @@ pub fn on_awake_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             s.spawn(|_| {
                 while !done.load(Ordering::Acquire) {
                     if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                        std::hint::spin_loop();
+                        std::thread::yield_now();
                     }
                 }
             });
