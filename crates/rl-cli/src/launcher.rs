@@ -255,6 +255,11 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         trainer.resume = Some(ResumeConfig { step: Some(step) });
         orchestrator.resume = Some(ResumeConfig { step: Some(step) });
         writeln!(std::io::stdout().lock(), "resuming {} from checkpoint step {step}", run_dir.display())?;
+        // Before any process starts: the trainer reads `rollouts/step_N` as soon as it exists, so
+        // a batch the crashed run left after the checkpoint would be trained (and its broadcast
+        // deleted under the trainer) if only the orchestrator removed them, at its own start.
+        rl_orchestrator::clean_after(&run, step)
+            .with_context(|| format!("cannot remove the steps after {step} from {}", run_dir.display()))?;
     }
     watch_signals()?;
     if config.inference.is_some() {

@@ -149,6 +149,8 @@ impl Orchestrator {
     pub async fn run(&mut self, mut on_step: impl FnMut(&StepSummary)) -> Result<()> {
         let mut step = match self.resumed {
             Some(s) => {
+                // `rl rl` already did this before starting any process; repeated for an
+                // orchestrator started on its own (a trainer beside it must start after this).
                 checkpoint::clean_after(&self.run, s)?;
                 // The trainer broadcasts its checkpoint's weights first; the policy must serve them.
                 self.policy = PolicyVersion::new(self.run.clone(), s.saturating_sub(1));

@@ -65,6 +65,11 @@ fn rl_runs_three_steps_across_all_processes() {
     for step in [2, 3] {
         assert!(dir.trainer_checkpoint_marker(step).exists() && dir.orchestrator_state(step).exists(), "step {step}");
     }
+    // The crashed run's step-3 batch must be gone before the trainer starts (it reads a batch as
+    // soon as one exists): garbage there fails the resume loudly if it is ever read.
+    let stale = run.join("rollouts/step_3/rank_0.bin");
+    assert!(stale.exists());
+    std::fs::write(&stale, b"not a batch").unwrap();
     let o = smoke(tmp.path(), &model, &["--max-steps", "4", "--resume.step", "2"]);
     assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("from checkpoint step 2"), "{}", stdout(&o));
