@@ -220,7 +220,7 @@ pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, qkv: Qkv<'_, T>, s
     let Qkv { q, k, v, ldq, ldk } = qkv;
     assert!(qkv.holds(shape, t), "attention buffers do not match the row");
     let ldo = shape.ldq();
-    let mut o = vec![T::ZERO; t * ldo];
+    let mut o = crate::cpu::zeroed(t * ldo);
     let mut lse = vec![T::ZERO; t * hq];
     let blocks = blocks(layout);
     let o_chunks = split_chunks(&mut o, blocks.iter().map(|b| b.rows * ldo));
@@ -264,7 +264,7 @@ pub fn backward<T: Real>(
     d_o: &[T],
     scale: T,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let mut dq = vec![T::ZERO; layout.len() * shape.ldq()];
+    let mut dq = crate::cpu::zeroed(layout.len() * shape.ldq());
     let (dk, dv) = backward_into(layout, shape, qkv, o, lse, d_o, scale, &mut dq, shape.ldq());
     (dq, dk, dv)
 }
@@ -281,7 +281,7 @@ pub fn backward_packed<T: Real>(
 ) -> Vec<T> {
     let (qd, kd) = (shape.ldq(), shape.ldk());
     let ld = qd + 2 * kd;
-    let mut d = vec![T::ZERO; layout.len() * ld];
+    let mut d = crate::cpu::zeroed(layout.len() * ld);
     let (dk, dv) = backward_into(layout, shape, Qkv::packed(qkv, shape), o, lse, d_o, scale, &mut d, ld);
     for ((row, k), v) in d.chunks_mut(ld).zip(dk.chunks(kd)).zip(dv.chunks(kd)) {
         row[qd..qd + kd].copy_from_slice(k);

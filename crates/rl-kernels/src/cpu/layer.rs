@@ -219,7 +219,7 @@ pub fn layer_backward<T: Real>(x: &[T], w: &[T], s: &Saved<T>, dy: &[T], ctx: &L
     let (h, t, width, inter, qd) = (sh.hidden, ctx.positions.len(), sh.qkv_width(), sh.intermediate, sh.attn.ldq());
     let p = sh.parts();
     assert!(dy.len() == t * h && w.len() == p.down.end, "decoder layer: gradient does not match the shape");
-    let mut dw = vec![T::ZERO; w.len()];
+    let mut dw = crate::cpu::zeroed(w.len());
     // MLP block: out = x2 + swiglu(h2 Wgu^T) Wd^T.
     let d_act = input_grad(dy, w, &p.down, t, inter);
     weight_grad(&mut dw, &p.down, dy, &s.act, t, inter);

@@ -34,7 +34,7 @@ const LANES: usize = 8;
 /// `y[r] = x[r] * rstd(x[r]) * w` for every row of width `w.len()`.
 pub fn rms_norm_forward<T: Real>(x: &[T], w: &[T], eps: f64) -> Vec<T> {
     let n = w.len();
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = crate::cpu::zeroed(x.len());
     y.par_chunks_mut(n * ROWS_PER_TASK).zip(x.par_chunks(n * ROWS_PER_TASK)).for_each(|(yc, xc)| {
         vectorized(
             #[inline(always)]
@@ -70,7 +70,7 @@ fn rms_row_backward<T: Real>(xr: &[T], w: &[T], dy: &[T], eps: f64, dx: &mut [T]
 /// Gradients `(dx, dw)` of [`rms_norm_forward`].
 pub fn rms_norm_backward<T: Real>(x: &[T], w: &[T], dy: &[T], eps: f64) -> (Vec<T>, Vec<T>) {
     let n = w.len();
-    let mut dx = vec![T::ZERO; x.len()];
+    let mut dx = crate::cpu::zeroed(x.len());
     let dw = dx
         .par_chunks_mut(n * ROWS_PER_TASK)
         .zip(x.par_chunks(n * ROWS_PER_TASK))
@@ -163,7 +163,7 @@ pub fn heads_norm_rope_forward<T: Real>(
     rope: RopeTables<'_, T>,
 ) -> Vec<T> {
     let half = d / 2;
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = crate::cpu::zeroed(x.len());
     let job = width * ROWS_PER_TASK;
     y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
         vectorized(
@@ -213,7 +213,7 @@ pub fn heads_norm_rope_backward<T: Real>(
     rope: RopeTables<'_, T>,
 ) -> (Vec<T>, Vec<Vec<T>>) {
     let half = d / 2;
-    let mut dx = vec![T::ZERO; x.len()];
+    let mut dx = crate::cpu::zeroed(x.len());
     let job = width * ROWS_PER_TASK;
     let no_grads = || spans.iter().map(|s| vec![T::ZERO; if s.norm.is_some() { d } else { 0 }]).collect::<Vec<_>>();
     let dws = dx
@@ -268,7 +268,7 @@ pub fn heads_norm_rope_backward<T: Real>(
 pub fn rope_rotate<T: Real>(x: &[T], d: usize, positions: &[u32], rope: RopeTables<'_, T>, inverse: bool) -> Vec<T> {
     let half = d / 2;
     let width = x.len() / positions.len().max(1);
-    let mut y = vec![T::ZERO; x.len()];
+    let mut y = crate::cpu::zeroed(x.len());
     let job = width * ROWS_PER_TASK;
     y.par_chunks_mut(job).zip(x.par_chunks(job)).zip(positions.par_chunks(ROWS_PER_TASK)).for_each(|((yc, xc), pc)| {
         vectorized(

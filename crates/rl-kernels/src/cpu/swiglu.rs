@@ -14,7 +14,7 @@ fn sigmoid<T: Real>(x: T) -> T {
 
 /// `silu(g) * u`.
 pub fn swiglu_forward<T: Real>(g: &[T], u: &[T]) -> Vec<T> {
-    let mut y = vec![T::ZERO; g.len()];
+    let mut y = crate::cpu::zeroed(g.len());
     y.par_chunks_mut(PER_TASK).zip(g.par_chunks(PER_TASK)).zip(u.par_chunks(PER_TASK)).for_each(|((y, g), u)| {
         vectorized(
             #[inline(always)]
@@ -30,8 +30,8 @@ pub fn swiglu_forward<T: Real>(g: &[T], u: &[T]) -> Vec<T> {
 
 /// Gradients `(dg, du)`.
 pub fn swiglu_backward<T: Real>(g: &[T], u: &[T], dy: &[T]) -> (Vec<T>, Vec<T>) {
-    let mut dg = vec![T::ZERO; g.len()];
-    let mut du = vec![T::ZERO; g.len()];
+    let mut dg = crate::cpu::zeroed(g.len());
+    let mut du = crate::cpu::zeroed(g.len());
     dg.par_chunks_mut(PER_TASK)
         .zip(du.par_chunks_mut(PER_TASK))
         .zip(g.par_chunks(PER_TASK).zip(u.par_chunks(PER_TASK)).zip(dy.par_chunks(PER_TASK)))
@@ -59,7 +59,7 @@ fn rows_per_task(inter: usize) -> usize {
 /// projection's, as one projection by the stacked weights produces them); returns `[T, inter]`.
 pub fn swiglu_packed_forward<T: Real>(gu: &[T], inter: usize) -> Vec<T> {
     let rows = rows_per_task(inter);
-    let mut y = vec![T::ZERO; gu.len() / 2];
+    let mut y = crate::cpu::zeroed(gu.len() / 2);
     y.par_chunks_mut(rows * inter).zip(gu.par_chunks(rows * 2 * inter)).for_each(|(yc, gc)| {
         vectorized(
             #[inline(always)]
@@ -79,7 +79,7 @@ pub fn swiglu_packed_forward<T: Real>(gu: &[T], inter: usize) -> Vec<T> {
 /// The gradient of the packed `gu` given `dy [T, inter]`.
 pub fn swiglu_packed_backward<T: Real>(gu: &[T], dy: &[T], inter: usize) -> Vec<T> {
     let rows = rows_per_task(inter);
-    let mut d = vec![T::ZERO; gu.len()];
+    let mut d = crate::cpu::zeroed(gu.len());
     d.par_chunks_mut(rows * 2 * inter).zip(gu.par_chunks(rows * 2 * inter)).zip(dy.par_chunks(rows * inter)).for_each(
         |((dc, gc), yc)| {
             vectorized(
