@@ -208,6 +208,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         tracker.poll()
         time.sleep(POLL_S)
     tracker.finish()
+    # `finish` can return before W&B's service has written the run's last records to disk;
+    # stopping the service waits for them, so what this returns having sent is on disk.
+    wandb.teardown()
     signal.signal(signal.SIGTERM, previous)
     return 0
 
