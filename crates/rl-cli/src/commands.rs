@@ -76,16 +76,26 @@ fn config_command<T: ConfigFile>(
     run(command, &loaded.config)
 }
 
-const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force]";
+const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force] \
+     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
-model.safetensors, a character-level tokenizer and the chat template) that every command loads.
+model.safetensors, a tokenizer and the chat template) that every command loads. The tokenizer is
+character-level unless a corpus is given: then it is a BPE trained on that corpus (frequent words
+become one token each, so a small model reads and copies them as single symbols).
 
-  --out DIR       the directory to create (required; refused if it exists, unless --force)
-  --preset NAME   tiny (0.8M params, the recipes' model), small (4.8M), or qwen3-0.6b (Qwen3-0.6B's
-                  shapes and 151936-token vocabulary; the GPU benchmark's model); default tiny
-  --seed N        seed of the random weights; default 0
-  --force         replace an existing directory";
+  --out DIR                the directory to create (required; refused if it exists, unless --force)
+  --preset NAME            tiny (0.8M params, the recipes' model), small (4.8M), or qwen3-0.6b
+                           (Qwen3-0.6B's shapes and 151936-token vocabulary; the GPU benchmark's
+                           model); default tiny
+  --seed N                 seed of the random weights; default 0
+  --force                  replace an existing directory
+  --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
+                           alphabet-sort; 2000 training examples with the task's default args)
+  --tokenizer-corpus FILE  train the BPE on FILE: JSONL conversations (`messages` or
+                           prompt/completion rows, as `rl sft` reads them) when it ends in .jsonl,
+                           otherwise plain text, one document per line
+  --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512";
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--help" || a == "-h") {
@@ -102,6 +112,7 @@ fn model_command(args: &[String]) -> anyhow::Result<()> {
 /// `rl model init`: writes a random Qwen3 model directory with a character-level tokenizer.
 fn model_init(args: &[String]) -> anyhow::Result<()> {
     let (mut out, mut preset, mut seed, mut force) = (None, rl_model::Preset::Tiny, 0u64, false);
+    let (mut corpus, mut vocab_size): (Option<Corpus>, Option<usize>) = (None, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -120,11 +131,30 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
                 seed = v.parse().with_context(|| format!("--seed expects a non-negative integer, got `{v}`"))?;
             }
             "--force" => force = true,
+            "--tokenizer-task" | "--tokenizer-corpus" => {
+                let v = value(arg)?;
+                if corpus.is_some() {
+                    bail!("give one of `--tokenizer-task` and `--tokenizer-corpus`, not both or twice");
+                }
+                corpus = Some(if arg == "--tokenizer-task" { Corpus::Task(v) } else { Corpus::File(v.into()) });
+            }
+            "--vocab-size" => {
+                let v = value("--vocab-size")?;
+                vocab_size =
+                    Some(v.parse().with_context(|| format!("--vocab-size expects a positive integer, got `{v}`"))?);
+            }
             other => bail!("unexpected argument `{other}`; usage: {MODEL_INIT_USAGE}"),
         }
     }
     let out = out.with_context(|| format!("`--out DIR` is required; usage: {MODEL_INIT_USAGE}"))?;
-    let cfg = rl_model::init_model(&out, preset, seed, force)?;
+    let tokenizer = match corpus {
+        None if vocab_size.is_some() => {
+            bail!("`--vocab-size` sizes a trained BPE: give `--tokenizer-task` or `--tokenizer-corpus` too")
+        }
+        None => rl_model::NewTokenizer::Chars,
+        Some(c) => rl_model::NewTokenizer::Bpe { texts: corpus_texts(&c)?, vocab_size: vocab_size.unwrap_or(512) },
+    };
+    let cfg = rl_model::init_model_with(&out, preset, seed, force, &tokenizer)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
@@ -136,6 +166,46 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
         out.display()
     )?;
     Ok(())
+}
+
+/// Where a trained tokenizer's text comes from.
+enum Corpus {
+    /// A built-in task's SFT conversations.
+    Task(String),
+    /// A JSONL file of conversations, or plain text.
+    File(std::path::PathBuf),
+}
+
+/// Documents of a tokenizer corpus: conversations rendered as `role` and content lines (the chat
+/// template's own markers are special tokens, which the BPE never merges).
+fn corpus_texts(corpus: &Corpus) -> anyhow::Result<Vec<String>> {
+    fn render<'a>(messages: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+        messages.map(|(role, content)| format!("{role}\n{content}\n")).collect()
+    }
+    let texts: Vec<String> = match corpus {
+        Corpus::Task(name) => {
+            let args = serde_json::Map::from_iter([(String::from("num_examples"), serde_json::json!(2000))]);
+            rl_envs::sft_conversations(name, &args, "train")
+                .with_context(|| format!("--tokenizer-task {name}"))?
+                .iter()
+                .map(|c| render(c.iter().map(|m| (m.role.as_str(), m.content.as_str()))))
+                .collect()
+        }
+        Corpus::File(path) if path.extension().is_some_and(|e| e == "jsonl") => crate::sft_data::read_jsonl(path)?
+            .iter()
+            .map(|c| render(c.messages.iter().map(|m| (m.role.as_str(), m.content.as_str()))))
+            .collect(),
+        Corpus::File(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the tokenizer corpus {}", path.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect(),
+    };
+    if texts.is_empty() {
+        bail!("the tokenizer corpus is empty: nothing to train a BPE on");
+    }
+    Ok(texts)
 }
 
 fn print_schema(args: &[String]) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
-//! `rl model init`: a complete HF-format directory with a random Qwen3 model, the character-level
-//! tokenizer and a Qwen-style chat template. Weights ~ N(0, 0.02), norms 1 (HF's initialisation).
+//! `rl model init`: a complete HF-format directory with a random Qwen3 model, a character-level
+//! or corpus-trained BPE tokenizer and a Qwen-style chat template. Weights ~ N(0, 0.02), norms 1
+//! (HF's initialisation).
 
 use std::path::Path;
 
@@ -9,11 +10,32 @@ use crate::chat::write_tokenizer_config;
 use crate::config::{Family, ModelConfig, Preset, RopeScaling};
 use crate::error::{Error, Result};
 use crate::rng::SplitMix64;
-use crate::tokenizer::{SPECIAL_TOKENS, write_char_tokenizer};
+use crate::tokenizer::{SPECIAL_TOKENS, write_bpe_tokenizer, write_char_tokenizer};
 use crate::weights::{weight_shapes, write_model_dir};
 
-/// Writes a random model of `preset` to `out` (replacing it when `force`); returns its config.
+/// Which tokenizer a new model directory gets.
+#[derive(Debug, Clone)]
+pub enum NewTokenizer {
+    /// One token per character (printable ASCII, newline, tab) plus the chat special tokens.
+    Chars,
+    /// A BPE of `vocab_size` entries trained on `texts` (over the same characters).
+    Bpe { texts: Vec<String>, vocab_size: usize },
+}
+
+/// Writes a random model of `preset` with the character-level tokenizer to `out` (replacing it
+/// when `force`); returns its config.
 pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<ModelConfig> {
+    init_model_with(out, preset, seed, force, &NewTokenizer::Chars)
+}
+
+/// [`init_model`] with the tokenizer `tokenizer`.
+pub fn init_model_with(
+    out: &Path,
+    preset: Preset,
+    seed: u64,
+    force: bool,
+    tokenizer: &NewTokenizer,
+) -> Result<ModelConfig> {
     if out.exists() && std::fs::read_dir(out).map_err(|e| Error::io(out, e))?.next().is_some() && !force {
         return Err(Error::bad_dir(out, "already exists and is not empty (pass --force to replace it)"));
     }
@@ -23,7 +45,11 @@ pub fn init_model(out: &Path, preset: Preset, seed: u64, force: bool) -> Result<
     let scratch = std::env::temp_dir().join(format!("rl-model-init-{}-{seed}-{call}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| Error::io(&scratch, e))?;
     let result = (|| {
-        let vocab = write_char_tokenizer(&scratch.join("tokenizer.json"))?;
+        let path = scratch.join("tokenizer.json");
+        let vocab = match tokenizer {
+            NewTokenizer::Chars => write_char_tokenizer(&path)?,
+            NewTokenizer::Bpe { texts, vocab_size } => write_bpe_tokenizer(&path, texts.iter(), *vocab_size)?,
+        };
         write_tokenizer_config(&scratch.join("tokenizer_config.json"), SPECIAL_TOKENS)?;
         let generation = serde_json::json!({"eos_token_id": [2, 0], "pad_token_id": 0});
         std::fs::write(scratch.join("generation_config.json"), generation.to_string())

@@ -24,13 +24,15 @@ pub use chat::{
 pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
-pub use init::{init_model, micro_config, micro_config_of, random_weights, scaled_random_weights};
+pub use init::{
+    NewTokenizer, init_model, init_model_with, micro_config, micro_config_of, random_weights, scaled_random_weights,
+};
 pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Penalties, Sampler, log_softmax};
-pub use tokenizer::{SPECIAL_TOKENS, Tok, write_char_tokenizer};
+pub use tokenizer::{SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
     Part, Trainable, layer_part_shapes, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
     read_weights, weight_names, weight_shapes, write_model_dir, write_safetensors,

@@ -1,9 +1,12 @@
-//! Tokenization through the `tokenizers` crate (`tokenizer.json`), and the character-level
-//! tokenizer `rl model init` writes: printable ASCII, newline and tab, plus the chat special tokens.
+//! Tokenization through the `tokenizers` crate (`tokenizer.json`), and the tokenizers `rl model init`
+//! writes: character-level (printable ASCII, newline and tab, plus the chat special tokens), or a
+//! BPE trained on a corpus over that same alphabet.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use tokenizers::models::TrainerWrapper;
+use tokenizers::models::bpe::{BPE, BpeTrainer};
 use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
@@ -92,14 +95,18 @@ fn eos_ids(dir: &Path, tok: &Tokenizer) -> Vec<u32> {
     ids
 }
 
+/// The characters every tokenizer `rl model init` writes covers (others encode as `<unk>`).
+fn alphabet() -> impl Iterator<Item = char> {
+    (b' '..=b'~').map(char::from).chain(['\n', '\t'])
+}
+
 /// Builds the character-level tokenizer and writes it to `path`; returns its vocabulary size.
 pub fn write_char_tokenizer(path: &Path) -> Result<usize> {
     let mut vocab: HashMap<String, u32> = HashMap::new();
     for (i, t) in SPECIAL_TOKENS.iter().enumerate() {
         vocab.insert((*t).to_owned(), i as u32);
     }
-    let chars = (b' '..=b'~').map(char::from).chain(['\n', '\t']);
-    for c in chars {
+    for c in alphabet() {
         let id = vocab.len() as u32;
         vocab.insert(c.to_string(), id);
     }
@@ -116,6 +123,59 @@ pub fn write_char_tokenizer(path: &Path) -> Result<usize> {
     tok.with_decoder(Some(tokenizers::decoders::fuse::Fuse::new()));
     let specials: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();
     tok.add_special_tokens(specials).map_err(|e| Error::Tokenizer(e.to_string()))?;
+    tok.save(path, true).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    Ok(size)
+}
+
+/// Pre-tokens a BPE merges within: capitalised or lower-case words (so `AdaLovelace` is `Ada` +
+/// `Lovelace`), digit runs, punctuation runs and whitespace runs, with every byte kept (the pieces
+/// between matches, such as all-capital words, are pre-tokens too), so decoding is concatenation.
+const BPE_PIECES: &str = r"[A-Z]?[a-z]+|[0-9]+|[^\sA-Za-z0-9]+|\s+";
+
+/// Trains a BPE of `vocab_size` entries (the special tokens and the character-level tokenizer's
+/// alphabet included) on `texts` and writes it to `path`; returns its vocabulary size. Frequent
+/// words become single tokens, so a small model reads and copies them as one symbol each.
+pub fn write_bpe_tokenizer<S: AsRef<str> + Send>(
+    path: &Path,
+    texts: impl Iterator<Item = S> + Send,
+    vocab_size: usize,
+) -> Result<usize> {
+    let base = SPECIAL_TOKENS.len() + alphabet().count();
+    if vocab_size < base {
+        return Err(Error::Tokenizer(format!(
+            "a BPE vocabulary needs at least {base} entries (the special tokens and the character alphabet), got \
+             {vocab_size}"
+        )));
+    }
+    let tk = |e: tokenizers::Error| Error::Tokenizer(e.to_string());
+    let model = BPE::builder().unk_token(String::from("<unk>")).build().map_err(tk)?;
+    let mut tok = Tokenizer::new(model);
+    let split =
+        Split::new(SplitPattern::Regex(BPE_PIECES.to_owned()), SplitDelimiterBehavior::Isolated, false).map_err(tk)?;
+    tok.with_pre_tokenizer(Some(split));
+    tok.with_decoder(Some(tokenizers::decoders::fuse::Fuse::new()));
+    let specials: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();
+    let mut trainer: TrainerWrapper = BpeTrainer::builder()
+        .vocab_size(vocab_size)
+        .min_frequency(2)
+        .show_progress(false)
+        .special_tokens(specials.clone())
+        .initial_alphabet(alphabet().collect())
+        .limit_alphabet(alphabet().count())
+        .build()
+        .into();
+    tok.train(&mut trainer, texts).map_err(tk)?;
+    tok.add_special_tokens(specials).map_err(tk)?;
+    for (i, t) in SPECIAL_TOKENS.iter().enumerate() {
+        // The chat template and `generation_config.json` rely on these ids.
+        if tok.token_to_id(t) != Some(i as u32) {
+            return Err(Error::Tokenizer(format!(
+                "the trained BPE gave {t} id {:?}, expected {i}",
+                tok.token_to_id(t)
+            )));
+        }
+    }
+    let size = tok.get_vocab_size(true);
     tok.save(path, true).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
     Ok(size)
 }

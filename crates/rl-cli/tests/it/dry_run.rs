@@ -126,3 +126,41 @@ fn model_init_writes_a_loadable_directory_and_refuses_to_overwrite() {
     let bad = rl(&["model", "init", "--out", out_s, "--preset", "huge"]);
     assert!(stderr(&bad).contains("unknown preset"), "{}", stderr(&bad));
 }
+
+#[test]
+fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    std::fs::write(&corpus, "AdaLovelace met AlanTuring\n".repeat(50)).unwrap();
+    let out = dir.path().join("bpe");
+    let (out_s, corpus_s) = (out.to_str().unwrap(), corpus.to_str().unwrap());
+    let o = rl(&["model", "init", "--out", out_s, "--tokenizer-corpus", corpus_s, "--vocab-size", "150"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tok = rl_model::Tok::load(&out).unwrap();
+    assert!(tok.vocab_size() <= 150, "{}", tok.vocab_size());
+    assert_eq!(tok.encode("AdaLovelace met").unwrap().len(), 4, "Ada, Lovelace, space, met");
+    let padded = tok.vocab_size().div_ceil(64) * 64;
+    assert!(stdout(&o).contains(&format!("vocab {padded}")), "the embedding is padded to 64: {}", stdout(&o));
+    // JSONL conversations, as `rl sft` reads them: the contents are the corpus.
+    let jsonl = dir.path().join("corpus.jsonl");
+    let row = r#"{"messages": [{"role": "user", "content": "GraceHopper?"}, {"role": "assistant", "content": "GraceHopper"}]}"#;
+    std::fs::write(&jsonl, format!("{row}\n").repeat(40)).unwrap();
+    let o = rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-corpus", jsonl.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(rl_model::Tok::load(&out).unwrap().encode("GraceHopper").unwrap().len(), 2);
+    let o = rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-task", "alphabet-sort"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("vocab 512"), "{}", stdout(&o));
+    for (args, expected) in [
+        (vec!["--vocab-size", "300"], "give `--tokenizer-task` or `--tokenizer-corpus`"),
+        (vec!["--tokenizer-task", "alphabet-sort", "--tokenizer-corpus", corpus_s], "not both"),
+        (vec!["--tokenizer-task", "chess"], "no SFT generator"),
+        (vec!["--tokenizer-corpus", "/nonexistent.txt"], "/nonexistent.txt"),
+        (vec!["--tokenizer-corpus", corpus_s, "--vocab-size", "20"], "at least"),
+    ] {
+        let mut all = vec!["model", "init", "--out", out_s, "--force"];
+        all.extend(args);
+        let o = rl(&all);
+        assert!(!o.status.success() && stderr(&o).contains(expected), "{all:?}: {}", stderr(&o));
+    }
+}

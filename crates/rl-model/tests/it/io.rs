@@ -2,8 +2,8 @@
 
 use candle_core::{DType, Device};
 use rl_model::{
-    ChatTemplate, Preset, TemplateMessage, Tok, Trainable, init_model, load_model, load_trainable, read_config,
-    write_model_dir,
+    ChatTemplate, NewTokenizer, Preset, TemplateMessage, Tok, Trainable, init_model, init_model_with, load_model,
+    load_trainable, read_config, write_bpe_tokenizer, write_model_dir,
 };
 
 use crate::{max_abs_diff, micro_config, weights};
@@ -46,6 +46,65 @@ fn tokenizer_is_character_level_with_single_special_tokens() {
         assert!(tok.min_tokens(t) <= tok.encode(t).unwrap().len(), "{t:?}");
     }
     assert!(tok.min_tokens(&"x".repeat(1 << 20)) > 30_000);
+}
+
+/// A corpus where a few names recur: the trained BPE must make each of them one token.
+fn name_corpus() -> Vec<String> {
+    let names = ["AdaLovelace", "AlanTuring", "GraceHopper", "LinusTorvalds"];
+    (0..200).map(|i| format!("Sort these names: {}, {}\n", names[i % 4], names[(i + 1) % 4])).collect()
+}
+
+#[test]
+fn a_trained_bpe_makes_frequent_words_single_tokens_and_keeps_the_chat_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts = name_corpus();
+    let cfg =
+        init_model_with(dir.path(), Preset::Tiny, 0, true, &NewTokenizer::Bpe { texts, vocab_size: 160 }).unwrap();
+    let tok = Tok::load(dir.path()).unwrap();
+    assert!(tok.vocab_size() <= 160, "{}", tok.vocab_size());
+    assert_eq!(cfg.vocab_size, tok.vocab_size().div_ceil(64) * 64);
+    let pieces = |t: &str| tok.encode(t).unwrap().iter().map(|&i| tok.token(i)).collect::<Vec<_>>();
+    assert_eq!(pieces("AdaLovelace, GraceHopper"), ["Ada", "Lovelace", ",", " ", "Grace", "Hopper"]);
+    // The chat template's markers keep the ids the template and generation_config.json name.
+    assert_eq!(tok.encode("<|im_start|>user\n<|im_end|>").unwrap()[0], 1);
+    assert_eq!(*tok.encode("<|im_end|>").unwrap(), [2]);
+    assert!(tok.stop_ids.contains(&2));
+    // Words it never saw still encode, character by character.
+    assert_eq!(tok.decode(&tok.encode("Zebra QQQ").unwrap()).unwrap(), "Zebra QQQ");
+    let m = load_model(dir.path(), &Device::Cpu).unwrap();
+    let ids = tok.encode("AlanTuring").unwrap();
+    let positions: Vec<u32> = (0..ids.len() as u32).collect();
+    assert_eq!(
+        m.forward_packed(std::slice::from_ref(&ids), &[positions]).unwrap().dims(),
+        [1, ids.len(), cfg.vocab_size]
+    );
+}
+
+#[test]
+fn a_bpe_smaller_than_its_alphabet_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err =
+        write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 50).unwrap_err().to_string();
+    assert!(err.contains("at least") && err.contains("got 50"), "{err}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Decoding is concatenation: any text over the alphabet, special tokens included, comes back
+    /// byte for byte, and the pre-tokenization bound holds.
+    #[test]
+    fn a_trained_bpe_decodes_any_ascii_text_to_itself(text in "([ -~\n\t]|<\\|im_end\\|>|AdaLovelace){0,80}") {
+        static TOK: std::sync::OnceLock<(tempfile::TempDir, Tok)> = std::sync::OnceLock::new();
+        let (_, tok) = TOK.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 160).unwrap();
+            let tok = Tok::load(dir.path()).unwrap();
+            (dir, tok)
+        });
+        let ids = tok.encode(&text).unwrap();
+        proptest::prop_assert!(tok.min_tokens(&text) <= ids.len());
+        proptest::prop_assert_eq!(tok.decode(&ids).unwrap(), text);
+    }
 }
 
 #[test]
