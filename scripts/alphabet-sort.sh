@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
-# The alphabet-sort recipe: tiny model -> SFT warm start -> multi-turn GRPO, on CPU (see
+# The alphabet-sort recipe: tiny model with a BPE trained on the task's text (each name is one or
+# two tokens, not ten characters) -> SFT warm start -> multi-turn GRPO, on CPU (see
 # scripts/run-recipe.sh). Usage: ./scripts/alphabet-sort.sh [--clean] [--seed N]
-exec "$(dirname "$0")/run-recipe.sh" alphabet_sort alphabet-sort "$@"
+exec "$(dirname "$0")/run-recipe.sh" alphabet_sort alphabet-sort --tokenizer-task alphabet-sort "$@"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs a recipe from nothing to a trained model on CPU:
 #   rl model init (tiny preset) -> rl sft @ configs/<dir>/sft.toml -> rl rl @ configs/<dir>/rl.toml.
-# Usage: run-recipe.sh <config dir> <run prefix> [--clean] [--seed N]
+# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N]
 # Outputs land under ./outputs; --clean starts over; --seed N changes the model's initialisation,
-# the SFT order and the RL task order (the data and the eval set stay the same).
+# the SFT order and the RL task order (the data and the eval set stay the same);
+# --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="$1"
@@ -11,20 +12,25 @@ prefix="$2"
 shift 2
 clean=()
 seed=0
+tokenizer=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clean) clean=(--clean) ;;
     --seed) seed="$2"; shift ;;
-    *) echo "usage: $0 <config dir> <run prefix> [--clean] [--seed N]" >&2; exit 2 ;;
+    --tokenizer-task) tokenizer=(--tokenizer-task "$2"); shift ;;
+    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N]" >&2; exit 2 ;;
   esac
   shift
 done
 cargo build --release --locked -p rl-cli
 rl=target/release/rl
 model=outputs/models/tiny-seed$seed
+if [[ ${#tokenizer[@]} -gt 0 ]]; then
+  model=outputs/models/tiny-${tokenizer[1]}-bpe-seed$seed
+fi
 sft=$prefix-sft-seed$seed
 if [[ ${#clean[@]} -gt 0 || ! -e $model/config.json ]]; then
-  "$rl" model init --out "$model" --preset tiny --seed "$seed" --force
+  "$rl" model init --out "$model" --preset tiny --seed "$seed" --force "${tokenizer[@]}"
 fi
 "$rl" sft @ "configs/$dir/sft.toml" --model.path "$model" --seed "$seed" --run.name "$sft" "${clean[@]}"
 "$rl" rl @ "configs/$dir/rl.toml" --model.path "outputs/$sft/model" --orchestrator.seed "$seed" \

@@ -10,11 +10,14 @@ use rl_configs::run_dir::{MetricsRow, read_jsonl};
 use crate::{rl, stderr, stdout};
 
 /// Runs a recipe's three commands under a temp dir; returns the RL run's metrics rows.
-fn recipe(dir: &str, sft_extra: &[&str], rl_extra: &[&str]) -> Vec<MetricsRow> {
+fn recipe(dir: &str, init_extra: &[&str], sft_extra: &[&str], rl_extra: &[&str]) -> Vec<MetricsRow> {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().to_str().unwrap();
     let base = tmp.path().join("tiny");
-    assert!(rl(&["model", "init", "--out", base.to_str().unwrap(), "--seed", "4"]).status.success());
+    let mut args = vec!["model", "init", "--out", base.to_str().unwrap(), "--seed", "4"];
+    args.extend(init_extra);
+    let o = rl(&args);
+    assert!(o.status.success(), "model init: {}", stderr(&o));
     let sft_cfg = format!("configs/{dir}/sft.toml");
     let mut args = vec!["sft", "@", &sft_cfg, "--output-dir", out, "--model.path", base.to_str().unwrap()];
     args.extend(["--run.name", "sft", "--max-steps", "3", "--batch-size", "4", "--val.num-examples", "4"]);
@@ -63,13 +66,18 @@ fn check(rows: &[MetricsRow], env: &str) {
 
 #[test]
 fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
-    let rows = recipe("reverse_text", &[], &["--orchestrator.train.sampling.max-completion-tokens", "16"]);
+    let rows = recipe("reverse_text", &[], &[], &["--orchestrator.train.sampling.max-completion-tokens", "16"]);
     check(&rows, "reverse-text");
 }
 
 #[test]
 fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
-    let rows =
-        recipe("alphabet_sort", &["--seq-len", "256"], &["--orchestrator.train.sampling.max-completion-tokens", "24"]);
+    // scripts/alphabet-sort.sh gives the model a BPE trained on the task's text.
+    let rows = recipe(
+        "alphabet_sort",
+        &["--tokenizer-task", "alphabet-sort"],
+        &["--seq-len", "256"],
+        &["--orchestrator.train.sampling.max-completion-tokens", "24"],
+    );
     check(&rows, "alphabet-sort");
 }
