@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks that `rl` computes the same models as HF transformers.
 
-1. A directory written by `rl model init` is a valid HF checkpoint: transformers loads it
+1. A directory written by `rl model init` (character-level tokenizer, and a BPE trained with
+   `--tokenizer-task`) is a valid HF checkpoint: transformers loads it
    (Qwen3ForCausalLM + its fast tokenizer and chat template) and, against the embedded inference
    server (`rl inference`) on the same directory, apply_chat_template(...) token ids == our
    prompt_token_ids and HF log-probabilities of every prompt token == our prompt_logprobs.
@@ -30,49 +31,58 @@ def post(base, path, body):
         return json.loads(r.read())
 
 
+def check_init(model_dir, extra):
+    """Part 1 for one `rl model init` directory."""
+    ok = True
+    subprocess.run([RL, "model", "init", "--out", model_dir, "--preset", "tiny", "--seed", "7", *extra], check=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    print(f"HF loaded {type(model).__name__} with {sum(p.numel() for p in model.parameters())} parameters")
+
+    server = subprocess.Popen([RL, "inference", "--model.path", model_dir, "--port", "0", "--log.level", "warn"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        base = json.loads(server.stdout.readline())["base_url"].removesuffix("/v1")
+        messages = [{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": "Hello, world!"},
+                    {"role": "assistant", "content": "!dlrow ,olleH"}, {"role": "user", "content": "Again: abc AdaLovelace, AlanTuring"}]
+        ours = post(base, "/v1/chat/completions",
+                    {"messages": messages, "max_completion_tokens": 1, "return_token_ids": True})["prompt_token_ids"]
+        theirs = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(theirs, "keys"):  # transformers >= 5 returns a BatchEncoding
+            theirs = theirs["input_ids"]
+        if list(theirs) != ours:
+            ok = False
+            print("MISMATCH: chat template / tokenizer")
+            print(" ours:  ", tok.decode(ours))
+            print(" theirs:", tok.decode(theirs))
+        else:
+            print(f"chat template + tokenizer: identical {len(ours)} prompt tokens")
+
+        scored = post(base, "/v1/completions", {"prompt": ours, "max_tokens": 0, "prompt_logprobs": 0})
+        with torch.no_grad():
+            logits = model(torch.tensor([ours])).logits[0]
+        logp = torch.log_softmax(logits.double(), dim=-1)
+        worst = 0.0
+        for i in range(1, len(ours)):
+            mine = scored["prompt_logprobs"][i][str(ours[i])]["logprob"]
+            worst = max(worst, abs(mine - logp[i - 1, ours[i]].item()))
+        print(f"prompt logprobs vs HF: max abs difference {worst:.2e} over {len(ours) - 1} tokens")
+        if worst > 1e-4:
+            ok = False
+            print("MISMATCH: logprobs")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    return ok
+
+
 def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in [("tiny", []), ("tiny-bpe", ["--tokenizer-task", "alphabet-sort"])]:
+            model_dir = f"{tmp}/{name}"
+            ok = check_init(model_dir, extra) and ok
         model_dir = f"{tmp}/tiny"
-        subprocess.run([RL, "model", "init", "--out", model_dir, "--preset", "tiny", "--seed", "7"], check=True)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        tok = AutoTokenizer.from_pretrained(model_dir)
-        print(f"HF loaded {type(model).__name__} with {sum(p.numel() for p in model.parameters())} parameters")
-
-        server = subprocess.Popen([RL, "inference", "--model.path", model_dir, "--port", "0", "--log.level", "warn"],
-                                  stdout=subprocess.PIPE, text=True)
-        try:
-            base = json.loads(server.stdout.readline())["base_url"].removesuffix("/v1")
-            messages = [{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": "Hello, world!"},
-                        {"role": "assistant", "content": "!dlrow ,olleH"}, {"role": "user", "content": "Again: abc"}]
-            ours = post(base, "/v1/chat/completions",
-                        {"messages": messages, "max_completion_tokens": 1, "return_token_ids": True})["prompt_token_ids"]
-            theirs = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if hasattr(theirs, "keys"):  # transformers >= 5 returns a BatchEncoding
-                theirs = theirs["input_ids"]
-            if list(theirs) != ours:
-                ok = False
-                print("MISMATCH: chat template / tokenizer")
-                print(" ours:  ", tok.decode(ours))
-                print(" theirs:", tok.decode(theirs))
-            else:
-                print(f"chat template + tokenizer: identical {len(ours)} prompt tokens")
-
-            scored = post(base, "/v1/completions", {"prompt": ours, "max_tokens": 0, "prompt_logprobs": 0})
-            with torch.no_grad():
-                logits = model(torch.tensor([ours])).logits[0]
-            logp = torch.log_softmax(logits.double(), dim=-1)
-            worst = 0.0
-            for i in range(1, len(ours)):
-                mine = scored["prompt_logprobs"][i][str(ours[i])]["logprob"]
-                worst = max(worst, abs(mine - logp[i - 1, ours[i]].item()))
-            print(f"prompt logprobs vs HF: max abs difference {worst:.2e} over {len(ours) - 1} tokens")
-            if worst > 1e-4:
-                ok = False
-                print("MISMATCH: logprobs")
-        finally:
-            server.terminate()
-            server.wait(timeout=20)
         ok = check_families(tmp, model_dir) and ok
     print("OK: rl model directories load in HF transformers and compute the same model" if ok else "FAILED")
     sys.exit(0 if ok else 1)
