@@ -45,6 +45,20 @@ pub enum RewardScaling {
     Group,
 }
 
+/// Which tokens `grpo` credits with which reward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Credit {
+    /// Every sampled token gets the episode's advantage.
+    #[default]
+    Episode,
+    /// Each model turn's tokens get the advantage of that turn's reward-to-go (the rewards of this
+    /// turn and the later ones, divided by the number of turns, as the episode reward is their
+    /// mean), against the same turn of the group's other rollouts: a turn is not blamed for an
+    /// earlier turn's mistake. Needs an env that reports per-turn rewards (`Trace.turn_rewards`).
+    Turn,
+}
+
 /// A builtin algorithm and its fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "id", rename_all = "snake_case", deny_unknown_fields)]
@@ -56,6 +70,11 @@ pub enum BuiltinAlgorithm {
         /// How advantages are scaled: `none` (A = r - mean) or `group` (A = (r - mean) / (std + 1e-4)).
         #[serde(default)]
         scale_rewards: RewardScaling,
+        /// Which reward each token is credited with: `episode` (the episode's, on every sampled
+        /// token) or `turn` (each model turn's reward-to-go; multi-turn envs reporting per-turn
+        /// rewards).
+        #[serde(default)]
+        credit: Credit,
     },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},

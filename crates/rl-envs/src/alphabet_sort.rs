@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use rl_serve::{
     EnvReply, Environment, Error, Message, Result, Rubric, RubricGroup, ScoringContext, State, Task, reward_fn,
+    turn_reward_fn,
 };
 use serde_json::{Map, Value, json};
 
@@ -201,35 +202,46 @@ fn find_all<'a>(text: &'a str, tag: &str) -> Vec<&'a str> {
     out
 }
 
-/// The episode reward from the assistant replies (see the module doc).
+/// Each turn's similarity to its ground truth (`sim^power` when `power_per_turn`): 0 for a turn
+/// without a reply or without the turn's tag; of repeated attempts within a turn the last counts
+/// if each is strictly better than the one before, else the turn scores 0.
+pub fn turn_scores(replies: &[&str], truths: &[Vec<String>], power: f64, power_per_turn: bool) -> Vec<f64> {
+    truths
+        .iter()
+        .enumerate()
+        .map(|(t, truth)| {
+            let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
+            let expected: Vec<String> = truth.iter().map(|s| s.trim().to_lowercase()).collect();
+            let expected = expected.join("\n");
+            let Some(reply) = replies.get(t) else { return 0.0 };
+            let attempts: Vec<f64> = find_all(reply, tag)
+                .into_iter()
+                .map(|content| {
+                    let pred: Vec<String> =
+                        content.split('\n').filter(|l| !l.trim().is_empty()).map(|l| l.trim().to_lowercase()).collect();
+                    let pred = pred.join("\n");
+                    let sim = if pred.is_empty() || expected.is_empty() { 0.0 } else { ratio(&pred, &expected) };
+                    if power_per_turn { sim.powf(power) } else { sim }
+                })
+                .collect();
+            match attempts.as_slice() {
+                [] => 0.0,
+                [one] => *one,
+                many if many.windows(2).all(|w| w[1] > w[0]) => *many.last().expect("non-empty"),
+                _ => 0.0,
+            }
+        })
+        .collect()
+}
+
+/// The episode reward from the assistant replies (see the module doc): the mean of the turn
+/// scores, raised to `power` afterwards unless it was applied per turn.
 pub fn score(replies: &[&str], truths: &[Vec<String>], power: f64, power_per_turn: bool) -> f64 {
     if truths.is_empty() {
         return 0.0;
     }
-    let mut sum = 0.0;
-    for (t, truth) in truths.iter().enumerate() {
-        let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
-        let expected: Vec<String> = truth.iter().map(|s| s.trim().to_lowercase()).collect();
-        let expected = expected.join("\n");
-        let Some(reply) = replies.get(t) else { continue };
-        let attempts: Vec<f64> = find_all(reply, tag)
-            .into_iter()
-            .map(|content| {
-                let pred: Vec<String> =
-                    content.split('\n').filter(|l| !l.trim().is_empty()).map(|l| l.trim().to_lowercase()).collect();
-                let pred = pred.join("\n");
-                let sim = if pred.is_empty() || expected.is_empty() { 0.0 } else { ratio(&pred, &expected) };
-                if power_per_turn { sim.powf(power) } else { sim }
-            })
-            .collect();
-        sum += match attempts.as_slice() {
-            [] => 0.0,
-            [one] => *one,
-            many if many.windows(2).all(|w| w[1] > w[0]) => *many.last().expect("non-empty"),
-            _ => 0.0,
-        };
-    }
-    let avg = sum / truths.len() as f64;
+    let turns = turn_scores(replies, truths, power, power_per_turn);
+    let avg = turns.iter().sum::<f64>() / turns.len() as f64;
     if power_per_turn { avg } else { avg.powf(power) }
 }
 
@@ -281,12 +293,23 @@ impl AlphabetSort {
             let mut rng = Rng::new(seed, stream);
             (0..n).map(|_| episode(&mut rng, g)).collect::<Vec<_>>()
         };
-        let rubric = Rubric::new().reward(
-            reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
-                Ok(score(&ctx.assistant_replies(), &truths_of(ctx.task), power, per_turn))
-            }),
-            1.0,
-        );
+        // With the power applied per turn the reward is a mean over turns, so the env reports
+        // each turn's score too (for turn-level credit: `grpo` with `credit = "turn"`).
+        let rubric = if per_turn {
+            Rubric::new().turn_reward(
+                turn_reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
+                    Ok(turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), power, true))
+                }),
+                1.0,
+            )
+        } else {
+            Rubric::new().reward(
+                reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
+                    Ok(score(&ctx.assistant_replies(), &truths_of(ctx.task), power, false))
+                }),
+                1.0,
+            )
+        };
         Ok(AlphabetSort {
             data: Splits {
                 train: gen_split("alphabet-sort/train", num),
@@ -388,6 +411,22 @@ mod tests {
         let better_then_worse = format!("{good}{bad}");
         assert_eq!(score(&[&better_then_worse], &truths, 4.0, true), 0.0, "a worse retry voids the turn");
         assert_eq!(score(&["no tags"], &truths, 4.0, true), 0.0);
+    }
+
+    #[test]
+    fn the_reward_is_the_mean_of_the_turn_scores_with_the_power_per_turn() {
+        let truths =
+            vec![vec![String::from("AdaLovelace")], vec![String::from("AdaLovelace"), String::from("AlanTuring")]];
+        let first = "<alphabetical_sorted>\nAdaLovelace\n</alphabetical_sorted>";
+        let second = "<combined_alphabetical_sorted>\nAlanTuring\nAdaLovelace\n</combined_alphabetical_sorted>";
+        let turns = turn_scores(&[first, second], &truths, 4.0, true);
+        assert_eq!(turns[0], 1.0);
+        assert!(turns[1] > 0.0 && turns[1] < 1.0, "{turns:?}");
+        assert_eq!(score(&[first, second], &truths, 4.0, true), (turns[0] + turns[1]) / 2.0);
+        // A turn the model never reached scores 0; without the power per turn it applies to the mean.
+        assert_eq!(turn_scores(&[first], &truths, 4.0, true), vec![1.0, 0.0]);
+        let plain = turn_scores(&[first, second], &truths, 4.0, false);
+        assert_eq!(score(&[first, second], &truths, 4.0, false), ((plain[0] + plain[1]) / 2.0).powf(4.0));
     }
 
     #[test]

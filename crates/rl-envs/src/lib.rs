@@ -17,7 +17,9 @@ mod wiki_nav;
 
 use std::sync::Arc;
 
-pub use alphabet_sort::{AlphabetSort, NEW_MARK, score as alphabet_sort_reward};
+pub use alphabet_sort::{
+    AlphabetSort, NEW_MARK, score as alphabet_sort_reward, turn_scores as alphabet_sort_turn_scores,
+};
 pub use dataset::FileDataset;
 pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, verdict};
 pub use python::PythonEnv;

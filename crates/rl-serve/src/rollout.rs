@@ -94,7 +94,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
     }
     let scoring = Instant::now();
     let context = req.training_context.map(TrainingContext::from_wire);
-    let (rewards, metrics, reward_errors) = if errors.is_empty() {
+    let (rewards, metrics, reward_errors, turn_rewards) = if errors.is_empty() {
         let ctx = ScoringContext {
             task: req.task,
             messages: &state.messages,
@@ -114,9 +114,9 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
             .iter()
             .map(|(name, message)| pb::RewardError { name: name.clone(), message: message.clone() })
             .collect();
-        (rewards, scores.metrics, errors)
+        (rewards, scores.metrics, errors, scores.turns.unwrap_or_default())
     } else {
-        (BTreeMap::new(), BTreeMap::new(), Vec::new())
+        (BTreeMap::new(), BTreeMap::new(), Vec::new(), Vec::new())
     };
     let reward = rewards.values().map(|r| r.score * r.weight).sum();
     let mut metrics: std::collections::HashMap<String, f64> = metrics.into_iter().collect();
@@ -143,6 +143,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         task_json: req.task.data.to_string(),
         task_key: req.task.key.clone(),
         sampling_temperature: req.actor.sampling.temperature,
+        turn_rewards,
     }
 }
 

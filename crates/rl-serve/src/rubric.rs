@@ -110,6 +110,41 @@ where
     }
 }
 
+/// A reward function that scores each model turn of a multi-turn episode. Its episode score is
+/// the mean of its turn scores (so the episode reward is what a plain function returning that
+/// mean would give), and the weighted turn scores go to the trace's `turn_rewards` for
+/// algorithms that credit each turn's tokens with that turn's reward.
+#[async_trait]
+pub trait TurnRewardFn: Send + Sync {
+    /// Name in `rewards`.
+    fn name(&self) -> &str;
+    /// One score per model turn (expected turns the model never reached score 0). An error
+    /// scores the episode 0 and is recorded.
+    async fn score_turns(&self, ctx: &ScoringContext<'_>) -> Result<Vec<f64>, String>;
+}
+
+/// Wraps a closure as a [`TurnRewardFn`].
+pub fn turn_reward_fn<F>(name: &str, f: F) -> Arc<dyn TurnRewardFn>
+where
+    F: Fn(&ScoringContext<'_>) -> Result<Vec<f64>, String> + Send + Sync + 'static,
+{
+    Arc::new(FnReward { name: name.to_owned(), f })
+}
+
+#[async_trait]
+impl<F> TurnRewardFn for FnReward<F>
+where
+    F: Fn(&ScoringContext<'_>) -> Result<Vec<f64>, String> + Send + Sync + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn score_turns(&self, ctx: &ScoringContext<'_>) -> Result<Vec<f64>, String> {
+        (self.f)(ctx)
+    }
+}
+
 /// Several reward functions scored in one call (e.g. by another process): their names and weights,
 /// and one result per function, in the same order.
 #[async_trait]
@@ -129,6 +164,12 @@ pub struct Scores {
     pub metrics: BTreeMap<String, f64>,
     /// Functions that failed: (name, message). Each scored 0.
     pub errors: Vec<(String, String)>,
+    /// Per-turn rewards: the weighted sum, turn by turn, of the turn reward functions' scores.
+    /// `None` without turn reward functions, or when one of them failed (the turns' rewards are
+    /// then unknown; the episode reward still counts the failure as 0).
+    pub turns: Option<Vec<f64>>,
+    /// A turn reward function failed: `turns` is dropped when scoring ends.
+    turns_failed: bool,
 }
 
 impl Scores {
@@ -158,7 +199,48 @@ impl Scores {
         }
     }
 
+    /// Drops the per-turn rewards if a turn function failed.
+    fn settle(mut self) -> Self {
+        if self.turns_failed {
+            self.turns = None;
+        }
+        self
+    }
+
+    /// Records one turn reward function's result: its mean as the episode component, its
+    /// weighted scores added turn by turn.
+    fn record_turns(&mut self, name: &str, weight: f64, result: Result<Vec<f64>, String>) {
+        let result = result.and_then(|turns| match turns.iter().find(|v| !v.is_finite()) {
+            Some(v) => Err(format!("returned a non-finite turn score {v}")),
+            None => Ok(turns),
+        });
+        let turns = match result {
+            Ok(turns) => turns,
+            Err(message) => {
+                self.record(name, weight, Err(message));
+                self.turns_failed = true;
+                return;
+            }
+        };
+        let mean = if turns.is_empty() { 0.0 } else { turns.iter().sum::<f64>() / turns.len() as f64 };
+        self.record(name, weight, Ok(mean));
+        self.add_turns(turns.iter().map(|v| v * weight).collect());
+    }
+
+    /// Adds per-turn rewards turn by turn (the shorter list counts 0 for the turns it lacks).
+    fn add_turns(&mut self, turns: Vec<f64>) {
+        let sum = self.turns.get_or_insert_with(Vec::new);
+        if sum.len() < turns.len() {
+            sum.resize(turns.len(), 0.0);
+        }
+        sum.iter_mut().zip(turns).for_each(|(s, v)| *s += v);
+    }
+
     fn absorb(&mut self, other: Scores) {
+        self.turns_failed |= other.turns_failed;
+        if let Some(turns) = other.turns {
+            self.add_turns(turns);
+        }
         for (name, (score, weight)) in other.rewards {
             let entry = self.rewards.entry(name).or_insert((0.0, weight));
             entry.0 += score;
@@ -174,12 +256,14 @@ impl Scores {
 #[derive(Default, Clone)]
 pub struct Rubric {
     funcs: Vec<(Arc<dyn RewardFn>, f64)>,
+    turn_funcs: Vec<(Arc<dyn TurnRewardFn>, f64)>,
     batches: Vec<Arc<dyn BatchRewardFn>>,
 }
 
 impl std::fmt::Debug for Rubric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut names: Vec<(&str, f64)> = self.funcs.iter().map(|(g, w)| (g.name(), *w)).collect();
+        names.extend(self.turn_funcs.iter().map(|(g, w)| (g.name(), *w)));
         names.extend(self.batches.iter().flat_map(|b| b.functions().iter().map(|(n, w)| (n.as_str(), *w))));
         f.debug_struct("Rubric").field("funcs", &names).finish()
     }
@@ -194,6 +278,12 @@ impl Rubric {
     /// Adds a reward function with a weight.
     pub fn reward(mut self, f: Arc<dyn RewardFn>, weight: f64) -> Self {
         self.funcs.push((f, weight));
+        self
+    }
+
+    /// Adds a per-turn reward function with a weight (see [`TurnRewardFn`]).
+    pub fn turn_reward(mut self, f: Arc<dyn TurnRewardFn>, weight: f64) -> Self {
+        self.turn_funcs.push((f, weight));
         self
     }
 
@@ -215,6 +305,9 @@ impl Rubric {
         for (f, weight) in &self.funcs {
             scores.record(f.name(), *weight, f.score(ctx).await);
         }
+        for (f, weight) in &self.turn_funcs {
+            scores.record_turns(f.name(), *weight, f.score_turns(ctx).await);
+        }
         for b in &self.batches {
             let results = b.score_all(ctx).await;
             for (i, (name, weight)) in b.functions().iter().enumerate() {
@@ -222,7 +315,7 @@ impl Rubric {
                 scores.record(name, *weight, result);
             }
         }
-        scores
+        scores.settle()
     }
 }
 
@@ -244,6 +337,66 @@ impl RubricGroup {
         for rubric in &self.rubrics {
             total.absorb(rubric.score(ctx).await);
         }
-        total
+        total.settle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn score(group: &RubricGroup) -> Scores {
+        let task = Task { key: String::from("train/0"), data: json!({}) };
+        let state = State::default();
+        let ctx = ScoringContext {
+            task: &task,
+            messages: &[],
+            state: &state,
+            training_context: None,
+            models: &NO_MODELS,
+            client: None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(group.score(&ctx))
+    }
+
+    fn turns(name: &str, values: Result<Vec<f64>, String>) -> Arc<dyn TurnRewardFn> {
+        turn_reward_fn(name, move |_: &ScoringContext<'_>| values.clone())
+    }
+
+    #[test]
+    fn turn_rewards_are_weighted_and_summed_per_turn_and_their_mean_is_the_component() {
+        let a = Rubric::new().turn_reward(turns("a", Ok(vec![1.0, 0.5])), 2.0);
+        let b = Rubric::new()
+            .turn_reward(turns("b", Ok(vec![0.0, 1.0, 1.0])), 1.0)
+            .reward(reward_fn("c", |_: &ScoringContext<'_>| Ok(0.3)), 1.0);
+        let s = score(&RubricGroup::new(vec![a, b]));
+        assert_eq!(s.turns, Some(vec![2.0, 2.0, 1.0]));
+        assert_eq!(s.rewards["a"], (0.75, 2.0));
+        assert_eq!(s.rewards["b"], (2.0 / 3.0, 1.0));
+        assert!((s.total() - (1.5 + 2.0 / 3.0 + 0.3)).abs() < 1e-12);
+        assert!(s.errors.is_empty());
+    }
+
+    #[test]
+    fn a_failing_turn_function_scores_zero_and_leaves_the_turns_unknown() {
+        let ok = Rubric::new().turn_reward(turns("ok", Ok(vec![1.0])), 1.0);
+        let failing = Rubric::new().turn_reward(turns("bad", Err(String::from("boom"))), 1.0);
+        let s = score(&RubricGroup::new(vec![ok, failing]));
+        assert_eq!(s.turns, None);
+        assert_eq!(s.rewards["bad"], (0.0, 1.0));
+        assert_eq!(s.errors, vec![(String::from("bad"), String::from("boom"))]);
+        let nan = Rubric::new().turn_reward(turns("nan", Ok(vec![0.5, f64::NAN])), 1.0);
+        let s = score(&RubricGroup::new(vec![nan]));
+        assert_eq!((s.turns, s.rewards["nan"]), (None, (0.0, 1.0)));
+        assert!(s.errors[0].1.contains("non-finite turn score"), "{:?}", s.errors);
+    }
+
+    #[test]
+    fn without_turn_functions_there_are_no_turn_rewards() {
+        let plain = Rubric::new().reward(reward_fn("r", |_: &ScoringContext<'_>| Ok(1.0)), 1.0);
+        assert_eq!(score(&RubricGroup::new(vec![plain])).turns, None);
     }
 }

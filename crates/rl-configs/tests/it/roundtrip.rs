@@ -66,7 +66,10 @@ fn sampling_override() -> impl Strategy<Value = SamplingOverride> {
 fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
     prop_oneof![
         Just(AlgorithmConfig::from_id("grpo")),
-        Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { scale_rewards: rl_configs::RewardScaling::Group })),
+        Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {
+            scale_rewards: rl_configs::RewardScaling::Group,
+            credit: rl_configs::Credit::Turn,
+        })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),
         (ratio(), prop::sample::subsequence(vec![EchoRole::Tool, EchoRole::User], 1..=2))

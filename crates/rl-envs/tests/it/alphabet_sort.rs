@@ -34,6 +34,7 @@ async fn a_multi_turn_episode_is_one_branch_with_only_model_tokens_trained() {
     assert!(trace.errors.is_empty(), "{:?}", trace.errors);
     assert_eq!(trace.num_turns, 3);
     assert_eq!(trace.reward, 1.0);
+    assert_eq!(trace.turn_rewards, vec![1.0; 3], "each turn scored on its own");
     assert_eq!(trace.stop_condition, "env_done");
     let roles: Vec<&str> = trace.nodes.iter().map(|n| n.role.as_str()).collect();
     assert_eq!(roles, ["user", "assistant", "user", "assistant", "user", "assistant"]);
@@ -59,7 +60,13 @@ async fn a_multi_turn_episode_is_one_branch_with_only_model_tokens_trained() {
         })
         .await
         .unwrap();
-    assert!(resp.episode.unwrap().traces[0].reward < 0.2);
+    let trace = &resp.episode.unwrap().traces[0];
+    assert!(trace.reward < 0.2);
+    // The first turn's tag is there (a poor sort), later turns lack theirs: 0. The reward is the
+    // turns' mean.
+    assert_eq!(trace.turn_rewards.len(), 3);
+    assert!(trace.turn_rewards[0] > 0.0 && trace.turn_rewards[1..] == [0.0, 0.0], "{:?}", trace.turn_rewards);
+    assert!((trace.reward - trace.turn_rewards.iter().sum::<f64>() / 3.0).abs() < 1e-12);
 }
 
 /// A conversation that outgrows the model's context after its first turn ends as
@@ -90,6 +97,8 @@ async fn an_episode_that_outgrows_the_context_is_kept_with_its_turns() {
     assert_eq!(trace.stop_condition, "prompt_too_long");
     assert_eq!(trace.num_turns, 1);
     assert!(!trace.rewards.is_empty(), "scored");
+    // The turns the model never reached score 0.
+    assert_eq!(trace.turn_rewards, vec![1.0, 0.0, 0.0]);
     assert!(trace.nodes.iter().any(|n| n.sampled && n.mask.iter().any(|m| *m)), "its turn trains");
     let sessions = sessions.lock().unwrap().clone();
     assert_eq!(sessions.len(), 2);

@@ -11,6 +11,7 @@ mod hierarchical_grpo;
 mod rae;
 mod reward;
 mod sft;
+mod turns;
 
 use std::collections::BTreeMap;
 
@@ -115,7 +116,7 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards } => Box::new(Grpo::new(*scale_rewards)),
+            BuiltinAlgorithm::Grpo { scale_rewards, credit } => Box::new(Grpo::new(*scale_rewards, *credit)),
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
             BuiltinAlgorithm::Sft {} => Box::new(Sft),

@@ -1,9 +1,10 @@
 //! Advantages from the group's rewards alone, put on every sampled token: `grpo` (r - mean, the
 //! Dr. GRPO form prime-rl uses, or scaled by the group's reward std), `max_rl` ((r - m) / m) and
-//! `rl` (r). Rollouts with errors get no channel and stay out of the mean.
+//! `rl` (r). Rollouts with errors get no channel and stay out of the mean. `grpo` can also credit
+//! each turn of a multi-turn episode separately (see `turns`).
 
 use async_trait::async_trait;
-use rl_configs::{LossChannel, RewardScaling};
+use rl_configs::{Credit, LossChannel, RewardScaling};
 
 use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
 use crate::error::Result;
@@ -24,16 +25,20 @@ fn reward_channels(group: &[Rollout], advantage: impl Fn(f64, f64) -> f64) -> Ve
         .collect()
 }
 
-/// `A = r - mean(r)`, optionally divided by the std of the clean rewards (+ 1e-4, as TRL does).
-#[derive(Debug, Clone, Copy, Default)]
+/// `A = r - mean(r)`, optionally divided by the std of the clean rewards (+ 1e-4, as TRL does);
+/// with turn credit, per turn of its reward-to-go.
+#[derive(Debug, Clone, Default)]
 pub struct Grpo {
     scale: RewardScaling,
+    credit: Credit,
+    /// The env it is attached to (for errors).
+    env: String,
 }
 
 impl Grpo {
-    /// grpo with the given advantage scaling.
-    pub fn new(scale: RewardScaling) -> Self {
-        Grpo { scale }
+    /// grpo with the given advantage scaling and credit.
+    pub fn new(scale: RewardScaling, credit: Credit) -> Self {
+        Grpo { scale, credit, env: String::new() }
     }
 }
 
@@ -67,10 +72,14 @@ impl Algorithm for Grpo {
     }
 
     fn attach(&mut self, env: &EnvInfo) -> Result<()> {
+        self.env = env.name.clone();
         single_agent(self.id(), env)
     }
 
     async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+        if self.credit == Credit::Turn {
+            return super::turns::turn_channels(group, self.scale, &self.env);
+        }
         let scale = match self.scale {
             RewardScaling::None => 1.0,
             RewardScaling::Group => 1.0 / (clean_std(group, clean_mean(group)) + 1e-4),
@@ -125,7 +134,7 @@ mod tests {
         // Clean rewards 1, 0, 0.5: mean 0.5. The errored rollout gets nothing and is not in the mean.
         assert_eq!(advantages(&mut Grpo::default(), &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
         // std of 1, 0, 0.5 is sqrt(1/6): the scaled advantages are +-0.5 / (0.40825 + 1e-4).
-        let scaled = advantages(&mut Grpo::new(RewardScaling::Group), &group);
+        let scaled = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode), &group);
         let expected = 0.5 / ((1.0f64 / 6.0).sqrt() + 1e-4);
         assert!((f64::from(scaled[0].unwrap()) - expected).abs() < 1e-5, "{scaled:?}");
         assert_eq!((scaled[2], scaled[3]), (Some(0.0), None));
