@@ -37,12 +37,15 @@ pub fn write_traces(run: &RunDir, step: u64, groups: &[Group], env_names: &[Stri
                 })
                 .collect();
             let rewards: Map<String, Value> = t.rewards.iter().map(|(k, r)| (k.clone(), json!(r.score))).collect();
-            let line = json!({
+            let mut line = json!({
                 "env": env_names[g.env], "task": t.task_key, "member": t.member_id, "reward": t.reward,
                 "rewards": rewards, "stop": t.stop_condition, "truncated": t.is_truncated,
                 "policy_version": g.policy_version,
                 "errors": t.errors.iter().map(|x| x.message.clone()).collect::<Vec<_>>(), "messages": messages,
             });
+            if !t.turn_rewards.is_empty() {
+                line["turn_rewards"] = json!(t.turn_rewards);
+            }
             out.push_str(&line.to_string());
             out.push('\n');
         }

@@ -32,8 +32,8 @@ pub use multi_rollout::run_multi_agent_episode;
 pub use rl_proto::env::v1 as pb;
 pub use rollout::{RolloutRequest, run_episode};
 pub use rubric::{
-    BatchRewardFn, FnReward, NO_MODELS, RewardFn, Rubric, RubricGroup, Scores, ScoringContext, TurnRewardFn, reward_fn,
-    turn_reward_fn,
+    BatchFunction, BatchRewardFn, FnReward, NO_MODELS, RewardFn, Rubric, RubricGroup, Scored, Scores, ScoringContext,
+    TurnRewardFn, reward_fn, turn_reward_fn,
 };
 pub use server::{DRAIN_TIMEOUT, EnvService, MAX_GROUP_SIZE, bind, serve};
 pub use standalone::{StandaloneError, announce_and_serve, env_server_main, shutdown_signal};

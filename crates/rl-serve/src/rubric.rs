@@ -145,14 +145,34 @@ where
     }
 }
 
+/// One function of a [`BatchRewardFn`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchFunction {
+    /// Name in `rewards` / `metrics`.
+    pub name: String,
+    /// Weight; 0 makes it a metric.
+    pub weight: f64,
+    /// It scores each model turn (a [`TurnRewardFn`] that lives elsewhere).
+    pub per_turn: bool,
+}
+
+/// What one function of a [`BatchRewardFn`] returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scored {
+    /// One score for the episode.
+    Value(f64),
+    /// One score per model turn (functions declared `per_turn`).
+    Turns(Vec<f64>),
+}
+
 /// Several reward functions scored in one call (e.g. by another process): their names and weights,
 /// and one result per function, in the same order.
 #[async_trait]
 pub trait BatchRewardFn: Send + Sync {
-    /// `(name, weight)` of each function; weight 0 is a metric.
-    fn functions(&self) -> &[(String, f64)];
+    /// The functions, in the order `score_all` answers.
+    fn functions(&self) -> &[BatchFunction];
     /// Scores one rollout with every function; a failing one is an `Err` with its message.
-    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<Result<f64, String>>;
+    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<Result<Scored, String>>;
 }
 
 /// The outcome of scoring one rollout.
@@ -264,7 +284,7 @@ impl std::fmt::Debug for Rubric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut names: Vec<(&str, f64)> = self.funcs.iter().map(|(g, w)| (g.name(), *w)).collect();
         names.extend(self.turn_funcs.iter().map(|(g, w)| (g.name(), *w)));
-        names.extend(self.batches.iter().flat_map(|b| b.functions().iter().map(|(n, w)| (n.as_str(), *w))));
+        names.extend(self.batches.iter().flat_map(|b| b.functions().iter().map(|f| (f.name.as_str(), f.weight))));
         f.debug_struct("Rubric").field("funcs", &names).finish()
     }
 }
@@ -310,9 +330,24 @@ impl Rubric {
         }
         for b in &self.batches {
             let results = b.score_all(ctx).await;
-            for (i, (name, weight)) in b.functions().iter().enumerate() {
+            for (i, f) in b.functions().iter().enumerate() {
                 let result = results.get(i).cloned().unwrap_or_else(|| Err(String::from("no result was returned")));
-                scores.record(name, *weight, result);
+                match (f.per_turn, result) {
+                    (false, Ok(Scored::Value(v))) => scores.record(&f.name, f.weight, Ok(v)),
+                    (true, Ok(Scored::Turns(t))) => scores.record_turns(&f.name, f.weight, Ok(t)),
+                    (true, Ok(Scored::Value(_))) => {
+                        scores.record_turns(
+                            &f.name,
+                            f.weight,
+                            Err(String::from("returned one value, expected one per turn")),
+                        );
+                    }
+                    (false, Ok(Scored::Turns(_))) => {
+                        scores.record(&f.name, f.weight, Err(String::from("returned turn scores, expected one value")));
+                    }
+                    (true, Err(e)) => scores.record_turns(&f.name, f.weight, Err(e)),
+                    (false, Err(e)) => scores.record(&f.name, f.weight, Err(e)),
+                }
             }
         }
         scores.settle()
@@ -392,6 +427,42 @@ mod tests {
         let s = score(&RubricGroup::new(vec![nan]));
         assert_eq!((s.turns, s.rewards["nan"]), (None, (0.0, 1.0)));
         assert!(s.errors[0].1.contains("non-finite turn score"), "{:?}", s.errors);
+    }
+
+    /// A batch answering fixed results for its functions.
+    struct Fixed(Vec<BatchFunction>, Vec<Result<Scored, String>>);
+
+    #[async_trait]
+    impl BatchRewardFn for Fixed {
+        fn functions(&self) -> &[BatchFunction] {
+            &self.0
+        }
+        async fn score_all(&self, _: &ScoringContext<'_>) -> Vec<Result<Scored, String>> {
+            self.1.clone()
+        }
+    }
+
+    fn function(name: &str, weight: f64, per_turn: bool) -> BatchFunction {
+        BatchFunction { name: name.to_owned(), weight, per_turn }
+    }
+
+    #[test]
+    fn batch_functions_declared_per_turn_give_turn_rewards_and_mismatches_are_errors() {
+        let batch = Fixed(
+            vec![function("turns", 2.0, true), function("plain", 1.0, false)],
+            vec![Ok(Scored::Turns(vec![1.0, 0.0])), Ok(Scored::Value(0.5))],
+        );
+        let s = score(&RubricGroup::new(vec![Rubric::new().batch(Arc::new(batch))]));
+        assert_eq!(s.turns, Some(vec![2.0, 0.0]));
+        assert_eq!((s.rewards["turns"], s.rewards["plain"]), ((0.5, 2.0), (0.5, 1.0)));
+        let mismatched = Fixed(
+            vec![function("turns", 1.0, true), function("plain", 1.0, false)],
+            vec![Ok(Scored::Value(1.0)), Ok(Scored::Turns(vec![1.0]))],
+        );
+        let s = score(&RubricGroup::new(vec![Rubric::new().batch(Arc::new(mismatched))]));
+        assert_eq!(s.turns, None);
+        let messages: Vec<&str> = s.errors.iter().map(|(_, m)| m.as_str()).collect();
+        assert_eq!(messages, ["returned one value, expected one per turn", "returned turn scores, expected one value"]);
     }
 
     #[test]

@@ -149,6 +149,30 @@ class RubricTests(unittest.TestCase):
         with self.assertRaisesRegex(rl_env.RewardError, "slow_sync did not return within 0.5 s"):
             self.score(slow_sync)
 
+    def test_per_turn_functions_return_a_score_per_turn(self):
+        def turns(completion):
+            return [1.0, True, 0]
+
+        async def later_turns():
+            return (0.5, 0.25)
+
+        def not_a_list():
+            return 1.0
+
+        def a_bad_turn():
+            return [1.0, "x"]
+
+        rubric = rl_env.Rubric()
+        rubric.add_reward_func(turns, per_turn=True).add_reward_func(later_turns, 2.0, per_turn=True)
+        rubric.add_reward_func(not_a_list, per_turn=True).add_reward_func(a_bad_turn, per_turn=True)
+        self.assertEqual(rubric.describe()[0], {"name": "turns", "weight": 1.0, "per_turn": True})
+        results = run(rubric.score_all(["turns", "later_turns", "not_a_list", "a_bad_turn"], {"completion": []}))
+        self.assertEqual(results[:2], [([1.0, 1.0, 0.0], None), ([0.5, 0.25], None)])
+        self.assertRegex(results[2][1], "not_a_list returned float 1.0, expected a list of numbers")
+        self.assertRegex(results[3][1], "a_bad_turn turn 1 returned str 'x', expected a number")
+        plain = rl_env.Rubric([turns])
+        self.assertEqual(plain.describe(), [{"name": "turns", "weight": 1.0}], "per_turn only when asked")
+
     def test_duplicate_names_and_bad_weights(self):
         def f():
             return 0

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rl_serve::{
-    BatchRewardFn, BranchOutput, EnvAlgorithm, EnvReply, Environment, Error, Message, ModelRuntime, Result, Rubric,
-    RubricGroup, ScoringContext, State, Task, ToolSpec, check_index, on_sampled_tokens, pb,
+    BatchFunction, BatchRewardFn, BranchOutput, EnvAlgorithm, EnvReply, Environment, Error, Message, ModelRuntime,
+    Result, Rubric, RubricGroup, Scored, ScoringContext, State, Task, ToolSpec, check_index, on_sampled_tokens, pb,
 };
 use serde_json::{Map, Value, json};
 use worker::{Launch, Source, Worker};
@@ -129,7 +129,8 @@ impl PythonEnv {
         for f in d.get("rubric").and_then(Value::as_array).ok_or_else(|| bad("rubric"))? {
             let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("rubric.name"))?;
             let weight = f.get("weight").and_then(Value::as_f64).ok_or_else(|| bad("rubric.weight"))?;
-            functions.push((name.to_owned(), weight));
+            let per_turn = f.get("per_turn").and_then(Value::as_bool).unwrap_or(false);
+            functions.push(BatchFunction { name: name.to_owned(), weight, per_turn });
         }
         let rubric = Rubric::new().batch(Arc::new(PythonRubric { functions, worker: worker.clone() }));
         let algorithms = d
@@ -281,17 +282,17 @@ impl Environment for PythonEnv {
 
 /// The Python rubric: every function scored in one call (concurrently on the Python side).
 struct PythonRubric {
-    functions: Vec<(String, f64)>,
+    functions: Vec<BatchFunction>,
     worker: Arc<Worker>,
 }
 
 #[async_trait]
 impl BatchRewardFn for PythonRubric {
-    fn functions(&self) -> &[(String, f64)] {
+    fn functions(&self) -> &[BatchFunction] {
         &self.functions
     }
 
-    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<std::result::Result<f64, String>> {
+    async fn score_all(&self, ctx: &ScoringContext<'_>) -> Vec<std::result::Result<Scored, String>> {
         let training_context = ctx.training_context.map(
             |c| json!({"step": c.step, "ckpt_step": c.ckpt_step, "policy_version": c.policy_version, "extra": c.extra}),
         );
@@ -316,10 +317,15 @@ impl BatchRewardFn for PythonRubric {
         };
         results
             .iter()
-            .map(|r| match (r.get("value").and_then(Value::as_f64), r.get("error").and_then(Value::as_str)) {
-                (Some(v), _) => Ok(v),
-                (None, Some(e)) => Err(e.to_owned()),
-                (None, None) => Err(String::from("neither a value nor an error")),
+            .map(|r| {
+                let turns = r.get("turns").and_then(Value::as_array).map(|t| t.iter().map(Value::as_f64).collect());
+                match (r.get("value").and_then(Value::as_f64), turns, r.get("error").and_then(Value::as_str)) {
+                    (Some(v), _, _) => Ok(Scored::Value(v)),
+                    (None, Some(Some(t)), _) => Ok(Scored::Turns(t)),
+                    (None, Some(None), _) => Err(String::from("turn scores that are not all numbers")),
+                    (None, None, Some(e)) => Err(e.to_owned()),
+                    (None, None, None) => Err(String::from("neither a value, turn scores nor an error")),
+                }
             })
             .collect()
     }

@@ -196,6 +196,60 @@ def load_environment():
     assert_eq!(again.reward, 1.0, "{again:?}");
 }
 
+/// A per-turn Python reward function: its mean is the reward component, its weighted scores the
+/// trace's `turn_rewards`; a failing one leaves them empty.
+#[tokio::test]
+async fn a_python_per_turn_reward_function_fills_the_turn_rewards() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = user_file(
+        &dir,
+        r#"
+import rl_env
+
+class Echo(rl_env.MultiTurnEnv):
+    async def env_response(self, messages, state):
+        return [{"role": "user", "content": "again"}]
+
+def load_environment():
+    def each_reply(completion):
+        replies = [m["content"] for m in completion if m["role"] == "assistant"]
+        if "fail" in replies:
+            raise ValueError("cannot score")
+        return [1.0 if r == "yes" else 0.0 for r in replies]
+    rubric = rl_env.Rubric()
+    rubric.add_reward_func(each_reply, 2.0, per_turn=True)
+    rows = [{"question": "q"}, {"question": "fail"}]
+    return Echo(dataset=rows, rubric=rubric, max_turns=3)
+"#,
+    );
+    let h = serve("python", python_args(&file, &json!({}))).await;
+    let model = FakeModel::start(|r: &FakeRequest| match (r.last_user(), r.turn()) {
+        ("fail", _) => FakeReply::Text(String::from("fail")),
+        (_, 1) => FakeReply::Text(String::from("no")),
+        _ => FakeReply::Text(String::from("yes")),
+    })
+    .await;
+    let run = |index| {
+        let request = pb::RunGroupRequest {
+            example: example("train", index),
+            group_size: 1,
+            actor: Some(actor(&model, "0")),
+            ..Default::default()
+        };
+        let client = h.client.clone();
+        async move { client.run_group(request).await.unwrap().episodes.remove(0).traces.remove(0) }
+    };
+    let t = run(0).await;
+    assert!(t.errors.is_empty() && t.reward_errors.is_empty(), "{t:?}");
+    assert_eq!(t.num_turns, 3);
+    assert_eq!(t.turn_rewards, vec![2.0, 0.0, 2.0]);
+    assert_eq!(t.rewards["each_reply"].score, 2.0 / 3.0);
+    assert!((t.reward - 4.0 / 3.0).abs() < 1e-12);
+    let failed = run(1).await;
+    assert!(failed.turn_rewards.is_empty() && failed.reward == 0.0, "{failed:?}");
+    assert!(failed.reward_errors[0].message.contains("cannot score"), "{:?}", failed.reward_errors);
+}
+
 #[tokio::test]
 async fn load_errors_name_what_is_wrong() {
     let err = |args: Value| async move {

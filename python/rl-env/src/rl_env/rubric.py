@@ -6,6 +6,10 @@ after the prompt), `prompt`, `messages` (all of them), `answer`, `info`, `task` 
 `models` (the request's extra models by key, as `rl_env.Model`, for LLM judges); a `**kwargs`
 parameter receives them all. It may be `async`. It returns a number (bool counts as 0/1); anything
 else, an exception or a timeout becomes a reward error on the trace and scores 0.
+
+A function added with `per_turn=True` scores each model turn of a multi-turn episode: it returns a
+list of numbers, one per turn. Its reward component is their mean, and the weighted turn scores
+become the trace's `turn_rewards`, which `grpo` with `credit = "turn"` credits turn by turn.
 """
 
 import asyncio
@@ -31,8 +35,9 @@ class Rubric:
         for f, w in zip(funcs, weights):
             self.add_reward_func(f, w)
 
-    def add_reward_func(self, func, weight=1.0):
-        """Adds a reward function; its name in metrics is the function's `__name__`."""
+    def add_reward_func(self, func, weight=1.0, per_turn=False):
+        """Adds a reward function; its name in metrics is the function's `__name__`. With
+        `per_turn=True` it returns one score per model turn (see the module doc)."""
         if not callable(func):
             raise TypeError(f"reward functions must be callable, got {type(func).__name__}")
         name = getattr(func, "__name__", None) or type(func).__name__
@@ -41,7 +46,7 @@ class Rubric:
         weight = float(weight)
         if not math.isfinite(weight):
             raise ValueError(f"reward function {name!r} has a non-finite weight")
-        self._funcs[name] = (func, weight, accepted_names(func), is_async(func))
+        self._funcs[name] = (func, weight, accepted_names(func), is_async(func), bool(per_turn))
         return self
 
     def add_metric(self, func):
@@ -50,7 +55,9 @@ class Rubric:
 
     def describe(self):
         """Names and weights, in order."""
-        return [{"name": n, "weight": w} for n, (_, w, _, _) in self._funcs.items()]
+        return [
+            {"name": n, "weight": w, **({"per_turn": True} if t else {})} for n, (_, w, _, _, t) in self._funcs.items()
+        ]
 
     async def score(self, name, kwargs):
         """Runs one function; returns its value or raises RewardError."""
@@ -60,7 +67,8 @@ class Rubric:
         return value
 
     async def score_all(self, names, kwargs):
-        """Runs the named functions on one rollout: `[(value, None) | (None, error message)]`.
+        """Runs the named functions on one rollout: `[(value, None) | (None, error message)]`; a
+        per-turn function's value is its list of turn scores.
 
         Async functions run concurrently, each with the timeout; sync ones run one after another in
         one worker thread (a single hand-off per rollout), sharing the timeout; a sync function
@@ -86,10 +94,10 @@ class Rubric:
         return [results[n] for n in names]
 
     async def _run_async(self, name, entry, kwargs, results):
-        func, _, accepted, _ = entry
+        func, _, accepted, _, per_turn = entry
         try:
             value = await asyncio.wait_for(func(**wanted_kwargs(func, kwargs, accepted)), self.timeout_s)
-            results[name] = checked(name, value)
+            results[name] = checked_turns(name, value) if per_turn else checked(name, value)
         except asyncio.TimeoutError:
             results[name] = (None, f"{name} did not return within {self.timeout_s:g} s")
         except Exception as e:  # the user's code: any failure is this rollout's reward error
@@ -99,9 +107,10 @@ class Rubric:
         done = {}
 
         def run_all():
-            for name, (func, _, accepted, _) in entries:
+            for name, (func, _, accepted, _, per_turn) in entries:
                 try:
-                    done[name] = checked(name, func(**wanted_kwargs(func, kwargs, accepted)))
+                    value = func(**wanted_kwargs(func, kwargs, accepted))
+                    done[name] = checked_turns(name, value) if per_turn else checked(name, value)
                 except Exception as e:  # the user's code: any failure is this rollout's reward error
                     done[name] = (None, f"{name} raised {type(e).__name__}: {e}")
 
@@ -123,3 +132,16 @@ def checked(name, value):
     if not math.isfinite(value):
         return None, f"{name} returned a non-finite value {value}"
     return value, None
+
+
+def checked_turns(name, value):
+    """(list of floats, None) for a list or tuple of finite numbers, else (None, why not)."""
+    if not isinstance(value, (list, tuple)):
+        return None, f"{name} returned {type(value).__name__} {value!r:.80}, expected a list of numbers (per_turn)"
+    out = []
+    for i, v in enumerate(value):
+        v, error = checked(f"{name} turn {i}", v)
+        if error is not None:
+            return None, error
+        out.append(v)
+    return out, None

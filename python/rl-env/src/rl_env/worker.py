@@ -37,6 +37,13 @@ class BadRequest(Exception):
     """The host sent something this worker cannot use."""
 
 
+def result_json(value, error):
+    """One function's result on the wire: `value`, `turns` (a per-turn function) or `error`."""
+    if error is not None:
+        return {"error": error}
+    return {"turns": value} if isinstance(value, list) else {"value": value}
+
+
 def load_user_environment(file=None, module=None, args=None):
     """Imports the user's module and builds its environment with `load_environment(**args)`."""
     if file:
@@ -161,7 +168,7 @@ class Worker:
             names = [f["name"] for f in self.env.rubric.describe()]
 
         scored = await self.env.rubric.score_all(names, available)
-        return {"results": [{"value": v} if e is None else {"error": e} for v, e in scored]}
+        return {"results": [result_json(v, e) for v, e in scored]}
 
 
     async def do_algorithm(self, params):
