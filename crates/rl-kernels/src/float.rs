@@ -41,10 +41,21 @@ pub trait Real:
     fn max(self, other: Self) -> Self;
     /// Finite (not NaN or infinite).
     fn is_finite(self) -> bool;
+    /// The slice as f32 when this type is f32 (the way into the f32-only kernels).
+    fn as_f32(x: &[Self]) -> Option<&[f32]>;
+    /// The same, mutable.
+    fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]>;
 }
 
 macro_rules! real {
-    ($t:ty, $exp:expr) => {
+    (@view f32, $x:ident) => {
+        Some($x)
+    };
+    (@view f64, $x:ident) => {{
+        let _ = $x;
+        None
+    }};
+    ($t:ident, $exp:expr) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -76,6 +87,14 @@ macro_rules! real {
             #[inline]
             fn is_finite(self) -> bool {
                 <$t>::is_finite(self)
+            }
+            #[inline]
+            fn as_f32(x: &[Self]) -> Option<&[f32]> {
+                real!(@view $t, x)
+            }
+            #[inline]
+            fn as_f32_mut(x: &mut [Self]) -> Option<&mut [f32]> {
+                real!(@view $t, x)
             }
         }
     };

@@ -8,6 +8,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::flash;
 use crate::cpu::simd::{dot, max_of, sum_of, vectorized};
 use crate::float::Real;
 use crate::gemm::{MatMut, MatRef, matmul};
@@ -38,7 +39,7 @@ impl AttnShape {
         self.kv_heads * self.head_dim
     }
 
-    fn group(&self, h: usize) -> usize {
+    pub(crate) fn group(&self, h: usize) -> usize {
         h / (self.q_heads / self.kv_heads)
     }
 }
@@ -74,7 +75,7 @@ impl<'a, T> Qkv<'a, T> {
     }
 
     /// Whether the buffers hold `t` tokens.
-    fn holds(&self, shape: AttnShape, t: usize) -> bool {
+    pub(crate) fn holds(&self, shape: AttnShape, t: usize) -> bool {
         let rows = |len: usize, ld: usize, w: usize| t == 0 || len >= (t - 1) * ld + w;
         rows(self.q.len(), self.ldq, shape.ldq())
             && rows(self.k.len(), self.ldk, shape.ldk())
@@ -84,9 +85,9 @@ impl<'a, T> Qkv<'a, T> {
 
 /// A run of visible keys: rows `start..start + len` of the row's key/value buffers.
 #[derive(Debug, Clone, Copy)]
-struct KeyRun {
-    start: usize,
-    len: usize,
+pub(crate) struct KeyRun {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
 }
 
 /// Keys and values a query block attends to, wherever they live (a packed row, a KV cache, a
@@ -114,14 +115,14 @@ pub struct Causal {
 /// One block of query rows: rows `row..row + rows` of the row, in segment `seg`, whose first row
 /// is `offset` tokens into that segment.
 #[derive(Debug, Clone, Copy)]
-struct Block {
+pub(crate) struct Block {
     seg: usize,
-    row: usize,
-    rows: usize,
-    offset: usize,
+    pub(crate) row: usize,
+    pub(crate) rows: usize,
+    pub(crate) offset: usize,
 }
 
-fn blocks(layout: &RowLayout) -> Vec<Block> {
+pub(crate) fn blocks(layout: &RowLayout) -> Vec<Block> {
     let mut out = Vec::new();
     for (s, seg) in layout.segments().iter().enumerate() {
         let mut off = 0;
@@ -136,7 +137,7 @@ fn blocks(layout: &RowLayout) -> Vec<Block> {
 
 /// The keys block `b` sees: its ancestors in full, then its own segment up to its last row
 /// (the last run is the causal one).
-fn key_runs(layout: &RowLayout, b: &Block) -> Vec<KeyRun> {
+pub(crate) fn key_runs(layout: &RowLayout, b: &Block) -> Vec<KeyRun> {
     let mut runs: Vec<KeyRun> =
         layout.ancestor_ranges(b.seg).into_iter().map(|r| KeyRun { start: r.start, len: r.len() }).collect();
     let own = layout.segments()[b.seg].start;
@@ -214,14 +215,52 @@ pub(crate) fn split_chunks<T>(mut data: &mut [T], sizes: impl IntoIterator<Item 
     out
 }
 
+/// Which kernel runs a head block: the fused one ([`flash`]) where it applies (f32, head width a
+/// multiple of the SIMD width), else GEMM calls around a materialised score block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Fused,
+    /// Only the tests force it (to hold the fused kernel to it).
+    #[cfg(test)]
+    Gemm,
+}
+
 /// Forward: returns `o [T, Hq*d]` and the log-sum-exp `[T, Hq]` of every (token, head).
 pub fn forward<T: Real>(layout: &RowLayout, shape: AttnShape, qkv: Qkv<'_, T>, scale: T) -> (Vec<T>, Vec<T>) {
+    forward_on(layout, shape, qkv, scale, Path::Fused)
+}
+
+fn forward_on<T: Real>(
+    layout: &RowLayout,
+    shape: AttnShape,
+    qkv: Qkv<'_, T>,
+    scale: T,
+    path: Path,
+) -> (Vec<T>, Vec<T>) {
     let (t, d, hq) = (layout.len(), shape.head_dim, shape.q_heads);
     let Qkv { q, k, v, ldq, ldk } = qkv;
     assert!(qkv.holds(shape, t), "attention buffers do not match the row");
     let ldo = shape.ldq();
     let mut o = crate::cpu::zeroed(t * ldo);
     let mut lse = vec![T::ZERO; t * hq];
+    if path == Path::Fused && flash::applies(d) {
+        let fused = (|| {
+            let row = flash::Row {
+                layout,
+                shape,
+                q: T::as_f32(q)?,
+                k: T::as_f32(k)?,
+                v: T::as_f32(v)?,
+                ldq,
+                ldk,
+                scale: T::f64(scale) as f32,
+            };
+            Some(flash::forward_row(&row, T::as_f32_mut(&mut o)?, T::as_f32_mut(&mut lse)?))
+        })();
+        if fused == Some(true) {
+            return (o, lse);
+        }
+    }
     let blocks = blocks(layout);
     let o_chunks = split_chunks(&mut o, blocks.iter().map(|b| b.rows * ldo));
     let l_chunks = split_chunks(&mut lse, blocks.iter().map(|b| b.rows * hq));
@@ -265,7 +304,7 @@ pub fn backward<T: Real>(
     scale: T,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let mut dq = crate::cpu::zeroed(layout.len() * shape.ldq());
-    let (dk, dv) = backward_into(layout, shape, qkv, o, lse, d_o, scale, &mut dq, shape.ldq());
+    let (dk, dv) = backward_into(layout, shape, qkv, o, lse, d_o, scale, &mut dq, shape.ldq(), Path::Fused);
     (dq, dk, dv)
 }
 
@@ -282,7 +321,7 @@ pub fn backward_packed<T: Real>(
     let (qd, kd) = (shape.ldq(), shape.ldk());
     let ld = qd + 2 * kd;
     let mut d = crate::cpu::zeroed(layout.len() * ld);
-    let (dk, dv) = backward_into(layout, shape, Qkv::packed(qkv, shape), o, lse, d_o, scale, &mut d, ld);
+    let (dk, dv) = backward_into(layout, shape, Qkv::packed(qkv, shape), o, lse, d_o, scale, &mut d, ld, Path::Fused);
     for ((row, k), v) in d.chunks_mut(ld).zip(dk.chunks(kd)).zip(dv.chunks(kd)) {
         row[qd..qd + kd].copy_from_slice(k);
         row[qd + kd..].copy_from_slice(v);
@@ -303,6 +342,7 @@ fn backward_into<T: Real>(
     scale: T,
     dq_out: &mut [T],
     ldq_out: usize,
+    path: Path,
 ) -> (Vec<T>, Vec<T>) {
     let (t, d, hq) = (layout.len(), shape.head_dim, shape.q_heads);
     let Qkv { q, k, v, ldq, ldk } = qkv;
@@ -315,6 +355,35 @@ fn backward_into<T: Real>(
             && dq_out.len() == t * ldq_out,
         "attention gradients do not match the row"
     );
+    if path == Path::Fused && flash::applies(d) {
+        let mut dk = crate::cpu::zeroed(t * ldkv);
+        let mut dv = crate::cpu::zeroed(t * ldkv);
+        let fused = (|| {
+            let row = flash::Row {
+                layout,
+                shape,
+                q: T::as_f32(q)?,
+                k: T::as_f32(k)?,
+                v: T::as_f32(v)?,
+                ldq,
+                ldk,
+                scale: T::f64(scale) as f32,
+            };
+            let grads = flash::RowGrads {
+                o: T::as_f32(o)?,
+                lse: T::as_f32(lse)?,
+                d_o: T::as_f32(d_o)?,
+                dq: T::as_f32_mut(dq_out)?,
+                ldq: ldq_out,
+                dk: T::as_f32_mut(&mut dk)?,
+                dv: T::as_f32_mut(&mut dv)?,
+            };
+            Some(flash::backward_row(&row, grads))
+        })();
+        if fused == Some(true) {
+            return (dk, dv);
+        }
+    }
     let blocks = blocks(layout);
     let dq_chunks = split_chunks(dq_out, blocks.iter().map(|b| b.rows * ldq_out));
     let zeros = || (vec![T::ZERO; t * ldkv], vec![T::ZERO; t * ldkv]);
@@ -326,13 +395,13 @@ fn backward_into<T: Real>(
             |((mut dk, mut dv), mut p, mut ds), (b, dq_blk)| {
                 let runs = key_runs(layout, &b);
                 let keys: usize = runs.iter().map(|r| r.len).sum();
-                p.resize(b.rows * keys, T::ZERO);
-                ds.resize(b.rows * keys, T::ZERO);
                 for h in 0..hq {
                     let g = shape.group(h);
+                    let causal = Causal { diag: b.offset, step: 1 };
+                    p.resize(b.rows * keys, T::ZERO);
+                    ds.resize(b.rows * keys, T::ZERO);
                     let qb = MatRef::new(&q[b.row * ldq + h * d..], b.rows, d, ldq, 1);
                     let dob = MatRef::new(&d_o[b.row * ldo + h * d..], b.rows, d, ldo, 1);
-                    let causal = Causal { diag: b.offset, step: 1 };
                     scores(&mut p, qb, &kv_runs(&runs, k, v, ldk, g * d), ldk, causal, scale);
                     // dP = dO · V^T, then dS = P * (dP - rowsum(dO * O)).
                     let mut col = 0;
@@ -382,4 +451,60 @@ fn backward_into<T: Real>(
         })
         .unwrap_or_else(zeros);
     (dk, dv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+            })
+            .collect()
+    }
+
+    fn worst(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0, f32::max)
+    }
+
+    /// The fused kernel against the GEMM path, forward and backward, on head widths it takes
+    /// (the SIMD width's multiples) and layouts that cover partial query tiles, key chunks that
+    /// straddle the diagonal, shared prompts and grouped heads.
+    #[test]
+    fn the_fused_kernel_equals_the_gemm_path() {
+        let layouts = [
+            RowLayout::packed(&[1, 37, 130, 64]),
+            RowLayout::new(&[70, 90, 5, 200], &[None, Some(0), Some(0), Some(1)]).unwrap(),
+        ];
+        for (i, layout) in layouts.iter().enumerate() {
+            for (hq, hk, d) in [(4, 2, 32), (2, 1, 64), (2, 2, 128), (3, 1, 16)] {
+                let shape = AttnShape { q_heads: hq, kv_heads: hk, head_dim: d };
+                let t = layout.len();
+                let w = shape.ldq() + 2 * shape.ldk();
+                let qkv = noise(t * w, 3 + i as u64 + d as u64, 1.5);
+                let d_o = noise(t * shape.ldq(), 11 + d as u64, 1.0);
+                let scale = 1.0 / (d as f32).sqrt();
+                let run = |path| {
+                    let (o, lse) = forward_on(layout, shape, Qkv::packed(&qkv, shape), scale, path);
+                    let mut dq = vec![0f32; t * w];
+                    let (dk, dv) =
+                        backward_into(layout, shape, Qkv::packed(&qkv, shape), &o, &lse, &d_o, scale, &mut dq, w, path);
+                    (o, lse, dq, dk, dv)
+                };
+                let (fused, gemm) = (run(Path::Fused), run(Path::Gemm));
+                let what = format!("layout {i}, {hq}/{hk} heads of {d}");
+                assert!(worst(&fused.0, &gemm.0) < 2e-5, "{what}: output {}", worst(&fused.0, &gemm.0));
+                assert!(worst(&fused.1, &gemm.1) < 2e-5, "{what}: log-sum-exp {}", worst(&fused.1, &gemm.1));
+                assert!(worst(&fused.2, &gemm.2) < 5e-5, "{what}: dq {}", worst(&fused.2, &gemm.2));
+                assert!(worst(&fused.3, &gemm.3) < 5e-5, "{what}: dk {}", worst(&fused.3, &gemm.3));
+                assert!(worst(&fused.4, &gemm.4) < 5e-5, "{what}: dv {}", worst(&fused.4, &gemm.4));
+            }
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod adamw;
 pub mod attention;
+mod flash;
 pub mod layer;
 pub mod linear;
 pub mod logprobs;

@@ -1,0 +1,663 @@
+//! Fused ("flash") attention for f32 on one head of one query block: scores, softmax and the
+//! value product in one pass over the keys, chunk by chunk, with nothing larger than a
+//! `[64 keys x 2 SIMD vectors of queries]` tile ever written (it stays in L1). The GEMM path of
+//! `attention.rs` writes a `[64 x keys]` score matrix per head and reads it three more times
+//! (softmax, then the products' packing), which at head widths of 32 cost more than the products.
+//!
+//! Queries run along the SIMD lanes of the score tiles, so each query's running max, sum and
+//! log-sum-exp are plain vector operations (no horizontal reductions), and the masks are a lane
+//! compare. Products into head-width rows (the output, dQ, dK, dV) are register tiles of `R`
+//! rows x the head width, broadcasting one factor per row. Widths that are not a multiple of the
+//! SIMD width, and f64, take the GEMM path (`attention.rs` decides).
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use crate::cpu::attention::{AttnShape, Block, Causal, KvRun, blocks, key_runs, split_chunks};
+use crate::cpu::simd::exp_f32;
+use crate::layout::RowLayout;
+
+/// Keys per softmax chunk (the online rescaling happens once per chunk).
+const CHUNK: usize = 64;
+
+/// One head of one query block: `rows` query rows from `q` (row stride `ldq`, the slice starting
+/// at this head's first column) against `runs` (the last one causal, as `causal` says).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadBlock<'a> {
+    pub q: &'a [f32],
+    pub ldq: usize,
+    pub rows: usize,
+    pub runs: &'a [KvRun<'a, f32>],
+    pub ldk: usize,
+    pub head_dim: usize,
+    pub causal: Causal,
+    pub scale: f32,
+}
+
+/// Reusable per-thread buffers.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Transposed (scaled) queries `[d][QT]`.
+    qt: Vec<f32>,
+    /// Transposed output gradient `[d][QT]` (backward).
+    dot: Vec<f32>,
+    /// Score / probability tile `[CHUNK][QT]`.
+    st: Vec<f32>,
+    /// dP / dS tile `[CHUNK][QT]` (backward).
+    dst: Vec<f32>,
+    /// Output (forward) or dQ (backward) accumulator `[QT][d]`.
+    acc: Vec<f32>,
+    /// Per query lane: running max, running sum, rescale factor, last visible key.
+    m: Vec<f32>,
+    l: Vec<f32>,
+    alpha: Vec<f32>,
+    limit: Vec<f32>,
+    /// Per query lane (backward): log-sum-exp and rowsum(dO * O).
+    lse: Vec<f32>,
+    di: Vec<f32>,
+    /// The tile's query and output-gradient rows, contiguous `[QT][d]` (backward: the
+    /// right-hand sides of dK and dV, re-read for every key chunk).
+    q_rows: Vec<f32>,
+    do_rows: Vec<f32>,
+}
+
+/// Where the gradients of one (query block, head) go (backward).
+pub(crate) struct Grads<'a> {
+    /// The forward's output rows (stride `ldo`, this head's columns first).
+    pub o: &'a [f32],
+    /// The output gradient, same layout.
+    pub d_o: &'a [f32],
+    pub ldo: usize,
+    /// Log-sum-exp of each query row: `lse[i * lse_stride]`.
+    pub lse: &'a [f32],
+    pub lse_stride: usize,
+    /// dQ rows (stride `ldq`, this head's columns first), overwritten.
+    pub dq: &'a mut [f32],
+    pub ldq: usize,
+    /// Whole dK and dV buffers (stride `ldkv`), accumulated into: run `r`'s key `j` is row
+    /// `starts[r] + j`, columns from `col`.
+    pub dk: &'a mut [f32],
+    pub dv: &'a mut [f32],
+    pub ldkv: usize,
+    pub col: usize,
+    pub starts: &'a [usize],
+}
+
+/// A packed row's queries, keys and values (token-major, their own row strides).
+pub(crate) struct Row<'a> {
+    pub layout: &'a RowLayout,
+    pub shape: AttnShape,
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub ldq: usize,
+    pub ldk: usize,
+    pub scale: f32,
+}
+
+/// What the backward of a row reads and writes.
+pub(crate) struct RowGrads<'a> {
+    /// The forward's output `[T, Hq d]` and log-sum-exp `[T, Hq]`, and the output gradient.
+    pub o: &'a [f32],
+    pub lse: &'a [f32],
+    pub d_o: &'a [f32],
+    /// dQ rows, stride `ldq` (query columns first), overwritten.
+    pub dq: &'a mut [f32],
+    pub ldq: usize,
+    /// dK and dV `[T, Hk d]`, overwritten.
+    pub dk: &'a mut [f32],
+    pub dv: &'a mut [f32],
+}
+
+/// Whether the fused kernel takes heads of width `d` on this CPU.
+pub(crate) fn applies(d: usize) -> bool {
+    struct Op(usize);
+    impl WithSimd for Op {
+        type Output = bool;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, _: S) -> bool {
+            instantiated(tiling::<S>(self.0))
+        }
+    }
+    pulp::Arch::new().dispatch(Op(d))
+}
+
+/// Each head group's columns of `x` (`t` rows, stride `ld`) as one contiguous `[t][d]` block,
+/// groups one after another. Keys and values are re-read by every query tile; rows of a packed
+/// q/k/v buffer are 2 KiB or more apart, which maps a chunk's rows onto a few L1 sets.
+fn by_group(x: &[f32], ld: usize, t: usize, groups: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0f32; groups * t * d];
+    for (g, block) in out.chunks_exact_mut(t * d).enumerate() {
+        for (tok, row) in block.chunks_exact_mut(d).enumerate() {
+            row.copy_from_slice(&x[tok * ld + g * d..][..d]);
+        }
+    }
+    out
+}
+
+/// Forward over a whole row into `o [T, Hq d]` and `lse [T, Hq]`; false (nothing written) when
+/// the head width does not suit the CPU (see [`applies`]).
+pub(crate) fn forward_row(row: &Row<'_>, o: &mut [f32], lse: &mut [f32]) -> bool {
+    let Row { layout, shape, q, k, v, ldq, ldk, scale } = *row;
+    let (t, d, hq, hk) = (layout.len(), shape.head_dim, shape.q_heads, shape.kv_heads);
+    if !applies(d) {
+        return false;
+    }
+    let (kc, vc) = (by_group(k, ldk, t, hk, d), by_group(v, ldk, t, hk, d));
+    let ldo = shape.ldq();
+    let blocks = blocks(layout);
+    let o_chunks = split_chunks(o, blocks.iter().map(|b| b.rows * ldo));
+    let l_chunks = split_chunks(lse, blocks.iter().map(|b| b.rows * hq));
+    blocks.into_par_iter().zip(o_chunks).zip(l_chunks).for_each_init(Scratch::default, |sc, ((b, o_blk), l_blk)| {
+        let runs = key_runs(layout, &b);
+        for h in 0..hq {
+            let at = shape.group(h) * t * d;
+            let kv: Vec<KvRun<'_, f32>> = runs
+                .iter()
+                .map(|r| KvRun { k: &kc[at + r.start * d..], v: &vc[at + r.start * d..], len: r.len })
+                .collect();
+            let head = HeadBlock {
+                q: &q[b.row * ldq + h * d..],
+                ldq,
+                rows: b.rows,
+                runs: &kv,
+                ldk: d,
+                head_dim: d,
+                causal: Causal { diag: b.offset, step: 1 },
+                scale,
+            };
+            forward(&head, &mut o_blk[h * d..], ldo, &mut l_blk[h..], hq, sc);
+        }
+    });
+    true
+}
+
+/// Backward over a whole row (see [`RowGrads`]); false (nothing written) when the head width
+/// does not suit the CPU.
+pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
+    let Row { layout, shape, q, k, v, ldq, ldk, scale } = *row;
+    let (t, d, hq, hk) = (layout.len(), shape.head_dim, shape.q_heads, shape.kv_heads);
+    if !applies(d) {
+        return false;
+    }
+    let (kc, vc) = (by_group(k, ldk, t, hk, d), by_group(v, ldk, t, hk, d));
+    let RowGrads { o, lse, d_o, dq, ldq: ldq_out, dk, dv } = g;
+    let ldo = shape.ldq();
+    let blocks = blocks(layout);
+    // One (query block, head) of the row: its dQ rows go to `dq` (stride `ldq`), its dK / dV
+    // rows are added to the group's `[T][d]` blocks `dk_g` / `dv_g`.
+    let head_block =
+        |b: &Block, h: usize, dq: &mut [f32], ldq_dq: usize, dk_g: &mut [f32], dv_g: &mut [f32], sc: &mut Scratch| {
+            let runs = key_runs(layout, b);
+            let starts: Vec<usize> = runs.iter().map(|r| r.start).collect();
+            let at = shape.group(h) * t * d;
+            let kv: Vec<KvRun<'_, f32>> = runs
+                .iter()
+                .map(|r| KvRun { k: &kc[at + r.start * d..], v: &vc[at + r.start * d..], len: r.len })
+                .collect();
+            let head = HeadBlock {
+                q: &q[b.row * ldq + h * d..],
+                ldq,
+                rows: b.rows,
+                runs: &kv,
+                ldk: d,
+                head_dim: d,
+                causal: Causal { diag: b.offset, step: 1 },
+                scale,
+            };
+            let mut grads = Grads {
+                o: &o[b.row * ldo + h * d..],
+                d_o: &d_o[b.row * ldo + h * d..],
+                ldo,
+                lse: &lse[b.row * hq + h..],
+                lse_stride: hq,
+                dq,
+                ldq: ldq_dq,
+                dk: dk_g,
+                dv: dv_g,
+                ldkv: d,
+                col: 0,
+                starts: &starts,
+            };
+            backward(&head, &mut grads, sc);
+        };
+    // Query blocks in parallel, each thread summing its own dK / dV in the grouped layout
+    // ([Hk][T][d]). (A thread per head group, with nothing to sum, measured slower.)
+    let dq_chunks = split_chunks(dq, blocks.iter().map(|b| b.rows * ldq_out));
+    let zeros = || (vec![0f32; hk * t * d], vec![0f32; hk * t * d]);
+    let summed = blocks
+        .par_iter()
+        .zip(dq_chunks)
+        .fold(
+            || (zeros(), Scratch::default()),
+            |((mut dk_t, mut dv_t), mut sc), (b, dq_blk)| {
+                for h in 0..hq {
+                    let at = shape.group(h) * t * d;
+                    head_block(b, h, &mut dq_blk[h * d..], ldq_out, &mut dk_t[at..], &mut dv_t[at..], &mut sc);
+                }
+                ((dk_t, dv_t), sc)
+            },
+        )
+        .map(|(acc, _)| acc)
+        .reduce_with(|(mut ak, mut av), (bk, bv)| {
+            ak.iter_mut().zip(&bk).for_each(|(a, b)| *a += *b);
+            av.iter_mut().zip(&bv).for_each(|(a, b)| *a += *b);
+            (ak, av)
+        });
+    let (dkc, dvc) = summed.unwrap_or_else(zeros);
+    let ldkv = shape.ldk();
+    for (src, dst) in [(&dkc, dk), (&dvc, dv)] {
+        for (gi, block) in src.chunks_exact(t * d).enumerate() {
+            for (tok, r) in block.chunks_exact(d).enumerate() {
+                dst[tok * ldkv + gi * d..][..d].copy_from_slice(r);
+            }
+        }
+    }
+    true
+}
+
+/// Forward of one head block into `out` (stride `ldo`) and `lse[i * lse_stride]`; false (nothing
+/// written) when the head width does not suit the SIMD width.
+pub(crate) fn forward(
+    h: &HeadBlock<'_>,
+    out: &mut [f32],
+    ldo: usize,
+    lse: &mut [f32],
+    lse_stride: usize,
+    sc: &mut Scratch,
+) -> bool {
+    struct Op<'a, 'b> {
+        h: &'a HeadBlock<'b>,
+        out: &'a mut [f32],
+        ldo: usize,
+        lse: &'a mut [f32],
+        lse_stride: usize,
+        sc: &'a mut Scratch,
+    }
+    impl WithSimd for Op<'_, '_> {
+        type Output = bool;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) -> bool {
+            let Op { h, out, ldo, lse, lse_stride, sc } = self;
+            macro_rules! go {
+                ($vd:literal, $r:literal) => {
+                    forward_head::<S, $vd, $r>(simd, h, out, ldo, lse, lse_stride, sc)
+                };
+            }
+            match tiling::<S>(h.head_dim) {
+                Some((2, true)) => go!(2, 8),
+                Some((4, true)) => go!(4, 4),
+                Some((8, true)) => go!(8, 2),
+                Some((1, false)) => go!(1, 8),
+                Some((2, false)) => go!(2, 4),
+                Some((4, false)) => go!(4, 2),
+                Some((8, false)) => go!(8, 1),
+                _ => return false,
+            }
+            true
+        }
+    }
+    pulp::Arch::new().dispatch(Op { h, out, ldo, lse, lse_stride, sc })
+}
+
+/// Backward of one head block (see [`Grads`]); false (nothing written) when the head width does
+/// not suit the SIMD width.
+pub(crate) fn backward(h: &HeadBlock<'_>, g: &mut Grads<'_>, sc: &mut Scratch) -> bool {
+    struct Op<'a, 'b, 'c> {
+        h: &'a HeadBlock<'b>,
+        g: &'a mut Grads<'c>,
+        sc: &'a mut Scratch,
+    }
+    impl WithSimd for Op<'_, '_, '_> {
+        type Output = bool;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) -> bool {
+            let Op { h, g, sc } = self;
+            macro_rules! go {
+                ($vd:literal, $r:literal) => {
+                    backward_head::<S, $vd, $r>(simd, h, g, sc)
+                };
+            }
+            match tiling::<S>(h.head_dim) {
+                Some((2, true)) => go!(2, 8),
+                Some((4, true)) => go!(4, 4),
+                Some((8, true)) => go!(8, 2),
+                Some((1, false)) => go!(1, 8),
+                Some((2, false)) => go!(2, 4),
+                Some((4, false)) => go!(4, 2),
+                Some((8, false)) => go!(8, 1),
+                _ => return false,
+            }
+            true
+        }
+    }
+    pulp::Arch::new().dispatch(Op { h, g, sc })
+}
+
+/// Whether a tiling has an instantiation below.
+fn instantiated(t: Option<(usize, bool)>) -> bool {
+    matches!(t, Some((2 | 4 | 8, true)) | Some((1 | 2 | 4 | 8, false)))
+}
+
+/// Vectors per head row, and whether the CPU has 32 vector registers (AVX-512) rather than 16,
+/// for the widths this kernel is instantiated for.
+fn tiling<S: Simd>(d: usize) -> Option<(usize, bool)> {
+    let lanes = S::F32_LANES;
+    if lanes < 8 || !d.is_multiple_of(lanes) {
+        return None;
+    }
+    Some((d / lanes, lanes >= 16))
+}
+
+/// Keys per score register tile: 8 x 2 vectors of accumulators with 32 registers, 4 x 2 with 16.
+fn score_keys<S: Simd>() -> usize {
+    if S::F32_LANES >= 16 { 8 } else { 4 }
+}
+
+/// `out[j][lane] = sum_i x[j][i] * yt[i][lane]` for keys `j < n` (rows of `x`, stride `ldx`) and
+/// the `2 * lanes` query lanes of `yt` (`[d][2 lanes]`); `out` is `[n][2 lanes]`.
+#[inline(always)]
+fn scores<S: Simd>(simd: S, yt: &[f32], d: usize, x: &[f32], ldx: usize, n: usize, out: &mut [f32]) {
+    let qt = 2 * S::F32_LANES;
+    let (y, _) = S::as_simd_f32s(&yt[..d * qt]);
+    let mut j = 0;
+    if score_keys::<S>() == 8 {
+        while j + 8 <= n {
+            score_tile::<S, 8>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
+            j += 8;
+        }
+    } else {
+        while j + 4 <= n {
+            score_tile::<S, 4>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
+            j += 4;
+        }
+    }
+    while j < n {
+        score_tile::<S, 1>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
+        j += 1;
+    }
+}
+
+#[inline(always)]
+fn score_tile<S: Simd, const NK: usize>(simd: S, y: &[S::f32s], d: usize, x: &[f32], ldx: usize, out: &mut [f32]) {
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; 2]; NK];
+    let rows: [&[f32]; NK] = std::array::from_fn(|kk| &x[kk * ldx..kk * ldx + d]);
+    let y = &y[..2 * d];
+    for i in 0..d {
+        let (y0, y1) = (y[2 * i], y[2 * i + 1]);
+        for kk in 0..NK {
+            let b = simd.splat_f32s(rows[kk][i]);
+            acc[kk][0] = simd.mul_add_f32s(b, y0, acc[kk][0]);
+            acc[kk][1] = simd.mul_add_f32s(b, y1, acc[kk][1]);
+        }
+    }
+    let (o, _) = S::as_mut_simd_f32s(&mut out[..NK * 2 * S::F32_LANES]);
+    for kk in 0..NK {
+        o[2 * kk] = acc[kk][0];
+        o[2 * kk + 1] = acc[kk][1];
+    }
+}
+
+/// `out[r][:] += sum_j coef[r * cr + j * cj] * z[j][:]` for rows `r < rows` of `out` (stride
+/// `ldo`) and `j < nj` rows of `z` (stride `ldz`), all of width `VD` vectors.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn accumulate<S: Simd, const VD: usize, const R: usize>(
+    simd: S,
+    out: &mut [f32],
+    ldo: usize,
+    rows: usize,
+    coef: &[f32],
+    cr: usize,
+    cj: usize,
+    z: &[f32],
+    ldz: usize,
+    nj: usize,
+) {
+    let mut r = 0;
+    while r + R <= rows {
+        accumulate_tile::<S, VD, R>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
+        r += R;
+    }
+    while r < rows {
+        accumulate_tile::<S, VD, 1>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
+        r += 1;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn accumulate_tile<S: Simd, const VD: usize, const R: usize>(
+    simd: S,
+    out: &mut [f32],
+    ldo: usize,
+    coef: &[f32],
+    cr: usize,
+    cj: usize,
+    z: &[f32],
+    ldz: usize,
+    nj: usize,
+) {
+    let d = VD * S::F32_LANES;
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; VD]; R];
+    for (r, a) in acc.iter_mut().enumerate() {
+        let (o, _) = S::as_simd_f32s(&out[r * ldo..r * ldo + d]);
+        a.copy_from_slice(&o[..VD]);
+    }
+    // Step j's R factors sit at constant offsets (cr is a constant once inlined) from one base:
+    // one bounds check per step, then plain displacements.
+    let span = (R - 1) * cr + 1;
+    for j in 0..nj {
+        let c = &coef[j * cj..j * cj + span];
+        let (zr, _) = S::as_simd_f32s(&z[j * ldz..j * ldz + d]);
+        let zr = &zr[..VD];
+        for r in 0..R {
+            let b = simd.splat_f32s(c[r * cr]);
+            for v in 0..VD {
+                acc[r][v] = simd.mul_add_f32s(b, zr[v], acc[r][v]);
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        let (o, _) = S::as_mut_simd_f32s(&mut out[r * ldo..r * ldo + d]);
+        o[..VD].copy_from_slice(a);
+    }
+}
+
+/// Rows `r0..r0 + nq` of `src` (stride `ld`, width `d`) transposed into `out` (`[d][qt_w]`,
+/// times `scale`, padding lanes 0).
+#[allow(clippy::too_many_arguments)]
+fn load_tile(src: &[f32], ld: usize, d: usize, r0: usize, nq: usize, qt_w: usize, scale: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.resize(d * qt_w, 0.0);
+    for l in 0..nq {
+        let row = &src[(r0 + l) * ld..][..d];
+        for (i, &x) in row.iter().enumerate() {
+            out[i * qt_w + l] = x * scale;
+        }
+    }
+}
+
+/// The keys of the causal run that rows `r0..r0 + nq` see: (keys any of them sees, keys all of
+/// them see), and each lane's last visible key in `limit`.
+fn causal_span(c: Causal, run_len: usize, r0: usize, nq: usize, qt_w: usize, limit: &mut Vec<f32>) -> (usize, usize) {
+    limit.clear();
+    limit.extend((0..qt_w).map(|l| (c.diag + (r0 + l.min(nq - 1)) * c.step) as f32));
+    let any = (c.diag + (r0 + nq - 1) * c.step + 1).min(run_len);
+    let all = (c.diag + r0 * c.step + 1).min(run_len);
+    (any, all)
+}
+
+/// Sets the scores of keys `j0..j0 + n` that a lane does not see to -inf.
+#[inline(always)]
+fn mask(st: &mut [f32], qt_w: usize, j0: usize, n: usize, limit: &[f32]) {
+    for j in 0..n {
+        let key = (j0 + j) as f32;
+        for (s, &lim) in st[j * qt_w..(j + 1) * qt_w].iter_mut().zip(limit) {
+            if key > lim {
+                *s = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn forward_head<S: Simd, const VD: usize, const R: usize>(
+    simd: S,
+    h: &HeadBlock<'_>,
+    out: &mut [f32],
+    ldo: usize,
+    lse: &mut [f32],
+    lse_stride: usize,
+    sc: &mut Scratch,
+) {
+    let (qt_w, d) = (2 * S::F32_LANES, VD * S::F32_LANES);
+    sc.st.resize(CHUNK * qt_w, 0.0);
+    let mut r0 = 0;
+    while r0 < h.rows {
+        let nq = qt_w.min(h.rows - r0);
+        load_tile(h.q, h.ldq, d, r0, nq, qt_w, h.scale, &mut sc.qt);
+        sc.acc.clear();
+        sc.acc.resize(qt_w * d, 0.0);
+        sc.m.clear();
+        sc.m.resize(qt_w, f32::NEG_INFINITY);
+        sc.l.clear();
+        sc.l.resize(qt_w, 0.0);
+        sc.alpha.resize(qt_w, 0.0);
+        for (ri, run) in h.runs.iter().enumerate() {
+            let causal = ri + 1 == h.runs.len();
+            let (len, unmasked) =
+                if causal { causal_span(h.causal, run.len, r0, nq, qt_w, &mut sc.limit) } else { (run.len, run.len) };
+            let mut j0 = 0;
+            while j0 < len {
+                let n = CHUNK.min(len - j0);
+                let st = &mut sc.st[..n * qt_w];
+                scores(simd, &sc.qt, d, &run.k[j0 * h.ldk..], h.ldk, n, st);
+                if causal && j0 + n > unmasked {
+                    mask(st, qt_w, j0, n, &sc.limit);
+                }
+                online_softmax(st, qt_w, &mut sc.m, &mut sc.l, &mut sc.alpha);
+                for (row, &a) in sc.acc.chunks_exact_mut(d).zip(&sc.alpha).take(nq) {
+                    if a != 1.0 {
+                        row.iter_mut().for_each(|x| *x *= a);
+                    }
+                }
+                accumulate::<S, VD, R>(simd, &mut sc.acc, d, nq, st, 1, qt_w, &run.v[j0 * h.ldk..], h.ldk, n);
+                j0 += n;
+            }
+        }
+        for i in 0..nq {
+            let inv = 1.0 / sc.l[i];
+            let row = &mut out[(r0 + i) * ldo..][..d];
+            for (o, &a) in row.iter_mut().zip(&sc.acc[i * d..(i + 1) * d]) {
+                *o = a * inv;
+            }
+            lse[(r0 + i) * lse_stride] = sc.m[i] + sc.l[i].ln();
+        }
+        r0 += nq;
+    }
+}
+
+/// One chunk of the online softmax: new running max per lane, `st` turned into `exp(s - max)`,
+/// the running sum rescaled and extended, and the factor the output rows must be rescaled by in
+/// `alpha`.
+#[inline(always)]
+fn online_softmax(st: &mut [f32], qt_w: usize, m: &mut [f32], l: &mut [f32], alpha: &mut [f32]) {
+    let mut new_m = [f32::NEG_INFINITY; 64];
+    let new_m = &mut new_m[..qt_w];
+    new_m.copy_from_slice(m);
+    for row in st.chunks_exact(qt_w) {
+        for (a, &s) in new_m.iter_mut().zip(row) {
+            *a = a.max(s);
+        }
+    }
+    // A lane that has seen no key yet keeps max -inf; subtracting 0 instead keeps exp(-inf) = 0.
+    for x in new_m.iter_mut() {
+        if *x == f32::NEG_INFINITY {
+            *x = 0.0;
+        }
+    }
+    let mut sum = [0f32; 64];
+    let sum = &mut sum[..qt_w];
+    for row in st.chunks_exact_mut(qt_w) {
+        for ((s, &mx), acc) in row.iter_mut().zip(new_m.iter()).zip(sum.iter_mut()) {
+            *s = exp_f32(*s - mx);
+            *acc += *s;
+        }
+    }
+    for i in 0..qt_w {
+        alpha[i] = exp_f32(m[i] - new_m[i]);
+        l[i] = l[i] * alpha[i] + sum[i];
+        m[i] = new_m[i];
+    }
+}
+
+#[inline(always)]
+fn backward_head<S: Simd, const VD: usize, const R: usize>(
+    simd: S,
+    h: &HeadBlock<'_>,
+    g: &mut Grads<'_>,
+    sc: &mut Scratch,
+) {
+    let (qt_w, d) = (2 * S::F32_LANES, VD * S::F32_LANES);
+    sc.st.resize(CHUNK * qt_w, 0.0);
+    sc.dst.resize(CHUNK * qt_w, 0.0);
+    let mut r0 = 0;
+    while r0 < h.rows {
+        let nq = qt_w.min(h.rows - r0);
+        load_tile(h.q, h.ldq, d, r0, nq, qt_w, h.scale, &mut sc.qt);
+        load_tile(g.d_o, g.ldo, d, r0, nq, qt_w, 1.0, &mut sc.dot);
+        sc.lse.clear();
+        sc.lse.resize(qt_w, 0.0);
+        sc.di.clear();
+        sc.di.resize(qt_w, 0.0);
+        for i in 0..nq {
+            sc.lse[i] = g.lse[(r0 + i) * g.lse_stride];
+            let (o, d_o) = (&g.o[(r0 + i) * g.ldo..][..d], &g.d_o[(r0 + i) * g.ldo..][..d]);
+            sc.di[i] = crate::cpu::simd::dot(o, d_o);
+        }
+        sc.acc.clear();
+        sc.acc.resize(qt_w * d, 0.0);
+        for (rows, src, ld) in [(&mut sc.q_rows, h.q, h.ldq), (&mut sc.do_rows, g.d_o, g.ldo)] {
+            rows.clear();
+            for i in 0..nq {
+                rows.extend_from_slice(&src[(r0 + i) * ld..][..d]);
+            }
+        }
+        for (ri, run) in h.runs.iter().enumerate() {
+            let causal = ri + 1 == h.runs.len();
+            let (len, unmasked) =
+                if causal { causal_span(h.causal, run.len, r0, nq, qt_w, &mut sc.limit) } else { (run.len, run.len) };
+            let mut j0 = 0;
+            while j0 < len {
+                let n = CHUNK.min(len - j0);
+                let (k, v) = (&run.k[j0 * h.ldk..], &run.v[j0 * h.ldk..]);
+                let st = &mut sc.st[..n * qt_w];
+                scores(simd, &sc.qt, d, k, h.ldk, n, st);
+                if causal && j0 + n > unmasked {
+                    mask(st, qt_w, j0, n, &sc.limit);
+                }
+                let dst = &mut sc.dst[..n * qt_w];
+                scores(simd, &sc.dot, d, v, h.ldk, n, dst);
+                // P = exp(S - lse); dS = scale * P * (dP - rowsum(dO * O)).
+                for (prow, dsrow) in st.chunks_exact_mut(qt_w).zip(dst.chunks_exact_mut(qt_w)) {
+                    for (((p, ds), &l), &di) in prow.iter_mut().zip(dsrow.iter_mut()).zip(&sc.lse).zip(&sc.di) {
+                        *p = exp_f32(*p - l);
+                        *ds = h.scale * *p * (*ds - di);
+                    }
+                }
+                let row0 = (g.starts[ri] + j0) * g.ldkv + g.col;
+                accumulate::<S, VD, R>(simd, &mut g.dv[row0..], g.ldkv, n, st, qt_w, 1, &sc.do_rows, d, nq);
+                accumulate::<S, VD, R>(simd, &mut g.dk[row0..], g.ldkv, n, dst, qt_w, 1, &sc.q_rows, d, nq);
+                accumulate::<S, VD, R>(simd, &mut sc.acc, d, nq, dst, 1, qt_w, k, h.ldk, n);
+                j0 += n;
+            }
+        }
+        for i in 0..nq {
+            g.dq[(r0 + i) * g.ldq..][..d].copy_from_slice(&sc.acc[i * d..(i + 1) * d]);
+        }
+        r0 += nq;
+    }
+}
