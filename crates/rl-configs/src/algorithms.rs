@@ -11,7 +11,8 @@ use crate::error::{ConfigError, Result};
 use crate::shared::Table;
 
 /// Ids of the algorithms built into the orchestrator.
-pub const BUILTIN_IDS: &[&str] = &["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd", "rae", "hierarchical_grpo"];
+pub const BUILTIN_IDS: &[&str] =
+    &["grpo", "max_rl", "rl", "sft", "rft", "echo", "opd", "opsd", "rae", "hierarchical_grpo"];
 
 /// Which loss channel of the trainer an algorithm writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -82,6 +83,22 @@ pub enum BuiltinAlgorithm {
     Rl {},
     /// Cross-entropy on the actor's tokens (needs a frozen actor: `orchestrator.actor` other than `policy`).
     Sft {},
+    /// Rejection-sampling fine-tuning (expert iteration; ReST, RAFT): cross-entropy with weight
+    /// `weight` on the sampled tokens of each group's `top` best clean rollouts, of those whose
+    /// reward is at least `min_reward` and above the group's mean. It moves the policy's most
+    /// likely answer towards its best samples, which a policy gradient over near-equal samples
+    /// does slowly; usually listed next to `grpo`.
+    Rft {
+        /// Rollouts imitated per group, best first.
+        #[serde(default = "default_rft_top")]
+        top: u32,
+        /// Smallest reward a rollout needs to be imitated.
+        #[serde(default)]
+        min_reward: f64,
+        /// Weight of the cross-entropy on its tokens.
+        #[serde(default = "default_rft_weight")]
+        weight: f64,
+    },
     /// GRPO plus cross-entropy with weight `alpha` on observation tokens of the given roles after the
     /// first sampled turn.
     Echo {
@@ -134,6 +151,12 @@ pub enum BuiltinAlgorithm {
     },
 }
 
+fn default_rft_top() -> u32 {
+    1
+}
+fn default_rft_weight() -> f64 {
+    1.0
+}
 fn default_echo_alpha() -> f64 {
     0.1
 }
@@ -205,6 +228,20 @@ impl AlgorithmConfig {
                     return Err(ConfigError::invalid(format!("{key}.roles"), "must name at least one role"));
                 }
             }
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Rft { top, min_reward, weight }) => {
+                if *top == 0 {
+                    return Err(ConfigError::invalid(format!("{key}.top"), "must be at least 1, got 0"));
+                }
+                if !min_reward.is_finite() {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.min_reward"),
+                        format!("must be a finite number, got {min_reward}"),
+                    ));
+                }
+                if !(weight.is_finite() && *weight > 0.0) {
+                    return Err(ConfigError::invalid(format!("{key}.weight"), format!("must be > 0, got {weight}")));
+                }
+            }
             AlgorithmConfig::Builtin(
                 BuiltinAlgorithm::Opd { max_concurrent, .. } | BuiltinAlgorithm::Opsd { max_concurrent, .. },
             ) if *max_concurrent == 0 => {
@@ -257,6 +294,7 @@ impl BuiltinAlgorithm {
             BuiltinAlgorithm::MaxRl {} => "max_rl",
             BuiltinAlgorithm::Rl {} => "rl",
             BuiltinAlgorithm::Sft {} => "sft",
+            BuiltinAlgorithm::Rft { .. } => "rft",
             BuiltinAlgorithm::Echo { .. } => "echo",
             BuiltinAlgorithm::Opd { .. } => "opd",
             BuiltinAlgorithm::Opsd { .. } => "opsd",
@@ -268,7 +306,7 @@ impl BuiltinAlgorithm {
     /// The loss channel the algorithm's main output goes to (`echo` adds a `ce` channel too).
     pub fn loss(&self) -> LossChannel {
         match self {
-            BuiltinAlgorithm::Sft {} => LossChannel::Ce,
+            BuiltinAlgorithm::Sft {} | BuiltinAlgorithm::Rft { .. } => LossChannel::Ce,
             _ => LossChannel::Rl,
         }
     }

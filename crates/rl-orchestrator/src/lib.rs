@@ -23,7 +23,7 @@ mod sink;
 mod writer;
 
 pub use algorithms::{
-    Algorithm, BranchTargets, Channel, Echo, EnvInfo, EnvOwned, Grpo, HierarchicalGrpo, MaxRl, Opd, Opsd, Rae, Rl,
+    Algorithm, BranchTargets, Channel, Echo, EnvInfo, EnvOwned, Grpo, HierarchicalGrpo, MaxRl, Opd, Opsd, Rae, Rft, Rl,
     Scoring, Sft, aggregate, build as build_algorithm,
 };
 pub use checkpoint::{OrchestratorState, checkpoint_steps, clean_after};

@@ -72,6 +72,11 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
         })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),
+        (1u32..4, ratio()).prop_map(|(top, min_reward)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Rft {
+            top,
+            min_reward,
+            weight: 0.5
+        })),
         (ratio(), prop::sample::subsequence(vec![EchoRole::Tool, EchoRole::User], 1..=2))
             .prop_map(|(alpha, roles)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo { alpha, roles })),
         (1u32..64).prop_map(|max_concurrent| AlgorithmConfig::Builtin(BuiltinAlgorithm::Opd {

@@ -264,3 +264,15 @@ fn a_wandb_section_needs_a_project_and_an_interpreter() {
     let c = rl_with(&["--wandb", r#"{"project": "p", "mode": "offline"}"#]).unwrap();
     assert_eq!(c.wandb.unwrap().mode, rl_configs::WandbMode::Offline);
 }
+
+#[test]
+fn rft_fields_are_checked() {
+    let with = |algos: &str| rl_with(&["--orchestrator.algorithms", algos]);
+    let c = with(r#"["grpo", {"id": "rft", "top": 2, "min_reward": 0.5}]"#).unwrap();
+    assert!(matches!(
+        &c.orchestrator.algorithms[1],
+        rl_configs::AlgorithmConfig::Builtin(rl_configs::BuiltinAlgorithm::Rft { top: 2, weight, .. }) if *weight == 1.0
+    ));
+    assert_eq!(invalid_key(with(r#"[{"id": "rft", "top": 0}]"#).unwrap_err()), "orchestrator.algorithms.0.top");
+    assert_eq!(invalid_key(with(r#"[{"id": "rft", "weight": -1}]"#).unwrap_err()), "orchestrator.algorithms.0.weight");
+}

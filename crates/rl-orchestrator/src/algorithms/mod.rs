@@ -10,6 +10,7 @@ mod env_owned;
 mod hierarchical_grpo;
 mod rae;
 mod reward;
+mod rft;
 mod sft;
 mod turns;
 
@@ -27,6 +28,7 @@ pub use env_owned::EnvOwned;
 pub use hierarchical_grpo::HierarchicalGrpo;
 pub use rae::Rae;
 pub use reward::{Grpo, MaxRl, Rl};
+pub use rft::Rft;
 pub use sft::Sft;
 
 use crate::error::{Error, Result};
@@ -120,6 +122,7 @@ pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
             BuiltinAlgorithm::Sft {} => Box::new(Sft),
+            BuiltinAlgorithm::Rft { top, min_reward, weight } => Box::new(Rft::new(*top, *min_reward, *weight)),
             BuiltinAlgorithm::Echo { alpha, roles } => Box::new(Echo::new(*alpha, roles)),
             BuiltinAlgorithm::Opd { model, max_concurrent } => Box::new(Opd::new(model, *max_concurrent)),
             BuiltinAlgorithm::Opsd { model, demo_key, template, max_concurrent } => {
@@ -202,7 +205,7 @@ pub(crate) mod tests {
 
     #[test]
     fn configs_build_their_algorithms_and_unknown_ids_are_env_owned() {
-        for id in ["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd", "rae"] {
+        for id in ["grpo", "max_rl", "rl", "sft", "rft", "echo", "opd", "opsd", "rae"] {
             assert_eq!(build(&AlgorithmConfig::from_id(id)).unwrap().id(), id);
         }
         assert_eq!(build(&AlgorithmConfig::from_id("rloo")).unwrap().id(), "rloo");
@@ -216,7 +219,7 @@ pub(crate) mod tests {
             members: vec![String::from("a"), String::from("b")],
             ..single.clone()
         };
-        for id in ["grpo", "max_rl", "rl", "sft", "echo", "opd", "opsd"] {
+        for id in ["grpo", "max_rl", "rl", "sft", "rft", "echo", "opd", "opsd"] {
             let mut a = build(&AlgorithmConfig::from_id(id)).unwrap();
             assert!(a.attach(&single).is_ok(), "{id}");
             let err = a.attach(&multi).unwrap_err().to_string();
