@@ -366,11 +366,14 @@ fn scores<S: Simd>(simd: S, yt: &[f32], d: usize, x: &[f32], ldx: usize, n: usiz
             score_tile::<S, 8>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
             j += 8;
         }
-    } else {
-        while j + 4 <= n {
-            score_tile::<S, 4>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
-            j += 4;
-        }
+    }
+    while j + 4 <= n {
+        score_tile::<S, 4>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
+        j += 4;
+    }
+    if j + 2 <= n {
+        score_tile::<S, 2>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
+        j += 2;
     }
     while j < n {
         score_tile::<S, 1>(simd, y, d, &x[j * ldx..], ldx, &mut out[j * qt..]);
@@ -419,6 +422,16 @@ fn accumulate<S: Simd, const VD: usize, const R: usize>(
     while r + R <= rows {
         accumulate_tile::<S, VD, R>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
         r += R;
+    }
+    // The remainder in tiles of 4, 2 and 1 rows (a row count like 30 would otherwise run 6
+    // single-row tiles, whose loads outnumber their multiply-adds).
+    if R > 4 && r + 4 <= rows {
+        accumulate_tile::<S, VD, 4>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
+        r += 4;
+    }
+    if R > 2 && r + 2 <= rows {
+        accumulate_tile::<S, VD, 2>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
+        r += 2;
     }
     while r < rows {
         accumulate_tile::<S, VD, 1>(simd, &mut out[r * ldo..], ldo, &coef[r * cr..], cr, cj, z, ldz, nj);
