@@ -74,12 +74,11 @@ pub(crate) struct Grads<'a> {
     /// dQ rows (stride `ldq`, this head's columns first), overwritten.
     pub dq: &'a mut [f32],
     pub ldq: usize,
-    /// Whole dK and dV buffers (stride `ldkv`), accumulated into: run `r`'s key `j` is row
-    /// `starts[r] + j`, columns from `col`.
+    /// The head group's dK and dV (rows of stride `ldkv`, its columns first), accumulated
+    /// into: run `r`'s key `j` is row `starts[r] + j`.
     pub dk: &'a mut [f32],
     pub dv: &'a mut [f32],
     pub ldkv: usize,
-    pub col: usize,
     pub starts: &'a [usize],
 }
 
@@ -216,7 +215,6 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
                 dk: dk_g,
                 dv: dv_g,
                 ldkv: d,
-                col: 0,
                 starts: &starts,
             };
             backward(&head, &mut grads, sc);
@@ -661,7 +659,7 @@ fn backward_head<S: Simd, const VD: usize, const R: usize>(
                         *ds = h.scale * *p * (*ds - di);
                     }
                 }
-                let row0 = (g.starts[ri] + j0) * g.ldkv + g.col;
+                let row0 = (g.starts[ri] + j0) * g.ldkv;
                 accumulate::<S, VD, R>(simd, &mut g.dv[row0..], g.ldkv, n, st, qt_w, 1, &sc.do_rows, d, nq);
                 accumulate::<S, VD, R>(simd, &mut g.dk[row0..], g.ldkv, n, dst, qt_w, 1, &sc.q_rows, d, nq);
                 accumulate::<S, VD, R>(simd, &mut sc.acc, d, nq, dst, 1, qt_w, k, h.ldk, n);
