@@ -1,6 +1,8 @@
 //! `alphabet-sort`: sort names by first or last name over several turns; later turns add names that
 //! must be marked `// new name!`. Reward: mean over turns of difflib similarity^power; within a turn
-//! a repeated attempt counts only if each is strictly better than the one before.
+//! a repeated attempt counts only if each is strictly better than the one before. With
+//! `history = "gold"` an episode arrives with its earlier turns already answered by their ground
+//! truth and the model answers the last turn only (turn-level training at one generation a rollout).
 
 use async_trait::async_trait;
 use rl_serve::{
@@ -107,6 +109,7 @@ pub const NEW_MARK: &str = " // new name!";
 pub struct AlphabetSort {
     data: Splits<Value>,
     rubric: RubricGroup,
+    gold_history: bool,
 }
 
 /// Generation settings.
@@ -210,7 +213,7 @@ pub fn turn_scores(replies: &[&str], truths: &[Vec<String>], power: f64, power_p
         .iter()
         .enumerate()
         .map(|(t, truth)| {
-            let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
+            let tag = answer_tag(t);
             let expected: Vec<String> = truth.iter().map(|s| s.trim().to_lowercase()).collect();
             let expected = expected.join("\n");
             let Some(reply) = replies.get(t) else { return 0.0 };
@@ -264,9 +267,27 @@ fn user_turns(task: &Task) -> Vec<&str> {
     task.data["user_turns"].as_array().map(|u| u.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
+/// The tag of turn `t`'s answer.
+fn answer_tag(t: usize) -> &'static str {
+    if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" }
+}
+
+/// The ideal answer to turn `t`: its ground truth, one name a line, in the turn's tags.
+fn gold_answer(t: usize, truth: &[String]) -> String {
+    let tag = answer_tag(t);
+    format!("<{tag}>\n{}\n</{tag}>", truth.join("\n"))
+}
+
+/// The first turn the model answers: 0, or with gold history the last one.
+fn first_model_turn(task: &Task, gold_history: bool) -> usize {
+    if gold_history { user_turns(task).len().saturating_sub(1) } else { 0 }
+}
+
 impl AlphabetSort {
     /// Builds the env from its args: `num_examples`, `test_examples`, `min_turns`, `max_turns`,
-    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`.
+    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `history` (`"model"`: the model
+    /// answers every turn; `"gold"`: earlier turns come answered with their ground truth and the
+    /// model answers, and is scored on, the last turn only).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("alphabet-sort", args);
         let num = a.u64("num_examples", 1000)?;
@@ -280,6 +301,7 @@ impl AlphabetSort {
         let power = a.f64("power", 4.0)?;
         let per_turn = a.bool("power_per_turn", true)?;
         let seed = a.u64("seed", 0)?;
+        let gold_history = a.choice("history", "model", &["model", "gold"])? == "gold";
         a.ordered("min_turns", g.min_turns, "max_turns", g.max_turns)?;
         a.ordered("min_names", g.min_names, "max_names", g.max_names)?;
         if g.min_turns == 0 || g.min_names == 0 {
@@ -298,14 +320,23 @@ impl AlphabetSort {
         let rubric = if per_turn {
             Rubric::new().turn_reward(
                 turn_reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
-                    Ok(turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), power, true))
+                    // The prompt's gold answers are replies too: score all, keep the model's turns.
+                    let scores = turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), power, true);
+                    Ok(scores[first_model_turn(ctx.task, gold_history).min(scores.len())..].to_vec())
                 }),
                 1.0,
             )
         } else {
             Rubric::new().reward(
                 reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
-                    Ok(score(&ctx.assistant_replies(), &truths_of(ctx.task), power, false))
+                    let first = first_model_turn(ctx.task, gold_history);
+                    let (replies, truths) = (ctx.assistant_replies(), truths_of(ctx.task));
+                    let scores = turn_scores(&replies, &truths, power, false);
+                    let model = &scores[first.min(scores.len())..];
+                    if model.is_empty() {
+                        return Ok(0.0);
+                    }
+                    Ok((model.iter().sum::<f64>() / model.len() as f64).powf(power))
                 }),
                 1.0,
             )
@@ -316,6 +347,7 @@ impl AlphabetSort {
                 test: gen_split("alphabet-sort/test", test_num),
             },
             rubric: RubricGroup::new(vec![rubric]),
+            gold_history,
         })
     }
 
@@ -330,9 +362,8 @@ impl AlphabetSort {
                 let truths = truths_of(&task);
                 let mut msgs = Vec::new();
                 for (t, (user, truth)) in user_turns(&task).into_iter().zip(&truths).enumerate() {
-                    let tag = if t == 0 { "alphabetical_sorted" } else { "combined_alphabetical_sorted" };
                     msgs.push(Message::user(user));
-                    msgs.push(Message::assistant(format!("<{tag}>\n{}\n</{tag}>", truth.join("\n"))));
+                    msgs.push(Message::assistant(gold_answer(t, truth)));
                 }
                 msgs
             })
@@ -368,17 +399,30 @@ impl Environment for AlphabetSort {
 
     async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         let turns = user_turns(task);
-        let first = turns.first().ok_or_else(|| Error::Env(String::from("alphabet-sort task without user turns")))?;
-        Ok(vec![Message::user(*first)])
+        if turns.is_empty() {
+            return Err(Error::Env(String::from("alphabet-sort task without user turns")));
+        }
+        let first = first_model_turn(task, self.gold_history);
+        let truths = truths_of(task);
+        let mut msgs = Vec::new();
+        for (t, user) in turns.iter().enumerate().take(first) {
+            let truth =
+                truths.get(t).ok_or_else(|| Error::Env(format!("alphabet-sort task without turn {t}'s truth")))?;
+            msgs.push(Message::user(*user));
+            msgs.push(Message::assistant(gold_answer(t, truth)));
+        }
+        msgs.push(Message::user(turns[first]));
+        Ok(msgs)
     }
 
     fn max_turns(&self, task: &Task) -> u32 {
-        user_turns(task).len() as u32
+        (user_turns(task).len() - first_model_turn(task, self.gold_history)) as u32
     }
 
     async fn env_response(&self, task: &Task, state: &mut State) -> Result<EnvReply> {
         let turns = user_turns(task);
-        Ok(match turns.get(state.turns as usize) {
+        let next = first_model_turn(task, self.gold_history) + state.turns as usize;
+        Ok(match turns.get(next) {
             Some(next) => EnvReply::Continue(vec![Message::user(*next)]),
             None => EnvReply::Done,
         })

@@ -104,3 +104,72 @@ async fn an_episode_that_outgrows_the_context_is_kept_with_its_turns() {
     assert_eq!(sessions.len(), 2);
     assert!(sessions.iter().all(|s| s == &trace.id), "{sessions:?} vs {}", trace.id);
 }
+
+/// With `history = "gold"` the earlier turns arrive answered with their ground truth (as the SFT
+/// conversations answer them) and the model answers, and is scored on, the last turn only.
+#[tokio::test]
+async fn gold_history_episodes_ask_for_the_last_turn_only() {
+    let args = json!({"num_examples": 10, "min_turns": 3, "max_turns": 3, "min_names": 1, "max_names": 3,
+        "seed": 2, "history": "gold"});
+    let h = serve("alphabet-sort", args.clone()).await;
+    let env = rl_envs::load("alphabet-sort", args.as_object().unwrap()).await.unwrap();
+    let task = env.task("train", 2).unwrap();
+    let truths: Vec<Vec<String>> = serde_json::from_value(task.data["ground_truths"].clone()).unwrap();
+    let users: Vec<String> = serde_json::from_value(task.data["user_turns"].clone()).unwrap();
+    let (expected_users, expected_truths) = (users.clone(), truths.clone());
+    let model = FakeModel::start(move |r: &FakeRequest| {
+        let roles: Vec<&str> = r.messages.iter().map(|(role, _)| role.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "two answered turns, then the third");
+        assert_eq!(r.messages[2].1, expected_users[1]);
+        let gold = &r.messages[3].1;
+        assert_eq!(
+            gold,
+            &format!(
+                "<combined_alphabetical_sorted>\n{}\n</combined_alphabetical_sorted>",
+                expected_truths[1].join("\n")
+            )
+        );
+        FakeReply::Text(format!(
+            "<combined_alphabetical_sorted>\n{}\n</combined_alphabetical_sorted>",
+            expected_truths[2].join("\n")
+        ))
+    })
+    .await;
+    let req =
+        pb::RunRolloutRequest { example: example("train", 2), actor: Some(actor(&model, "1")), ..Default::default() };
+    let trace = h.client.run_rollout(req).await.unwrap().episode.unwrap().traces[0].clone();
+    assert!(trace.errors.is_empty(), "{:?}", trace.errors);
+    assert_eq!(trace.num_turns, 1, "one model turn");
+    assert_eq!(trace.stop_condition, "env_done");
+    assert_eq!(trace.reward, 1.0);
+    assert_eq!(trace.turn_rewards, vec![1.0], "only the model's turn is scored");
+    let sampled: Vec<_> = trace.nodes.iter().filter(|n| n.sampled).collect();
+    assert_eq!(sampled.len(), 1);
+    assert!(
+        trace.nodes.iter().filter(|n| !n.sampled).all(|n| n.mask.iter().all(|m| !*m)),
+        "gold answers are not trained"
+    );
+    assert_eq!(model.requests().len(), 1);
+    assert!(users[2].contains("Follow the same format"), "the third turn of the episode: {}", users[2]);
+
+    // A wrong last answer is not rescued by the gold turns before it.
+    let wrong = FakeModel::start(|_: &FakeRequest| {
+        FakeReply::Text(String::from("<combined_alphabetical_sorted>\nNobody\n</combined_alphabetical_sorted>"))
+    })
+    .await;
+    let req =
+        pb::RunRolloutRequest { example: example("train", 2), actor: Some(actor(&wrong, "2")), ..Default::default() };
+    let trace = h.client.run_rollout(req).await.unwrap().episode.unwrap().traces[0].clone();
+    assert_eq!(trace.turn_rewards.len(), 1);
+    assert!(trace.reward < 0.05, "{}", trace.reward);
+}
+
+#[tokio::test]
+async fn an_unknown_history_is_refused_by_name() {
+    let args = json!({"history": "teacher"});
+    let Err(err) = rl_envs::load("alphabet-sort", args.as_object().unwrap()).await else {
+        panic!("history = \"teacher\" was accepted");
+    };
+    let err = err.to_string();
+    assert!(err.contains("env.args.history") && err.contains("model, gold"), "{err}");
+}
