@@ -76,6 +76,12 @@ pub enum BuiltinAlgorithm {
         /// rewards).
         #[serde(default)]
         credit: Credit,
+        /// With `credit = "turn"`: how much a turn's advantage counts the later turns' rewards,
+        /// `G_k = (r_k + d r_{k+1} + d^2 r_{k+2} + ...) / n`. 1 (the default) is the plain
+        /// reward-to-go; 0 credits each turn with its own reward only, for episodes whose turns
+        /// are scored independently (less variance, biased where an answer shapes later turns).
+        #[serde(default = "default_turn_discount")]
+        turn_discount: f64,
     },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},
@@ -149,6 +155,10 @@ pub enum BuiltinAlgorithm {
         /// Members compared only within their episode (e.g. the solvers of one proposed task).
         episode_agents: Vec<String>,
     },
+}
+
+fn default_turn_discount() -> f64 {
+    1.0
 }
 
 fn default_rft_top() -> u32 {
@@ -226,6 +236,20 @@ impl AlgorithmConfig {
                 }
                 if roles.is_empty() {
                     return Err(ConfigError::invalid(format!("{key}.roles"), "must name at least one role"));
+                }
+            }
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, .. }) => {
+                if !(0.0..=1.0).contains(turn_discount) {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.turn_discount"),
+                        format!("must be in [0, 1], got {turn_discount}"),
+                    ));
+                }
+                if *credit == Credit::Episode && *turn_discount != 1.0 {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.turn_discount"),
+                        "discounts turn rewards, so it needs `credit = \"turn\"`",
+                    ));
                 }
             }
             AlgorithmConfig::Builtin(BuiltinAlgorithm::Rft { top, min_reward, weight }) => {

@@ -278,6 +278,13 @@ fn gold_answer(t: usize, truth: &[String]) -> String {
     format!("<{tag}>\n{}\n</{tag}>", truth.join("\n"))
 }
 
+/// The scores of the turns from `first` on: the replies include the prompt's gold answers (with
+/// `history = "gold"`), which are scored like any reply and then left out.
+fn model_turn_scores(replies: &[&str], truths: &[Vec<String>], first: usize, power: f64, per_turn: bool) -> Vec<f64> {
+    let scores = turn_scores(replies, truths, power, per_turn);
+    scores[first.min(scores.len())..].to_vec()
+}
+
 /// The first turn the model answers: 0, or with gold history the last one.
 fn first_model_turn(task: &Task, gold_history: bool) -> usize {
     if gold_history { user_turns(task).len().saturating_sub(1) } else { 0 }
@@ -320,9 +327,8 @@ impl AlphabetSort {
         let rubric = if per_turn {
             Rubric::new().turn_reward(
                 turn_reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
-                    // The prompt's gold answers are replies too: score all, keep the model's turns.
-                    let scores = turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), power, true);
-                    Ok(scores[first_model_turn(ctx.task, gold_history).min(scores.len())..].to_vec())
+                    let first = first_model_turn(ctx.task, gold_history);
+                    Ok(model_turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), first, power, true))
                 }),
                 1.0,
             )
@@ -330,13 +336,11 @@ impl AlphabetSort {
             Rubric::new().reward(
                 reward_fn("alphabet_sort", move |ctx: &ScoringContext<'_>| {
                     let first = first_model_turn(ctx.task, gold_history);
-                    let (replies, truths) = (ctx.assistant_replies(), truths_of(ctx.task));
-                    let scores = turn_scores(&replies, &truths, power, false);
-                    let model = &scores[first.min(scores.len())..];
-                    if model.is_empty() {
+                    let sims = model_turn_scores(&ctx.assistant_replies(), &truths_of(ctx.task), first, power, false);
+                    if sims.is_empty() {
                         return Ok(0.0);
                     }
-                    Ok((model.iter().sum::<f64>() / model.len() as f64).powf(power))
+                    Ok((sims.iter().sum::<f64>() / sims.len() as f64).powf(power))
                 }),
                 1.0,
             )
@@ -471,6 +475,22 @@ mod tests {
         assert_eq!(turn_scores(&[first], &truths, 4.0, true), vec![1.0, 0.0]);
         let plain = turn_scores(&[first, second], &truths, 4.0, false);
         assert_eq!(score(&[first, second], &truths, 4.0, false), ((plain[0] + plain[1]) / 2.0).powf(4.0));
+    }
+
+    #[test]
+    fn with_gold_history_only_the_model_turns_count() {
+        let truths =
+            vec![vec![String::from("AdaLovelace")], vec![String::from("AdaLovelace"), String::from("AlanTuring")]];
+        let gold = gold_answer(0, &truths[0]);
+        let wrong = "<combined_alphabetical_sorted>\nAlanTuring\nAdaLovelace\n</combined_alphabetical_sorted>";
+        let plain = model_turn_scores(&[&gold, wrong], &truths, 1, 4.0, false);
+        assert_eq!(plain.len(), 1, "the gold turn is not the model's");
+        assert!(plain[0] > 0.0 && plain[0] < 1.0, "{plain:?}");
+        assert_eq!(model_turn_scores(&[&gold, wrong], &truths, 1, 4.0, true), vec![plain[0].powf(4.0)]);
+        let right = gold_answer(1, &truths[1]);
+        assert_eq!(model_turn_scores(&[&gold, &right], &truths, 1, 4.0, true), vec![1.0]);
+        // Without history every turn is the model's.
+        assert_eq!(model_turn_scores(&[&gold, &right], &truths, 0, 4.0, true), vec![1.0, 1.0]);
     }
 
     #[test]

@@ -191,3 +191,28 @@ fn toml_syntax_errors_name_the_file_and_line() {
     let err = load_args::<OrchestratorConfig>(&["@", "/nonexistent/x.toml"]).unwrap_err().to_string();
     assert!(err.contains("/nonexistent/x.toml"), "{err}");
 }
+
+#[test]
+fn a_turn_discount_needs_turn_credit_and_a_value_in_zero_to_one() {
+    let ok = load_args::<OrchestratorConfig>(&[
+        "--algorithms",
+        r#"[{"id": "grpo", "credit": "turn", "turn_discount": 0.0}]"#,
+    ])
+    .unwrap()
+    .config;
+    assert!(matches!(
+        &ok.algorithms[0],
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { turn_discount, .. }) if *turn_discount == 0.0
+    ));
+    let episode = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "turn_discount": 0.5}]"#])
+        .unwrap_err()
+        .to_string();
+    assert!(episode.contains("algorithms.0.turn_discount") && episode.contains("credit = \"turn\""), "{episode}");
+    let range = load_args::<OrchestratorConfig>(&[
+        "--algorithms",
+        r#"[{"id": "grpo", "credit": "turn", "turn_discount": 1.5}]"#,
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(range.contains("must be in [0, 1]") && range.contains("1.5"), "{range}");
+}

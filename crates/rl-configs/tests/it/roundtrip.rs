@@ -69,6 +69,7 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
         Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {
             scale_rewards: rl_configs::RewardScaling::Group,
             credit: rl_configs::Credit::Turn,
+            turn_discount: 0.5,
         })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),

@@ -118,7 +118,9 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards, credit } => Box::new(Grpo::new(*scale_rewards, *credit)),
+            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount } => {
+                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount))
+            }
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
             BuiltinAlgorithm::Sft {} => Box::new(Sft),

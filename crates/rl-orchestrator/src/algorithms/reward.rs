@@ -31,14 +31,16 @@ fn reward_channels(group: &[Rollout], advantage: impl Fn(f64, f64) -> f64) -> Ve
 pub struct Grpo {
     scale: RewardScaling,
     credit: Credit,
+    /// How much later turns count in a turn's reward-to-go (turn credit).
+    discount: f64,
     /// The env it is attached to (for errors).
     env: String,
 }
 
 impl Grpo {
-    /// grpo with the given advantage scaling and credit.
-    pub fn new(scale: RewardScaling, credit: Credit) -> Self {
-        Grpo { scale, credit, env: String::new() }
+    /// grpo with the given advantage scaling and credit (and the turn credit's discount).
+    pub fn new(scale: RewardScaling, credit: Credit, discount: f64) -> Self {
+        Grpo { scale, credit, discount, env: String::new() }
     }
 }
 
@@ -78,7 +80,7 @@ impl Algorithm for Grpo {
 
     async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
         if self.credit == Credit::Turn {
-            return super::turns::turn_channels(group, self.scale, &self.env);
+            return super::turns::turn_channels(group, self.scale, self.discount, &self.env);
         }
         let scale = match self.scale {
             RewardScaling::None => 1.0,
@@ -134,7 +136,7 @@ mod tests {
         // Clean rewards 1, 0, 0.5: mean 0.5. The errored rollout gets nothing and is not in the mean.
         assert_eq!(advantages(&mut Grpo::default(), &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
         // std of 1, 0, 0.5 is sqrt(1/6): the scaled advantages are +-0.5 / (0.40825 + 1e-4).
-        let scaled = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode), &group);
+        let scaled = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode, 1.0), &group);
         let expected = 0.5 / ((1.0f64 / 6.0).sqrt() + 1e-4);
         assert!((f64::from(scaled[0].unwrap()) - expected).abs() < 1e-5, "{scaled:?}");
         assert_eq!((scaled[2], scaled[3]), (Some(0.0), None));

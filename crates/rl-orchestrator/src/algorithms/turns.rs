@@ -3,7 +3,9 @@
 //! the turn's reward-to-go `G_k = (r_k + r_{k+1} + ... ) / n` (so `G_0` is the episode reward),
 //! baselined against `G_k` of the same turn in the group's other rollouts. What a turn's tokens
 //! could not influence (the earlier turns' rewards) no longer enters their advantage: a correct
-//! second answer after a wrong first one is not pushed down with it.
+//! second answer after a wrong first one is not pushed down with it. `turn_discount` `d` weighs
+//! the later turns: `G_k = (r_k + d r_{k+1} + ...) / n`; at 0 each turn is credited with its own
+//! reward alone.
 
 use rl_configs::{LossChannel, RewardScaling};
 
@@ -11,13 +13,13 @@ use super::Channel;
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 
-/// Reward-to-go of each turn: `G_k = sum_{j >= k} r_j / n`.
-pub(crate) fn rewards_to_go(turns: &[f64]) -> Vec<f64> {
+/// Discounted reward-to-go of each turn: `G_k = sum_{j >= k} d^(j-k) r_j / n`.
+pub(crate) fn rewards_to_go(turns: &[f64], discount: f64) -> Vec<f64> {
     let n = turns.len() as f64;
     let mut out = vec![0.0; turns.len()];
     let mut acc = 0.0;
     for (k, r) in turns.iter().enumerate().rev() {
-        acc += r;
+        acc = r + discount * acc;
         out[k] = acc / n;
     }
     out
@@ -37,7 +39,12 @@ fn mean_std(values: &[f64]) -> (f64, f64) {
 /// rewards are missing because a reward function failed, get no channel and enter no baseline; a
 /// clean rollout without turn rewards and without reward errors means the env does not report
 /// them, which is a configuration error.
-pub(crate) fn turn_channels(group: &[Rollout], scale: RewardScaling, env: &str) -> Result<Vec<Vec<Channel>>> {
+pub(crate) fn turn_channels(
+    group: &[Rollout],
+    scale: RewardScaling,
+    discount: f64,
+    env: &str,
+) -> Result<Vec<Vec<Channel>>> {
     let mut returns: Vec<Option<Vec<f64>>> = Vec::with_capacity(group.len());
     for r in group {
         if !r.is_clean() {
@@ -54,7 +61,7 @@ pub(crate) fn turn_channels(group: &[Rollout], scale: RewardScaling, env: &str) 
             returns.push(None);
             continue;
         }
-        returns.push(Some(rewards_to_go(&r.trace.turn_rewards)));
+        returns.push(Some(rewards_to_go(&r.trace.turn_rewards, discount)));
     }
     let turns = returns.iter().flatten().map(Vec::len).max().unwrap_or(0);
     // Baseline (and scale) of each turn over the rollouts that have it.
@@ -136,22 +143,28 @@ mod tests {
 
     #[test]
     fn reward_to_go_sums_this_and_later_turns_over_all_turns() {
-        assert_eq!(rewards_to_go(&[1.0, 0.0, 0.5]), vec![0.5, 0.5 / 3.0, 0.5 / 3.0]);
-        assert_eq!(rewards_to_go(&[]), Vec::<f64>::new());
+        assert_eq!(rewards_to_go(&[1.0, 0.0, 0.5], 1.0), vec![0.5, 0.5 / 3.0, 0.5 / 3.0]);
+        assert_eq!(rewards_to_go(&[], 1.0), Vec::<f64>::new());
+    }
+
+    #[test]
+    fn a_discount_weighs_later_turns_less_and_zero_keeps_each_turn_alone() {
+        assert_eq!(rewards_to_go(&[1.0, 0.0, 0.5], 0.0), vec![1.0 / 3.0, 0.0, 0.5 / 3.0]);
+        assert_eq!(rewards_to_go(&[1.0, 0.0, 0.5], 0.5), vec![(1.0 + 0.125) / 3.0, 0.25 / 3.0, 0.5 / 3.0]);
     }
 
     #[test]
     fn each_turn_is_baselined_against_the_same_turn_of_the_group() {
         // Turn rewards (first, second): a (1, 0), b (0, 1). Returns-to-go: a (0.5, 0), b (0.5, 0.5).
         let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 1.0])];
-        let ch = turn_channels(&group, RewardScaling::None, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::None, 1.0, "e").unwrap();
         // Both first turns lead to the same episode reward: advantage 0. Second turns: -0.25, +0.25.
         let expect = |second: f32| vec![0.0, 0.0, 0.0, 0.0, 0.0, second, second, second];
         assert_eq!(ch[0][0].values, expect(-0.25));
         assert_eq!(ch[1][0].values, expect(0.25));
         assert_eq!(ch[0][0].mask, vec![false, false, true, true, false, true, true, true]);
         // Scaled by the turn's std (0.25 for the second turn; 0 for the first).
-        let ch = turn_channels(&group, RewardScaling::Group, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::Group, 1.0, "e").unwrap();
         assert!((ch[1][0].values[5] - 0.25 / (0.25 + 1e-4)).abs() < 1e-6);
         assert_eq!(ch[1][0].values[2], 0.0);
     }
@@ -166,20 +179,20 @@ mod tests {
                 ..Default::default()
             })
         };
-        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, "e").unwrap();
+        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, 1.0, "e").unwrap();
         let firsts: Vec<f32> = ch.iter().map(|c| c[0].values[2]).collect();
         assert_eq!(firsts, vec![0.5, -0.5, 0.0]);
     }
 
     #[test]
     fn rollouts_without_turn_rewards_are_an_error_unless_a_reward_function_failed() {
-        let err = turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, "sorter")
+        let err = turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, "sorter")
             .unwrap_err()
             .to_string();
         assert!(err.contains("sorter") && err.contains("credit = \"episode\""), "{err}");
         let mut failed = two_turns(vec![]);
         failed.trace.reward_errors.push(pb::RewardError { name: String::from("f"), message: String::from("x") });
-        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, "e").unwrap();
+        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, "e").unwrap();
         assert!(ch[0].is_empty());
         // Alone in its baselines, the other rollout's advantages are 0.
         assert!(ch[1][0].values.iter().all(|v| *v == 0.0));
@@ -187,7 +200,7 @@ mod tests {
 
     #[test]
     fn more_model_turns_than_turn_rewards_is_an_error() {
-        let err = turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, "e").unwrap_err().to_string();
+        let err = turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, 1.0, "e").unwrap_err().to_string();
         assert!(err.contains("more model turns than its 1 turn rewards"), "{err}");
     }
 }
