@@ -119,6 +119,8 @@ struct Gen {
     max_turns: u64,
     min_names: u64,
     max_names: u64,
+    /// `Some(true)`: every episode sorts by first name, `Some(false)` by last; `None`: a coin flip.
+    by_first: Option<bool>,
 }
 
 /// The sort key: the part before (by first name) or from (by last name) the first capital after index 0.
@@ -138,7 +140,9 @@ fn episode(rng: &mut Rng, g: Gen) -> Value {
             names.push(name);
         }
     }
-    let by_first = rng.coin();
+    // The coin is drawn either way, so fixing the key leaves everything else about an episode as it was.
+    let coin = rng.coin();
+    let by_first = g.by_first.unwrap_or(coin);
     let which = if by_first { "FIRST" } else { "LAST" };
     let mut user_turns = Vec::new();
     let mut truths: Vec<Vec<String>> = Vec::new();
@@ -292,7 +296,8 @@ fn first_model_turn(task: &Task, gold_history: bool) -> usize {
 
 impl AlphabetSort {
     /// Builds the env from its args: `num_examples`, `test_examples`, `min_turns`, `max_turns`,
-    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `history` (`"model"`: the model
+    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `sort_by` (`"either"`, a coin
+    /// flip per episode; `"first"` or `"last"` name for every episode), `history` (`"model"`: the model
     /// answers every turn; `"gold"`: earlier turns come answered with their ground truth and the
     /// model answers, and is scored on, the last turn only).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
@@ -304,6 +309,11 @@ impl AlphabetSort {
             max_turns: a.u64("max_turns", 3)?,
             min_names: a.u64("min_names", 1)?,
             max_names: a.u64("max_names", 5)?,
+            by_first: match a.choice("sort_by", "either", &["either", "first", "last"])?.as_str() {
+                "first" => Some(true),
+                "last" => Some(false),
+                _ => None,
+            },
         };
         let power = a.f64("power", 4.0)?;
         let per_turn = a.bool("power_per_turn", true)?;
@@ -491,6 +501,24 @@ mod tests {
         assert_eq!(model_turn_scores(&[&gold, &right], &truths, 1, 4.0, true), vec![1.0]);
         // Without history every turn is the model's.
         assert_eq!(model_turn_scores(&[&gold, &right], &truths, 0, 4.0, true), vec![1.0, 1.0]);
+    }
+
+    #[test]
+    fn sort_by_fixes_the_key_and_leaves_the_rest_of_each_episode_alone() {
+        let load = |sort_by: &str| {
+            let args = json!({"num_examples": 40, "sort_by": sort_by, "seed": 3});
+            AlphabetSort::new(args.as_object().unwrap()).unwrap().data.train
+        };
+        let (either, first, last) = (load("either"), load("first"), load("last"));
+        let key = |ep: &Value| ep["user_turns"][0].as_str().unwrap().contains("by FIRST name");
+        assert!(either.iter().any(key) && !either.iter().all(key), "a coin flip per episode");
+        assert!(first.iter().all(key) && !last.iter().any(key));
+        for ((e, f), l) in either.iter().zip(&first).zip(&last) {
+            let same = if key(e) { f } else { l };
+            assert_eq!(e, same, "the same episode with the key it drew");
+        }
+        let bad = AlphabetSort::new(json!({"sort_by": "middle"}).as_object().unwrap()).unwrap_err().to_string();
+        assert!(bad.contains("env.args.sort_by") && bad.contains("either, first, last"), "{bad}");
     }
 
     #[test]
