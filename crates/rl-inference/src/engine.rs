@@ -649,7 +649,29 @@ fn top_k(logp: &[f32], k: usize) -> Vec<(u32, f32)> {
     if k == 0 {
         return Vec::new();
     }
+    let by_prob = |&a: &usize, &b: &usize| logp[b].total_cmp(&logp[a]).then(a.cmp(&b));
     let mut idx: Vec<usize> = (0..logp.len()).collect();
-    idx.sort_unstable_by(|&a, &b| logp[b].total_cmp(&logp[a]));
-    idx.into_iter().take(k).map(|i| (i as u32, logp[i])).collect()
+    // Partition out the k best before ordering them: a full sort of a large vocabulary per token
+    // costs more than the forward of a small model.
+    if k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, by_prob);
+        idx.truncate(k);
+    }
+    idx.sort_unstable_by(by_prob);
+    idx.into_iter().map(|i| (i as u32, logp[i])).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn top_k_is_the_k_most_likely_in_order() {
+        let lp = [-2.0f32, -0.5, -3.0, -0.5, -1.0, -9.0];
+        assert_eq!(top_k(&lp, 3), vec![(1, -0.5), (3, -0.5), (4, -1.0)]);
+        assert_eq!(top_k(&lp, 1), vec![(1, -0.5)]);
+        assert_eq!(top_k(&lp, 0), vec![]);
+        let all = top_k(&lp, 10);
+        assert_eq!(all.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 4, 0, 2, 5]);
+    }
 }
