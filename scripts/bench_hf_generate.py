@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """HF transformers reference for `cargo xtask bench generate`: decode tokens/s of `generate` (greedy,
 KV cache) on the same Qwen3 presets (random weights, f32, CPU, 2 threads) after 64-token prompts,
-at batch 1 (128 new tokens) and batch 32 (32 new tokens). Decode time = generate(N) - generate(1),
+at batch 1 (128 new tokens) and batch 32 (32 new tokens), and for 4 prompts of 256 tokens x 8
+samples each (32 new tokens). Decode time = generate(N) - generate(1),
 so the prompt's prefill is not counted (as in our benchmark). Prints one JSON line per case.
 
 Usage: python3 scripts/bench_hf_generate.py
@@ -29,13 +30,19 @@ for name, (hidden, layers, heads, kv, inter) in PRESETS.items():
                       num_attention_heads=heads, num_key_value_heads=kv, head_dim=32, max_position_embeddings=2048,
                       tie_word_embeddings=True, attn_implementation="sdpa")
     model = Qwen3ForCausalLM(cfg).float().eval()
-    for batch, new in ((1, 128), (32, 32)):
-        ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
+    for batch, new in ((1, 128), (32, 32), ("4x8", 32)):
+        if batch == "4x8":
+            # GRPO-shaped: 4 prompts of 256 tokens, 8 samples each (what `num_return_sequences`
+            # expands the input to; greedy, so decoding is the only work timed).
+            prompts = torch.stack([(torch.arange(256) * 7 + p) % 100 + 8 for p in range(4)])
+            ids = prompts.repeat_interleave(8, dim=0)
+        else:
+            ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
         timed(model, ids, 4)
         # Minimums over five runs each: the decode time is a difference of two timings, so noise
         # in either one would swing the figure (a single noisy prefill halved or doubled it).
         prefill = min(timed(model, ids, 1) for _ in range(5))
         total = min(timed(model, ids, new) for _ in range(5))
-        tps = batch * (new - 1) / max(total - prefill, 1e-9)
+        tps = ids.shape[0] * (new - 1) / max(total - prefill, 1e-9)
         print(json.dumps({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": round(tps, 1),
                           "torch": torch.__version__}), flush=True)

@@ -43,7 +43,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     if wants("generate") {
         side_by_side(
-            "decode tokens/s (batch 1: 128 new tokens, batch 32: 32, after 64-token prompts)",
+            "decode tokens/s (batch 1: 128 new tokens, batch 32: 32, after 64-token prompts; 4x8: 4 prompts of 256 tokens x 8 samples, 32)",
             &["bench", "--locked", "-p", "rl-model", "--bench", "generate"],
             python.as_ref().map(|p| (p, "scripts/bench_hf_generate.py", "HF generate")),
             &["preset", "batch"],

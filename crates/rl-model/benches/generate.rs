@@ -55,9 +55,23 @@ fn decode(m: &CpuRuntime, prefilled: &[SeqCache], steps: usize) -> f64 {
     (batch * steps) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// `prompts` prompts of `len` tokens, each prefilled once and shared by `n` caches (the samples of
+/// a GRPO group), with room for `steps` more tokens each.
+fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -> Vec<SeqCache> {
+    let mut caches = Vec::with_capacity(prompts * n);
+    for p in 0..prompts {
+        let mut c = m.new_cache(None, len);
+        m.forward(&mut [&mut c], &[&prompt(len, p as u32)], false).expect("prefill");
+        let shared = c.into_shared();
+        caches.extend((0..n).map(|_| m.new_cache(Some(&shared), steps)));
+    }
+    caches
+}
+
 fn main() {
     rl_kernels::tune_process();
-    // `cargo bench -p rl-model --bench generate -- small 32` runs one case (for profiling).
+    // `cargo bench -p rl-model --bench generate -- small 32` runs one case (for profiling; batches
+    // 1, 32, 4x8).
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let skip =
         |what: &str, all: &[&str]| only.iter().any(|o| all.contains(&o.as_str())) && !only.iter().any(|o| o == what);
@@ -70,7 +84,7 @@ fn main() {
         let m = model(preset);
         let _ = decode(&m, &prefilled(&m, 1, 4), 4);
         for batch in [1usize, 32] {
-            if skip(&batch.to_string(), &["1", "32"]) {
+            if skip(&batch.to_string(), &["1", "32", "4x8"]) {
                 continue;
             }
             let steps = if batch == 1 { 128 } else { 32 };
@@ -88,6 +102,12 @@ fn main() {
             let d = (0..5).map(|_| decode(&m, &caches, steps)).fold(0.0, f64::max);
             let line = serde_json::json!({"bench": "decode", "preset": name, "batch": batch, "tokens_per_s": d, "prefill_tokens_per_s": p});
             println!("{line}");
+        }
+        // GRPO-shaped: 4 prompts of 256 tokens x 8 samples each, 32 new tokens.
+        if !skip("4x8", &["1", "32", "4x8"]) {
+            let caches = grouped(&m, 4, 8, 256, 32);
+            let d = (0..5).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
+            println!("{}", serde_json::json!({"bench": "decode", "preset": name, "batch": "4x8", "tokens_per_s": d}));
         }
     }
 }

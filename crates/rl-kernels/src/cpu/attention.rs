@@ -279,7 +279,7 @@ fn forward_on<T: Real>(
 
 /// Softmax of one row in place; returns its log-sum-exp.
 #[inline(always)]
-fn softmax_row<T: Real>(row: &mut [T]) -> T {
+pub(crate) fn softmax_row<T: Real>(row: &mut [T]) -> T {
     let max = max_of(row);
     for x in row.iter_mut() {
         *x = (*x - max).exp();

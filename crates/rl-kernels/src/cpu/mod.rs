@@ -3,6 +3,7 @@
 
 pub mod adamw;
 pub mod attention;
+pub mod decode;
 mod flash;
 pub mod layer;
 pub mod linear;

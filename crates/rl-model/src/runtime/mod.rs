@@ -9,6 +9,7 @@ mod kv;
 mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
+use rl_kernels::cpu::decode::attend_shared;
 use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
 use rl_kernels::cpu::packed::PackedLinear;
 use rl_kernels::cpu::swiglu::swiglu_packed_forward;
@@ -140,6 +141,40 @@ struct Layer {
     down: PackedLinear,
     ln1: Vec<f32>,
     ln2: Vec<f32>,
+}
+
+/// One unit of a forward call's attention: a sequence alone, or the decode rows of sequences that
+/// continue one shared prefix (each with its output rows).
+enum Work<'c, 'o> {
+    One(usize, &'o mut [f32]),
+    Shared(&'c KvBlock, Vec<(usize, &'o mut [f32])>),
+}
+
+/// Sequence `i` (output rows `out[i]`) alone, except that decode rows (one new token) continuing
+/// the same shared prefix form one unit: the samples of a prompt attend to it together.
+fn by_shared_prefix<'c, 'o>(
+    caches: &'c [&mut SeqCache],
+    tokens: &[&[u32]],
+    out: Vec<&'o mut [f32]>,
+) -> Vec<Work<'c, 'o>> {
+    let mut work = Vec::with_capacity(out.len());
+    let mut unit_of: std::collections::HashMap<*const KvBlock, usize> = std::collections::HashMap::new();
+    for (i, o) in out.into_iter().enumerate() {
+        match &caches[i].prefix {
+            Some(p) if tokens[i].len() == 1 && !p.is_empty() => {
+                let key = std::sync::Arc::as_ptr(p);
+                match unit_of.get(&key).and_then(|&u| work.get_mut(u)) {
+                    Some(Work::Shared(_, members)) => members.push((i, o)),
+                    _ => {
+                        unit_of.insert(key, work.len());
+                        work.push(Work::Shared(p, vec![(i, o)]));
+                    }
+                }
+            }
+            _ => work.push(Work::One(i, o)),
+        }
+    }
+    work
 }
 
 /// A model ready to generate on the CPU.
@@ -391,34 +426,59 @@ impl CpuRuntime {
             chunks.push(head);
             rest = tail;
         }
-        chunks.into_par_iter().enumerate().for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(s, lse), (i, o)| {
-                let (cache, rows, start) = (&caches[i], tokens[i].len(), starts[i]);
-                let own = &cache.own;
-                let runs = |g: usize| {
-                    let mut r = Vec::with_capacity(2);
-                    if let Some(p) = &cache.prefix {
-                        r.push(KvRun { k: &p.k[layer][g * d..], v: &p.v[layer][g * d..], len: p.len() });
-                    }
-                    r.push(KvRun { k: &own.k[layer][g * d..], v: &own.v[layer][g * d..], len: own.rows(layer) });
-                    r
-                };
-                let diag = own.rows(layer) - rows;
-                if rows == 1 {
-                    // One token: its heads sharing a key/value head are one [rep x d] block.
-                    lse.resize(rep, 0.0);
+        let work = by_shared_prefix(caches, tokens, chunks);
+        let own_run = |i: usize, g: usize| {
+            let own = &caches[i].own;
+            KvRun { k: &own.k[layer][g * d..], v: &own.v[layer][g * d..], len: own.rows(layer) }
+        };
+        work.into_par_iter().for_each_init(
+            || (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
+            |(s, lse, qg, og), unit| match unit {
+                Work::Shared(prefix, mut members) => {
+                    let w = rep * d;
+                    let m = members.len();
                     for g in 0..hk {
-                        let qb = MatRef::new(&q[start * ldq + g * rep * d..], rep, d, d, 1);
-                        let ob = MatMut::new(&mut o[g * rep * d..], rep, d, d, 1);
-                        attend(qb, &runs(g), kd, Causal { diag, step: 0 }, scale, s, ob, lse, 1);
+                        qg.clear();
+                        for (i, _) in &members {
+                            let at = starts[*i] * ldq + g * w;
+                            qg.extend_from_slice(&q[at..at + w]);
+                        }
+                        og.resize(m * w, 0.0);
+                        let own: Vec<KvRun<'_, f32>> = members.iter().map(|(i, _)| own_run(*i, g)).collect();
+                        let pre =
+                            KvRun { k: &prefix.k[layer][g * d..], v: &prefix.v[layer][g * d..], len: prefix.len() };
+                        attend_shared(MatRef::new(qg, m * rep, d, d, 1), rep, pre, &own, kd, scale, s, og);
+                        for (mi, (_, o)) in members.iter_mut().enumerate() {
+                            o[g * w..(g + 1) * w].copy_from_slice(&og[mi * w..(mi + 1) * w]);
+                        }
                     }
-                } else {
-                    lse.resize(rows, 0.0);
-                    for head in 0..hq {
-                        let qb = MatRef::new(&q[start * ldq + head * d..], rows, d, ldq, 1);
-                        let ob = MatMut::new(&mut o[head * d..], rows, d, qd, 1);
-                        attend(qb, &runs(head / rep), kd, Causal { diag, step: 1 }, scale, s, ob, lse, 1);
+                }
+                Work::One(i, o) => {
+                    let (cache, rows, start) = (&caches[i], tokens[i].len(), starts[i]);
+                    let runs = |g: usize| {
+                        let mut r = Vec::with_capacity(2);
+                        if let Some(p) = &cache.prefix {
+                            r.push(KvRun { k: &p.k[layer][g * d..], v: &p.v[layer][g * d..], len: p.len() });
+                        }
+                        r.push(own_run(i, g));
+                        r
+                    };
+                    let diag = cache.own.rows(layer) - rows;
+                    if rows == 1 {
+                        // One token: its heads sharing a key/value head are one [rep x d] block.
+                        lse.resize(rep, 0.0);
+                        for g in 0..hk {
+                            let qb = MatRef::new(&q[start * ldq + g * rep * d..], rep, d, d, 1);
+                            let ob = MatMut::new(&mut o[g * rep * d..], rep, d, d, 1);
+                            attend(qb, &runs(g), kd, Causal { diag, step: 0 }, scale, s, ob, lse, 1);
+                        }
+                    } else {
+                        lse.resize(rows, 0.0);
+                        for head in 0..hq {
+                            let qb = MatRef::new(&q[start * ldq + head * d..], rows, d, ldq, 1);
+                            let ob = MatMut::new(&mut o[head * d..], rows, d, qd, 1);
+                            attend(qb, &runs(head / rep), kd, Causal { diag, step: 1 }, scale, s, ob, lse, 1);
+                        }
                     }
                 }
             },

@@ -143,6 +143,63 @@ fn batched_shared_and_chunked_runtime_steps_agree_in(cfg: &rl_model::ModelConfig
     assert_eq!(a.len(), 5);
 }
 
+/// Decode steps of the samples of two prompts (each prompt prefilled once and shared, the samples
+/// at different lengths), batched with an unshared sequence: every sequence's logits equal those
+/// of its own call and of a cache that holds the whole prompt itself (the shared prompt is
+/// attended to by all its samples together).
+#[test]
+fn samples_of_a_shared_prompt_decode_together_as_alone() {
+    for cfg in family_configs() {
+        let m = model(&cfg, 7);
+        let rt = CpuRuntime::new(&m).unwrap();
+        let v = cfg.vocab_size;
+        let prompts: [Vec<u32>; 2] = [(0..21).map(|i| 1 + (i * 7) % 29).collect(), vec![5, 8, 13, 2]];
+        let mut caches = Vec::new();
+        let mut plain = Vec::new();
+        for (p, prompt) in prompts.iter().enumerate() {
+            let mut c = rt.new_cache(None, prompt.len());
+            rt.forward(&mut [&mut c], &[prompt], false).unwrap();
+            let shared = c.into_shared();
+            for s in 0..4 + p {
+                // Samples already some tokens in, by different amounts.
+                let own: Vec<u32> = (0..s as u32).map(|t| 3 + (t * 5 + s as u32) % 20).collect();
+                let mut a = rt.new_cache(Some(&shared), 8);
+                let mut b = rt.new_cache(None, 32);
+                rt.forward(&mut [&mut b], &[&[prompt.clone(), own.clone()].concat()], false).unwrap();
+                if !own.is_empty() {
+                    rt.forward(&mut [&mut a], &[&own], false).unwrap();
+                }
+                caches.push(a);
+                plain.push(b);
+            }
+        }
+        caches.push(rt.new_cache(None, 8));
+        let mut lone = rt.new_cache(None, 8);
+        rt.forward(&mut [&mut lone], &[&[9u32, 4]], false).unwrap();
+        rt.forward(&mut [caches.last_mut().unwrap()], &[&[9u32, 4]], false).unwrap();
+        plain.push(lone);
+        let mut alone = caches.clone();
+        for step in 0..3u32 {
+            let toks: Vec<[u32; 1]> = (0..caches.len() as u32).map(|i| [1 + (i * 3 + step) % 25]).collect();
+            let toks: Vec<&[u32]> = toks.iter().map(|t| &t[..]).collect();
+            let mut refs: Vec<&mut SeqCache> = caches.iter_mut().collect();
+            let batched = rt.forward(&mut refs, &toks, false).unwrap();
+            for (i, (a, b)) in alone.iter_mut().zip(plain.iter_mut()).enumerate() {
+                let own = rt.forward(&mut [a], &[toks[i]], false).unwrap();
+                let whole = rt.forward(&mut [b], &[toks[i]], false).unwrap();
+                let row = &batched[i * v..(i + 1) * v];
+                let diff = |x: &[f32]| row.iter().zip(x).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+                assert!(
+                    diff(&own) < 1e-5 && diff(&whole) < 1e-5,
+                    "step {step} sequence {i}: {} / {}",
+                    diff(&own),
+                    diff(&whole)
+                );
+            }
+        }
+    }
+}
+
 /// A call over enough sequences is split between threads by sequence: its logits are
 /// bit-identical to each sequence's own call (prompts of different lengths, last-row and all-row
 /// choices, then a batched decode step).
