@@ -36,6 +36,18 @@ fn launch(dir: &Path, model: &Path, name: &str, extra: &[&str]) -> (Child, Lines
     (child, lines)
 }
 
+/// The next step line, past the launcher's warnings: the tiny random model's rewards are all
+/// equal, so its steps train nothing, and the launcher says so between step lines.
+fn next_step_line(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
+    loop {
+        let line = lines.next().unwrap().unwrap();
+        if line.starts_with("step ") {
+            return line;
+        }
+        assert!(line.starts_with("warning: "), "unexpected line {line:?}");
+    }
+}
+
 /// Waits for `child` to exit, at most `limit`.
 fn exit_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
     let start = Instant::now();
@@ -88,7 +100,7 @@ fn children_exit_when_the_launcher_is_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tiny_model(tmp.path(), "3");
     let (mut child, mut lines) = launch(tmp.path(), &model, "killed", &["--max-steps", "1000"]);
-    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    assert!(next_step_line(&mut lines).starts_with("step 1/1000"));
     let configs = tmp.path().join("killed/configs");
     assert!(!pids_naming(&configs).is_empty(), "the children run");
     // SIGKILL: the launcher cannot stop anyone; its children must notice on their own.
@@ -102,7 +114,7 @@ fn ctrl_c_stops_every_process_and_exits_non_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tiny_model(tmp.path(), "3");
     let (mut child, mut lines) = launch(tmp.path(), &model, "interrupted", &["--max-steps", "1000"]);
-    let first = lines.next().unwrap().unwrap();
+    let first = next_step_line(&mut lines);
     assert!(first.starts_with("step 1/1000"), "{first}");
     let configs = tmp.path().join("interrupted/configs");
     assert_eq!(pids_naming(&configs.join("trainer.json")).len(), 1, "the trainer runs");
@@ -124,7 +136,7 @@ fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
     let model = tiny_model(tmp.path(), "3");
     let extra = ["--max-steps", "1000", "--launcher.stall-timeout-s", "4"];
     let (mut child, mut lines) = launch(tmp.path(), &model, "stalled", &extra);
-    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    assert!(next_step_line(&mut lines).starts_with("step 1/1000"));
     let configs = tmp.path().join("stalled/configs");
     let trainer = pids_naming(&configs.join("trainer.json"));
     assert_eq!(trainer.len(), 1);
@@ -174,7 +186,7 @@ fn kill_a_server_mid_run(dir: &Path, name: &str, config: &str, after: usize) -> 
     let model = tiny_model(dir, "3");
     let (mut child, mut lines) = launch(dir, &model, name, &["--max-steps", "30"]);
     for _ in 0..after {
-        assert!(lines.next().unwrap().unwrap().starts_with("step "));
+        next_step_line(&mut lines);
     }
     let run = dir.join(name);
     let server = pids_naming(&run.join("configs").join(config));
@@ -276,7 +288,7 @@ fn a_spent_restart_budget_ends_the_run_saying_so() {
     let model = tiny_model(tmp.path(), "3");
     let extra = ["--max-steps", "1000", "--launcher.max-restarts", "0"];
     let (mut child, mut lines) = launch(tmp.path(), &model, "budget", &extra);
-    assert!(lines.next().unwrap().unwrap().starts_with("step 1/1000"));
+    assert!(next_step_line(&mut lines).starts_with("step 1/1000"));
     signal("-KILL", &pids_naming(&tmp.path().join("budget/configs/envs/train/reverse-text.json")));
     let status = exit_within(&mut child, Duration::from_secs(60), "the run did not stop");
     assert!(!status.success());
