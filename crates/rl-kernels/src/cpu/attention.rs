@@ -387,10 +387,13 @@ fn backward_into<T: Real>(
     let blocks = blocks(layout);
     let dq_chunks = split_chunks(dq_out, blocks.iter().map(|b| b.rows * ldq_out));
     let zeros = || (vec![T::ZERO; t * ldkv], vec![T::ZERO; t * ldkv]);
-    let (dk, dv) = blocks
+    // Fixed runs of query blocks, their dK / dV sums added in order (bit-stable, `reduction_run`).
+    let run = crate::cpu::reduction_run(blocks.len());
+    let (dks, dvs): (Vec<Vec<T>>, Vec<Vec<T>>) = blocks
         .into_par_iter()
         .zip(dq_chunks)
-        .fold(
+        .fold_chunks(
+            run,
             || (zeros(), Vec::new(), Vec::new()),
             |((mut dk, mut dv), mut p, mut ds), (b, dq_blk)| {
                 let runs = key_runs(layout, &b);
@@ -444,13 +447,11 @@ fn backward_into<T: Real>(
             },
         )
         .map(|(acc, _, _)| acc)
-        .reduce_with(|(mut ak, mut av), (bk, bv): (Vec<T>, Vec<T>)| {
-            ak.iter_mut().zip(&bk).for_each(|(a, b)| *a += *b);
-            av.iter_mut().zip(&bv).for_each(|(a, b)| *a += *b);
-            (ak, av)
-        })
-        .unwrap_or_else(zeros);
-    (dk, dv)
+        .unzip();
+    match (crate::cpu::sum_in_order(dks), crate::cpu::sum_in_order(dvs)) {
+        (Some(dk), Some(dv)) => (dk, dv),
+        _ => zeros(),
+    }
 }
 
 #[cfg(test)]

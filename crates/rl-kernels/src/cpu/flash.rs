@@ -219,14 +219,17 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
             };
             backward(&head, &mut grads, sc);
         };
-    // Query blocks in parallel, each thread summing its own dK / dV in the grouped layout
-    // ([Hk][T][d]). (A thread per head group, with nothing to sum, measured slower.)
+    // Query blocks in parallel, each fixed run of blocks summing its own dK / dV in the grouped
+    // layout ([Hk][T][d]), the runs' sums added in order (bit-stable, `reduction_run`). (A thread
+    // per head group, with nothing to sum, measured slower.)
     let dq_chunks = split_chunks(dq, blocks.iter().map(|b| b.rows * ldq_out));
     let zeros = || (vec![0f32; hk * t * d], vec![0f32; hk * t * d]);
-    let summed = blocks
+    let run = crate::cpu::reduction_run(blocks.len());
+    let (dks, dvs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = blocks
         .par_iter()
         .zip(dq_chunks)
-        .fold(
+        .fold_chunks(
+            run,
             || (zeros(), Scratch::default()),
             |((mut dk_t, mut dv_t), mut sc), (b, dq_blk)| {
                 for h in 0..hq {
@@ -237,12 +240,11 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
             },
         )
         .map(|(acc, _)| acc)
-        .reduce_with(|(mut ak, mut av), (bk, bv)| {
-            ak.iter_mut().zip(&bk).for_each(|(a, b)| *a += *b);
-            av.iter_mut().zip(&bv).for_each(|(a, b)| *a += *b);
-            (ak, av)
-        });
-    let (dkc, dvc) = summed.unwrap_or_else(zeros);
+        .unzip();
+    let (dkc, dvc) = match (crate::cpu::sum_in_order(dks), crate::cpu::sum_in_order(dvs)) {
+        (Some(dk), Some(dv)) => (dk, dv),
+        _ => zeros(),
+    };
     let ldkv = shape.ldk();
     for (src, dst) in [(&dkc, dk), (&dvc, dv)] {
         for (gi, block) in src.chunks_exact(t * d).enumerate() {

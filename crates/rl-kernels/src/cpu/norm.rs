@@ -71,11 +71,14 @@ fn rms_row_backward<T: Real>(xr: &[T], w: &[T], dy: &[T], eps: f64, dx: &mut [T]
 pub fn rms_norm_backward<T: Real>(x: &[T], w: &[T], dy: &[T], eps: f64) -> (Vec<T>, Vec<T>) {
     let n = w.len();
     let mut dx = crate::cpu::zeroed(x.len());
-    let dw = dx
+    // Weight-gradient partial sums over fixed runs of row chunks, added in order (bit-stable).
+    let run = crate::cpu::reduction_run(x.len().div_ceil(n * ROWS_PER_TASK));
+    let parts: Vec<Vec<T>> = dx
         .par_chunks_mut(n * ROWS_PER_TASK)
         .zip(x.par_chunks(n * ROWS_PER_TASK))
         .zip(dy.par_chunks(n * ROWS_PER_TASK))
-        .fold(
+        .fold_chunks(
+            run,
             || vec![T::ZERO; n],
             |mut dw, ((dxc, xc), dyc)| {
                 vectorized(
@@ -89,16 +92,9 @@ pub fn rms_norm_backward<T: Real>(x: &[T], w: &[T], dy: &[T], eps: f64) -> (Vec<
                 dw
             },
         )
-        .reduce_with(add_into)
-        .unwrap_or_else(|| vec![T::ZERO; n]);
+        .collect();
+    let dw = crate::cpu::sum_in_order(parts).unwrap_or_else(|| vec![T::ZERO; n]);
     (dx, dw)
-}
-
-// `reduce_with` hands over both partial sums by value.
-#[allow(clippy::needless_pass_by_value)]
-fn add_into<T: Real>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
-    a.iter_mut().zip(&b).for_each(|(x, y)| *x += *y);
-    a
 }
 
 /// Rotary tables: `cos`/`sin` of `position * inv_freq`, `[positions, d/2]` row-major.
@@ -216,12 +212,15 @@ pub fn heads_norm_rope_backward<T: Real>(
     let mut dx = crate::cpu::zeroed(x.len());
     let job = width * ROWS_PER_TASK;
     let no_grads = || spans.iter().map(|s| vec![T::ZERO; if s.norm.is_some() { d } else { 0 }]).collect::<Vec<_>>();
-    let dws = dx
+    // As in `rms_norm_backward`: fixed runs, partial sums added in order.
+    let run = crate::cpu::reduction_run(positions.len().div_ceil(ROWS_PER_TASK));
+    let parts: Vec<Vec<Vec<T>>> = dx
         .par_chunks_mut(job)
         .zip(x.par_chunks(job))
         .zip(dy.par_chunks(job))
         .zip(positions.par_chunks(ROWS_PER_TASK))
-        .fold(
+        .fold_chunks(
+            run,
             || (no_grads(), vec![T::ZERO; d]),
             |(mut dws, mut dn), (((dxc, xc), dyc), pc)| {
                 vectorized(
@@ -257,8 +256,13 @@ pub fn heads_norm_rope_backward<T: Real>(
             },
         )
         .map(|(dws, _)| dws)
-        .reduce_with(|a, b| a.into_iter().zip(b).map(|(a, b)| add_into(a, b)).collect())
-        .unwrap_or_else(no_grads);
+        .collect();
+    let mut dws = no_grads();
+    for (span, dw) in dws.iter_mut().enumerate() {
+        if let Some(sum) = crate::cpu::sum_in_order(parts.iter().map(|p| p[span].clone()).collect()) {
+            *dw = sum;
+        }
+    }
     (dx, dws)
 }
 

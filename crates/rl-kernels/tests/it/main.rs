@@ -4,6 +4,7 @@
 mod adamw;
 mod attention;
 mod composed;
+mod determinism;
 mod layer;
 mod pointwise;
 
