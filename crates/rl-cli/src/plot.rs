@@ -99,12 +99,18 @@ pub(crate) fn write(path: &Path, title: &str, panels: &[Panel]) -> anyhow::Resul
     Ok(path.to_owned())
 }
 
-/// `<run>/curves.svg` of an RL run: reward (train mean, eval means) and log10 mismatch KL.
+/// `<run>/curves.svg` of an RL run: reward (train mean and best of group, eval means), log10
+/// mismatch KL and the policy's entropy.
 pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
     let orch: Vec<MetricsRow> = read_jsonl(&run.metrics())?;
     let trainer: Vec<TrainerRow> = read_jsonl(&run.trainer_metrics())?;
     let train = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_mean)));
-    let mut reward = vec![Series { name: String::from("train reward (mean)"), points: points(train, |v| v) }];
+    // The best of each group next to the mean: the gap is what the groups can still teach.
+    let best = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_group_best)));
+    let mut reward = vec![
+        Series { name: String::from("train reward (mean)"), points: points(train, |v| v) },
+        Series { name: String::from("train reward (best of group)"), points: points(best, |v| v) },
+    ];
     let mut eval_keys: Vec<&String> = orch
         .iter()
         .flat_map(|r| r.keyed.keys().filter(|k| k.starts_with("eval/") && k.ends_with("/reward/mean")))
@@ -119,12 +125,21 @@ pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
         name: String::from("log10 mismatch KL"),
         points: points(trainer.iter().map(|r| (r.step, r.mismatch_kl)), |v| v.max(1e-16).log10()),
     };
+    let entropy = Series {
+        name: String::from("entropy (nats/token)"),
+        points: points(trainer.iter().map(|r| (r.step, r.entropy)), |v| v),
+    };
     let panels = [
         Panel { title: String::from("reward"), y_label: String::from("reward"), series: reward },
         Panel {
             title: String::from("trainer vs inference mismatch KL"),
             y_label: String::from("log10 KL"),
             series: vec![kl],
+        },
+        Panel {
+            title: String::from("policy entropy of the trained tokens"),
+            y_label: String::from("nats/token"),
+            series: vec![entropy],
         },
     ];
     write(&run.curves(), &format!("{}: RL", run_name(run)), &panels)

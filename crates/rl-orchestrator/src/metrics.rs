@@ -40,17 +40,29 @@ pub fn stats(v: &[f64]) -> Stats {
     Stats { mean, std, min: sorted[0], max: sorted[sorted.len() - 1], p10: q(0.1), p90: q(0.9) }
 }
 
+/// Rewards closer than this count as equal (a group with no spread teaches nothing).
+const UNIFORM_SPREAD: f64 = 1e-9;
+
+fn min_max(v: &[f64]) -> Option<(f64, f64)> {
+    let first = *v.first()?;
+    Some(v.iter().fold((first, first), |(lo, hi), &x| (lo.min(x), hi.max(x))))
+}
+
 /// Accumulates one step's rollouts.
 #[derive(Debug, Default)]
 pub(crate) struct StepTally {
     rewards: Vec<f64>,
+    /// Per group: its best reward, and 1 when all its rewards are equal.
+    group_best: Vec<f64>,
+    group_uniform: Vec<f64>,
     advantages: Vec<f64>,
     completion_lens: Vec<f64>,
     truncated: usize,
     prompt_tokens: usize,
     member_rewards: BTreeMap<String, Vec<f64>>,
     /// Per env: `env/<env>/reward`, `env/<env>/reward/<function>` (its unweighted score),
-    /// `env/<env>/metric/<name>`, `env/<env>/reward_errors` (rollouts with a failed function).
+    /// `env/<env>/metric/<name>`, `env/<env>/reward_errors` (rollouts with a failed function);
+    /// per group: `env/<env>/reward_group_best`, `env/<env>/groups_uniform`.
     per_env: BTreeMap<String, Vec<f64>>,
 }
 
@@ -81,6 +93,17 @@ impl StepTally {
         }
     }
 
+    /// Counts one group of env `env` (its rollouts' rewards): its best reward and whether all are
+    /// equal.
+    pub(crate) fn add_group(&mut self, env: &str, rewards: &[f64]) {
+        let Some((lo, hi)) = min_max(rewards) else { return };
+        let uniform = f64::from(u8::from(hi - lo <= UNIFORM_SPREAD));
+        self.group_best.push(hi);
+        self.group_uniform.push(uniform);
+        self.per_env.entry(format!("env/{env}/reward_group_best")).or_default().push(hi);
+        self.per_env.entry(format!("env/{env}/groups_uniform")).or_default().push(uniform);
+    }
+
     /// The step's metrics; `fill` sets the fields the tally does not know (counts and times).
     pub(crate) fn finish(self, fill: impl FnOnce(&mut RolloutMetrics)) -> (RolloutMetrics, BTreeMap<String, Value>) {
         let (r, a, c) = (stats(&self.rewards), stats(&self.advantages), stats(&self.completion_lens));
@@ -92,6 +115,8 @@ impl StepTally {
             reward_max: r.max,
             reward_p10: r.p10,
             reward_p90: r.p90,
+            reward_group_best: stats(&self.group_best).mean,
+            groups_uniform: stats(&self.group_uniform).mean,
             advantage_mean: a.mean,
             advantage_std: a.std,
             advantage_abs_mean: stats(&abs).mean,
@@ -124,5 +149,26 @@ mod tests {
         assert_eq!((s.mean, s.min, s.max), (2.5, 1.0, 4.0));
         assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
         assert_eq!(stats(&[]), Stats::default());
+    }
+
+    #[test]
+    fn groups_give_best_reward_and_uniform_fraction() {
+        let mut t = StepTally::default();
+        t.add_group("a", &[0.25, 1.0, 0.5]);
+        t.add_group("a", &[0.5, 0.5]);
+        t.add_group("b", &[0.0, 0.0, 0.0, 0.0]);
+        t.add_group("b", &[]);
+        let (m, keyed) = t.finish(|_| {});
+        assert!((m.reward_group_best - 0.5).abs() < 1e-12, "{}", m.reward_group_best);
+        assert!((m.groups_uniform - 2.0 / 3.0).abs() < 1e-12, "{}", m.groups_uniform);
+        assert_eq!(keyed["env/a/reward_group_best"], json!(0.75));
+        assert_eq!(keyed["env/a/groups_uniform"], json!(0.5));
+        assert_eq!(keyed["env/b/reward_group_best"], json!(0.0));
+        assert_eq!(keyed["env/b/groups_uniform"], json!(1.0));
+        // A spread far below any reward scale still counts as equal; a real one does not.
+        let mut t = StepTally::default();
+        t.add_group("a", &[0.3, 0.3 + 1e-12]);
+        t.add_group("a", &[0.3, 0.3 + 1e-6]);
+        assert_eq!(t.finish(|_| {}).0.groups_uniform, 0.5);
     }
 }

@@ -21,7 +21,7 @@ use crate::eval::evaluate;
 use crate::metrics::StepTally;
 use crate::models::Models;
 use crate::policy::PolicyVersion;
-use crate::rollout::Group;
+use crate::rollout::{Group, Rollout};
 use crate::sampler::{EnvShape, Sampler};
 use crate::sink::{TrainingSample, pack, samples};
 use crate::writer::{write_batch, write_traces};
@@ -301,6 +301,7 @@ impl Orchestrator {
             }
             let ids: Vec<&str> = env.algorithms.iter().map(|a| a.id()).collect();
             let targets = aggregate(&ids, &g.rollouts, &outputs)?;
+            tally.add_group(&env.info.name, &g.rollouts.iter().map(Rollout::reward).collect::<Vec<_>>());
             for (rollout, t) in g.rollouts.iter().zip(&targets) {
                 tally.add(&env.info.name, env.info.is_multi_agent(), rollout, t);
                 // The temperature the trace says it was sampled at; env servers that do not say

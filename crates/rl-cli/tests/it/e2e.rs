@@ -47,6 +47,10 @@ fn rl_runs_three_steps_across_all_processes() {
             "step {}: reward {reward}, expected about {full}",
             i + 1
         );
+        let best = row["reward/group_best"].as_f64().unwrap();
+        assert!((reward..=0.0).contains(&best), "step {}: best of group {best}, mean {reward}", i + 1);
+        let uniform = row["groups/uniform"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&uniform), "step {}: uniform groups {uniform}", i + 1);
     }
     assert!(rows[2]["policy_version"].as_u64().unwrap() >= 1, "the inference server was given newer weights");
     let inference_log = std::fs::read_to_string(run.join("logs/inference.log")).unwrap();
@@ -58,6 +62,7 @@ fn rl_runs_three_steps_across_all_processes() {
     rl_model::load_model(&final_model, &candle_core::Device::Cpu).expect("the final model directory loads");
     let svg = std::fs::read_to_string(run.join("curves.svg")).expect("the run draws its curves");
     assert!(svg.starts_with("<svg") && svg.contains("reward") && svg.contains("mismatch KL"));
+    assert!(svg.contains("best of group") && svg.contains("entropy"), "curves show the group best and the entropy");
 
     // Both processes checkpointed step 2 (the interval) and step 3 (the last step). Resume from
     // step 2, as after a crash during step 3, and go on to step 4.

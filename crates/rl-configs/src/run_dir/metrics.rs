@@ -20,7 +20,8 @@ pub struct MetricsRow {
     pub rollouts: Option<RolloutMetrics>,
     /// Keyed metrics whose names depend on the run (`eval/...`, `errors/<kind>`, `reward/member/...`;
     /// per env, means over the step's rollouts: `env/<env>/reward`, `env/<env>/reward/<function>`,
-    /// `env/<env>/metric/<name>`, `env/<env>/reward_errors`).
+    /// `env/<env>/metric/<name>`, `env/<env>/reward_errors`; per env, means over the step's groups:
+    /// `env/<env>/reward_group_best`, `env/<env>/groups_uniform`).
     #[serde(flatten)]
     pub keyed: BTreeMap<String, Value>,
 }
@@ -41,6 +42,15 @@ pub struct RolloutMetrics {
     pub reward_p10: f64,
     #[serde(rename = "reward/p90")]
     pub reward_p90: f64,
+    /// Mean over the step's groups of the group's best reward: what sampling can reach, next to
+    /// what it reaches on average (`reward/mean`). When the two meet, the policy has sharpened onto
+    /// its own mean and the groups hold nothing better to learn from.
+    #[serde(rename = "reward/group_best", default)]
+    pub reward_group_best: f64,
+    /// Fraction of the step's groups whose rollouts all scored the same (no reward spread, so no
+    /// group-relative advantage).
+    #[serde(rename = "groups/uniform", default)]
+    pub groups_uniform: f64,
     #[serde(rename = "advantage/mean")]
     pub advantage_mean: f64,
     #[serde(rename = "advantage/std")]
