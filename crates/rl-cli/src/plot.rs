@@ -106,7 +106,7 @@ pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
     let trainer: Vec<TrainerRow> = read_jsonl(&run.trainer_metrics())?;
     let train = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_mean)));
     // The best of each group next to the mean: the gap is what the groups can still teach.
-    let best = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_group_best)));
+    let best = orch.iter().filter_map(|r| Some((r.step, r.rollouts.as_ref()?.reward_group_best?)));
     let mut reward = vec![
         Series { name: String::from("train reward (mean)"), points: points(train, |v| v) },
         Series { name: String::from("train reward (best of group)"), points: points(best, |v| v) },

@@ -115,8 +115,8 @@ impl StepTally {
             reward_max: r.max,
             reward_p10: r.p10,
             reward_p90: r.p90,
-            reward_group_best: stats(&self.group_best).mean,
-            groups_uniform: stats(&self.group_uniform).mean,
+            reward_group_best: (!self.group_best.is_empty()).then(|| stats(&self.group_best).mean),
+            groups_uniform: (!self.group_uniform.is_empty()).then(|| stats(&self.group_uniform).mean),
             advantage_mean: a.mean,
             advantage_std: a.std,
             advantage_abs_mean: stats(&abs).mean,
@@ -159,8 +159,9 @@ mod tests {
         t.add_group("b", &[0.0, 0.0, 0.0, 0.0]);
         t.add_group("b", &[]);
         let (m, keyed) = t.finish(|_| {});
-        assert!((m.reward_group_best - 0.5).abs() < 1e-12, "{}", m.reward_group_best);
-        assert!((m.groups_uniform - 2.0 / 3.0).abs() < 1e-12, "{}", m.groups_uniform);
+        let (best, uniform) = (m.reward_group_best.unwrap(), m.groups_uniform.unwrap());
+        assert!((best - 0.5).abs() < 1e-12, "{best}");
+        assert!((uniform - 2.0 / 3.0).abs() < 1e-12, "{uniform}");
         assert_eq!(keyed["env/a/reward_group_best"], json!(0.75));
         assert_eq!(keyed["env/a/groups_uniform"], json!(0.5));
         assert_eq!(keyed["env/b/reward_group_best"], json!(0.0));
@@ -169,6 +170,9 @@ mod tests {
         let mut t = StepTally::default();
         t.add_group("a", &[0.3, 0.3 + 1e-12]);
         t.add_group("a", &[0.3, 0.3 + 1e-6]);
-        assert_eq!(t.finish(|_| {}).0.groups_uniform, 0.5);
+        assert_eq!(t.finish(|_| {}).0.groups_uniform, Some(0.5));
+        // A step without groups has no group figures (rather than zeros).
+        let m = StepTally::default().finish(|_| {}).0;
+        assert_eq!((m.reward_group_best, m.groups_uniform), (None, None));
     }
 }

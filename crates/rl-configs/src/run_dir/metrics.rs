@@ -44,13 +44,14 @@ pub struct RolloutMetrics {
     pub reward_p90: f64,
     /// Mean over the step's groups of the group's best reward: what sampling can reach, next to
     /// what it reaches on average (`reward/mean`). When the two meet, the policy has sharpened onto
-    /// its own mean and the groups hold nothing better to learn from.
-    #[serde(rename = "reward/group_best", default)]
-    pub reward_group_best: f64,
+    /// its own mean and the groups hold nothing better to learn from. Absent (as is
+    /// `groups/uniform`) in rows written before the two existed.
+    #[serde(rename = "reward/group_best", default, skip_serializing_if = "Option::is_none")]
+    pub reward_group_best: Option<f64>,
     /// Fraction of the step's groups whose rollouts all scored the same (no reward spread, so no
     /// group-relative advantage).
-    #[serde(rename = "groups/uniform", default)]
-    pub groups_uniform: f64,
+    #[serde(rename = "groups/uniform", default, skip_serializing_if = "Option::is_none")]
+    pub groups_uniform: Option<f64>,
     #[serde(rename = "advantage/mean")]
     pub advantage_mean: f64,
     #[serde(rename = "advantage/std")]
@@ -179,6 +180,30 @@ mod tests {
         let v = serde_json::to_value(&eval_only).unwrap();
         assert!(v.get("reward/mean").is_none());
         assert_eq!(serde_json::from_value::<MetricsRow>(v).unwrap(), eval_only);
+    }
+
+    #[test]
+    fn rows_without_the_group_figures_still_read_as_step_rows() {
+        let with = MetricsRow {
+            step: 2,
+            rollouts: Some(RolloutMetrics {
+                reward_group_best: Some(0.75),
+                groups_uniform: Some(0.5),
+                ..RolloutMetrics::default()
+            }),
+            keyed: BTreeMap::new(),
+        };
+        let mut v = serde_json::to_value(&with).unwrap();
+        assert_eq!((v["reward/group_best"].clone(), v["groups/uniform"].clone()), (json!(0.75), json!(0.5)));
+        assert_eq!(serde_json::from_value::<MetricsRow>(v.clone()).unwrap(), with);
+        // A row written before the two existed.
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("reward/group_best");
+        obj.remove("groups/uniform");
+        let old = serde_json::from_value::<MetricsRow>(v).unwrap();
+        let rollouts = old.rollouts.expect("still a step row");
+        assert_eq!((rollouts.reward_group_best, rollouts.groups_uniform), (None, None));
+        assert!(old.keyed.is_empty());
     }
 
     #[test]
