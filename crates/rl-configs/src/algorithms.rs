@@ -82,6 +82,14 @@ pub enum BuiltinAlgorithm {
         /// are scored independently (less variance, biased where an answer shapes later turns).
         #[serde(default = "default_turn_discount")]
         turn_discount: f64,
+        /// Optimise the expected best reward of `best_of` samples instead of the mean reward (PKPO's
+        /// max@k, Walder & Karkhanis 2025): each reward is replaced by its unbiased max@k gradient
+        /// weight before the baseline. A sample is then credited for being the best of the subsets
+        /// it is in, so a group's rare best answer gains more and the near-misses beside it are
+        /// pushed down less: the policy keeps exploring instead of sharpening onto its current
+        /// answer. 1 (the default) is plain grpo; at most the group size.
+        #[serde(default = "default_best_of")]
+        best_of: u32,
     },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},
@@ -161,6 +169,10 @@ fn default_turn_discount() -> f64 {
     1.0
 }
 
+fn default_best_of() -> u32 {
+    1
+}
+
 fn default_rft_top() -> u32 {
     1
 }
@@ -238,7 +250,10 @@ impl AlgorithmConfig {
                     return Err(ConfigError::invalid(format!("{key}.roles"), "must name at least one role"));
                 }
             }
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, .. }) => {
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, best_of, .. }) => {
+                if *best_of == 0 {
+                    return Err(ConfigError::invalid(format!("{key}.best_of"), "must be at least 1, got 0"));
+                }
                 if !(0.0..=1.0).contains(turn_discount) {
                     return Err(ConfigError::invalid(
                         format!("{key}.turn_discount"),

@@ -430,7 +430,7 @@ impl OrchestratorConfig {
         let mut names = BTreeSet::new();
         for (i, env) in self.train.env.iter().enumerate() {
             let ek = k(&format!("train.env.{i}"));
-            self.validate_train_env(&ek, env)?;
+            self.validate_train_env(&ek, env, &k("algorithms"))?;
             if !names.insert(env.display_name().to_owned()) {
                 return Err(ConfigError::invalid(
                     format!("{ek}.name"),
@@ -450,7 +450,8 @@ impl OrchestratorConfig {
         Ok(())
     }
 
-    fn validate_train_env(&self, ek: &str, env: &TrainEnvConfig) -> Result<()> {
+    /// `algos_key`: the key of the run's algorithms (which an env without its own uses).
+    fn validate_train_env(&self, ek: &str, env: &TrainEnvConfig, algos_key: &str) -> Result<()> {
         if env.id.trim().is_empty() {
             return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
         }
@@ -494,6 +495,21 @@ impl OrchestratorConfig {
         }
         if let Some(algos) = &env.algorithms {
             self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
+        }
+        // max@k estimates the best of k samples from one group: k cannot exceed the group.
+        let (akey, algos) = match &env.algorithms {
+            Some(algos) => (format!("{ek}.algorithms"), algos),
+            None => (algos_key.to_owned(), &self.algorithms),
+        };
+        for (i, a) in algos.iter().enumerate() {
+            if let AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of, .. }) = a
+                && *best_of > group
+            {
+                return Err(ConfigError::invalid(
+                    format!("{akey}.{i}.best_of"),
+                    format!("is {best_of}, above the group size of `{}` ({group})", env.display_name()),
+                ));
+            }
         }
         env.curriculum.validate(&format!("{ek}.curriculum"))?;
         validate_command(ek, env.command.as_deref(), env.address.as_deref())?;

@@ -216,3 +216,31 @@ fn a_turn_discount_needs_turn_credit_and_a_value_in_zero_to_one() {
     .to_string();
     assert!(range.contains("must be in [0, 1]") && range.contains("1.5"), "{range}");
 }
+
+#[test]
+fn best_of_is_at_least_one_and_at_most_each_group() {
+    let f = Files::new();
+    // reverse-text uses the run's algorithms with the run's group of 8; alphabet-sort has its own
+    // algorithms and a group of 4.
+    let envs = f.write(
+        "envs.toml",
+        "batch_size = 16\ngroup_size = 8\n[[train.env]]\nid = \"reverse-text\"\n\
+         [[train.env]]\nid = \"alphabet-sort\"\ngroup_size = 4\nalgorithms = [\"grpo\"]\n",
+    );
+    let grpo = |k: u32| format!(r#"[{{"id": "grpo", "best_of": {k}}}]"#);
+    let ok = load_args::<OrchestratorConfig>(&["@", &envs, "--algorithms", &grpo(8)]).unwrap().config;
+    assert!(matches!(&ok.algorithms[0], AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 8, .. })));
+    let plain = load_args::<OrchestratorConfig>(&["--algorithms", r#"["grpo"]"#]).unwrap().config;
+    assert!(
+        matches!(&plain.algorithms[0], AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 1, .. })),
+        "the default is plain grpo"
+    );
+    let zero = load_args::<OrchestratorConfig>(&["--algorithms", &grpo(0)]).unwrap_err().to_string();
+    assert!(zero.contains("algorithms.0.best_of") && zero.contains("at least 1"), "{zero}");
+    let big = load_args::<OrchestratorConfig>(&["@", &envs, "--algorithms", &grpo(9)]).unwrap_err().to_string();
+    assert!(big.contains("algorithms.0.best_of") && big.contains("group size of `reverse-text` (8)"), "{big}");
+    let own = load_args::<OrchestratorConfig>(&["@", &envs, "--train.env.1.algorithms", &grpo(5)])
+        .unwrap_err()
+        .to_string();
+    assert!(own.contains("train.env.1.algorithms.0.best_of") && own.contains("(4)"), "{own}");
+}

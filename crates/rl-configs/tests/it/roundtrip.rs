@@ -70,6 +70,7 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
             scale_rewards: rl_configs::RewardScaling::Group,
             credit: rl_configs::Credit::Turn,
             turn_discount: 0.5,
+            best_of: 1,
         })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),

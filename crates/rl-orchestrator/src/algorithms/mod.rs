@@ -4,6 +4,7 @@
 //! algorithm is one new file here, its config variant, and one line in [`build`].
 
 mod aggregate;
+mod best_of;
 mod distill;
 mod echo;
 mod env_owned;
@@ -118,8 +119,8 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount } => {
-                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount))
+            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of } => {
+                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of))
             }
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),

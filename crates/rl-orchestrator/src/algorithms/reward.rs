@@ -1,11 +1,13 @@
 //! Advantages from the group's rewards alone, put on every sampled token: `grpo` (r - mean, the
 //! Dr. GRPO form prime-rl uses, or scaled by the group's reward std), `max_rl` ((r - m) / m) and
 //! `rl` (r). Rollouts with errors get no channel and stay out of the mean. `grpo` can also credit
-//! each turn of a multi-turn episode separately (see `turns`).
+//! each turn of a multi-turn episode separately (see `turns`), and optimise the best of k samples
+//! instead of the mean (see `best_of`).
 
 use async_trait::async_trait;
 use rl_configs::{Credit, LossChannel, RewardScaling};
 
+use super::best_of::max_at_k_weights;
 use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;
@@ -25,32 +27,53 @@ fn reward_channels(group: &[Rollout], advantage: impl Fn(f64, f64) -> f64) -> Ve
         .collect()
 }
 
+/// Mean and population std of `values` (0, 0 for none).
+pub(crate) fn mean_std(values: &[f64]) -> (f64, f64) {
+    if values.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (mean, (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt())
+}
+
+/// Group-relative advantages of `rewards` (one group's, or one turn's across a group): the max@k
+/// weights when `best_of > 1`, minus their mean, scaled by their std with `Group` scaling.
+pub(crate) fn group_advantages(rewards: &[f64], scale: RewardScaling, best_of: usize) -> Vec<f64> {
+    let weights = max_at_k_weights(rewards, best_of);
+    let (mean, std) = mean_std(&weights);
+    let scale = match scale {
+        RewardScaling::None => 1.0,
+        RewardScaling::Group => 1.0 / (std + 1e-4),
+    };
+    weights.iter().map(|w| grpo_advantage(*w, mean) * scale).collect()
+}
+
 /// `A = r - mean(r)`, optionally divided by the std of the clean rewards (+ 1e-4, as TRL does);
-/// with turn credit, per turn of its reward-to-go.
-#[derive(Debug, Clone, Default)]
+/// with turn credit, per turn of its reward-to-go; with `best_of = k > 1`, of the max@k weights.
+#[derive(Debug, Clone)]
 pub struct Grpo {
     scale: RewardScaling,
     credit: Credit,
     /// How much later turns count in a turn's reward-to-go (turn credit).
     discount: f64,
+    /// k of the max@k objective (1: the mean reward).
+    best_of: usize,
     /// The env it is attached to (for errors).
     env: String,
 }
 
 impl Grpo {
-    /// grpo with the given advantage scaling and credit (and the turn credit's discount).
-    pub fn new(scale: RewardScaling, credit: Credit, discount: f64) -> Self {
-        Grpo { scale, credit, discount, env: String::new() }
+    /// grpo with the given advantage scaling and credit (and the turn credit's discount), optimising
+    /// the best of `best_of` samples.
+    pub fn new(scale: RewardScaling, credit: Credit, discount: f64, best_of: u32) -> Self {
+        Grpo { scale, credit, discount, best_of: best_of.max(1) as usize, env: String::new() }
     }
 }
 
-/// Population std of the clean rewards around `mean`.
-fn clean_std(group: &[Rollout], mean: f64) -> f64 {
-    let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
-    if clean.is_empty() {
-        0.0
-    } else {
-        (clean.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / clean.len() as f64).sqrt()
+impl Default for Grpo {
+    fn default() -> Self {
+        Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 1)
     }
 }
 
@@ -80,13 +103,17 @@ impl Algorithm for Grpo {
 
     async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
         if self.credit == Credit::Turn {
-            return super::turns::turn_channels(group, self.scale, self.discount, &self.env);
+            return super::turns::turn_channels(group, self.scale, self.discount, self.best_of, &self.env);
         }
-        let scale = match self.scale {
-            RewardScaling::None => 1.0,
-            RewardScaling::Group => 1.0 / (clean_std(group, clean_mean(group)) + 1e-4),
-        };
-        Ok(reward_channels(group, |r, m| grpo_advantage(r, m) * scale))
+        let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
+        let mut advantages = group_advantages(&clean, self.scale, self.best_of).into_iter();
+        Ok(group
+            .iter()
+            .map(|r| match r.is_clean().then(|| advantages.next()).flatten() {
+                Some(a) => on_sampled(r, a as f32, LossChannel::Rl),
+                None => vec![],
+            })
+            .collect())
     }
 }
 
@@ -136,7 +163,7 @@ mod tests {
         // Clean rewards 1, 0, 0.5: mean 0.5. The errored rollout gets nothing and is not in the mean.
         assert_eq!(advantages(&mut Grpo::default(), &group), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
         // std of 1, 0, 0.5 is sqrt(1/6): the scaled advantages are +-0.5 / (0.40825 + 1e-4).
-        let scaled = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode, 1.0), &group);
+        let scaled = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode, 1.0, 1), &group);
         let expected = 0.5 / ((1.0f64 / 6.0).sqrt() + 1e-4);
         assert!((f64::from(scaled[0].unwrap()) - expected).abs() < 1e-5, "{scaled:?}");
         assert_eq!((scaled[2], scaled[3]), (Some(0.0), None));
@@ -144,6 +171,28 @@ mod tests {
         assert_eq!(advantages(&mut Rl, &group), vec![Some(1.0), Some(0.0), Some(0.5), None]);
         let zero = [rollout(0.0, 1, false), rollout(0.0, 1, false)];
         assert_eq!(advantages(&mut MaxRl, &zero), vec![Some(0.0), Some(0.0)], "m <= 0 gives 0");
+    }
+
+    #[test]
+    fn best_of_k_baselines_the_max_at_k_weights() {
+        let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false), rollout(9.0, 2, true)];
+        // Best of 2 over the clean 1, 0, 0.5: weights 1, 3/4, 3/4 (see best_of), mean 5/6.
+        let a = advantages(&mut Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 2), &group);
+        let expect = [1.0 / 6.0, -1.0 / 12.0, -1.0 / 12.0];
+        for (got, want) in a.iter().zip(expect) {
+            assert!((f64::from(got.unwrap()) - want).abs() < 1e-6, "{a:?}");
+        }
+        assert_eq!(a[3], None);
+        // The near-miss (0.5) is pushed down less than under the mean objective, and the
+        // worst sample no more than it: only the group's best moves up.
+        let plain = advantages(&mut Grpo::default(), &group);
+        assert!(a[2].unwrap() < 0.0 && a[2].unwrap() > -0.1 && plain[2] == Some(0.0));
+        assert_eq!(a[1], a[2]);
+        // Best of 1 is plain grpo; a group of equal rewards has no advantage at any k.
+        assert_eq!(advantages(&mut Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 1), &group), plain);
+        let same = [rollout(0.4, 2, false), rollout(0.4, 2, false), rollout(0.4, 2, false)];
+        let flat = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode, 1.0, 3), &same);
+        assert!(flat.iter().all(|a| a.unwrap().abs() < 1e-6), "{flat:?}");
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! could not influence (the earlier turns' rewards) no longer enters their advantage: a correct
 //! second answer after a wrong first one is not pushed down with it. `turn_discount` `d` weighs
 //! the later turns: `G_k = (r_k + d r_{k+1} + ...) / n`; at 0 each turn is credited with its own
-//! reward alone.
+//! reward alone. With `best_of = k`, each turn's returns become max@k weights first (`best_of`).
 
 use rl_configs::{LossChannel, RewardScaling};
 
 use super::Channel;
+use super::reward::group_advantages;
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 
@@ -25,16 +26,6 @@ pub(crate) fn rewards_to_go(turns: &[f64], discount: f64) -> Vec<f64> {
     out
 }
 
-/// Mean and population std of `values` (0, 0 for none).
-fn mean_std(values: &[f64]) -> (f64, f64) {
-    if values.is_empty() {
-        return (0.0, 0.0);
-    }
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    (mean, (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt())
-}
-
 /// The channels of a group under turn credit. Rollouts with errors, and rollouts whose turn
 /// rewards are missing because a reward function failed, get no channel and enter no baseline; a
 /// clean rollout without turn rewards and without reward errors means the env does not report
@@ -43,6 +34,7 @@ pub(crate) fn turn_channels(
     group: &[Rollout],
     scale: RewardScaling,
     discount: f64,
+    best_of: usize,
     env: &str,
 ) -> Result<Vec<Vec<Channel>>> {
     let mut returns: Vec<Option<Vec<f64>>> = Vec::with_capacity(group.len());
@@ -64,27 +56,20 @@ pub(crate) fn turn_channels(
         returns.push(Some(rewards_to_go(&r.trace.turn_rewards, discount)));
     }
     let turns = returns.iter().flatten().map(Vec::len).max().unwrap_or(0);
-    // Baseline (and scale) of each turn over the rollouts that have it.
-    let baselines: Vec<(f64, f64)> = (0..turns)
-        .map(|k| {
-            let at_k: Vec<f64> = returns.iter().flatten().filter_map(|g| g.get(k).copied()).collect();
-            let (mean, std) = mean_std(&at_k);
-            let scale = match scale {
-                RewardScaling::None => 1.0,
-                RewardScaling::Group => 1.0 / (std + 1e-4),
-            };
-            (mean, scale)
-        })
-        .collect();
+    // Each turn's advantages against the same turn of the rollouts that have it.
+    let mut advantages: Vec<Vec<f32>> = returns.iter().map(|g| vec![0.0; g.as_ref().map_or(0, Vec::len)]).collect();
+    for k in 0..turns {
+        let (who, at_k): (Vec<usize>, Vec<f64>) =
+            returns.iter().enumerate().filter_map(|(i, g)| Some((i, *g.as_ref()?.get(k)?))).unzip();
+        for (i, a) in who.into_iter().zip(group_advantages(&at_k, scale, best_of)) {
+            advantages[i][k] = a as f32;
+        }
+    }
     group
         .iter()
         .zip(&returns)
-        .map(|(r, g)| {
-            let Some(g) = g else { return Ok(vec![]) };
-            let advantages: Vec<f32> =
-                g.iter().zip(&baselines).map(|(g, (mean, scale))| ((g - mean) * scale) as f32).collect();
-            branch_channels(r, &advantages, env)
-        })
+        .zip(&advantages)
+        .map(|((r, g), advantages)| if g.is_some() { branch_channels(r, advantages, env) } else { Ok(vec![]) })
         .collect()
 }
 
@@ -157,14 +142,14 @@ mod tests {
     fn each_turn_is_baselined_against_the_same_turn_of_the_group() {
         // Turn rewards (first, second): a (1, 0), b (0, 1). Returns-to-go: a (0.5, 0), b (0.5, 0.5).
         let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 1.0])];
-        let ch = turn_channels(&group, RewardScaling::None, 1.0, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::None, 1.0, 1, "e").unwrap();
         // Both first turns lead to the same episode reward: advantage 0. Second turns: -0.25, +0.25.
         let expect = |second: f32| vec![0.0, 0.0, 0.0, 0.0, 0.0, second, second, second];
         assert_eq!(ch[0][0].values, expect(-0.25));
         assert_eq!(ch[1][0].values, expect(0.25));
         assert_eq!(ch[0][0].mask, vec![false, false, true, true, false, true, true, true]);
         // Scaled by the turn's std (0.25 for the second turn; 0 for the first).
-        let ch = turn_channels(&group, RewardScaling::Group, 1.0, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::Group, 1.0, 1, "e").unwrap();
         assert!((ch[1][0].values[5] - 0.25 / (0.25 + 1e-4)).abs() < 1e-6);
         assert_eq!(ch[1][0].values[2], 0.0);
     }
@@ -179,20 +164,34 @@ mod tests {
                 ..Default::default()
             })
         };
-        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, 1.0, "e").unwrap();
+        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, 1.0, 1, "e").unwrap();
         let firsts: Vec<f32> = ch.iter().map(|c| c[0].values[2]).collect();
         assert_eq!(firsts, vec![0.5, -0.5, 0.0]);
     }
 
     #[test]
+    fn best_of_k_applies_to_each_turn_separately() {
+        // Own-turn credit (discount 0); first turns 1, 0, 0 and second turns 0, 0, 1.
+        let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 0.0]), two_turns(vec![0.0, 1.0])];
+        let ch = turn_channels(&group, RewardScaling::None, 0.0, 2, "e").unwrap();
+        // Per turn, returns 1/2 for the best and 0 for the others; best-of-2 weights 1/2 for the
+        // best and 1/4 for the others (one of their two pairs holds the best); the mean is 1/3.
+        let (best, other) = (1.0 / 2.0 - 1.0 / 3.0, 1.0 / 4.0 - 1.0 / 3.0);
+        let close = |a: f32, b: f64| (f64::from(a) - b).abs() < 1e-6;
+        assert!(close(ch[0][0].values[2], best) && close(ch[0][0].values[5], other), "{:?}", ch[0][0].values);
+        assert!(close(ch[1][0].values[2], other) && close(ch[1][0].values[5], other));
+        assert!(close(ch[2][0].values[2], other) && close(ch[2][0].values[5], best));
+    }
+
+    #[test]
     fn rollouts_without_turn_rewards_are_an_error_unless_a_reward_function_failed() {
-        let err = turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, "sorter")
+        let err = turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, "sorter")
             .unwrap_err()
             .to_string();
         assert!(err.contains("sorter") && err.contains("credit = \"episode\""), "{err}");
         let mut failed = two_turns(vec![]);
         failed.trace.reward_errors.push(pb::RewardError { name: String::from("f"), message: String::from("x") });
-        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, "e").unwrap();
+        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, "e").unwrap();
         assert!(ch[0].is_empty());
         // Alone in its baselines, the other rollout's advantages are 0.
         assert!(ch[1][0].values.iter().all(|v| *v == 0.0));
@@ -200,7 +199,7 @@ mod tests {
 
     #[test]
     fn more_model_turns_than_turn_rewards_is_an_error() {
-        let err = turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, 1.0, "e").unwrap_err().to_string();
+        let err = turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, 1.0, 1, "e").unwrap_err().to_string();
         assert!(err.contains("more model turns than its 1 turn rewards"), "{err}");
     }
 }
