@@ -90,6 +90,11 @@ pub enum BuiltinAlgorithm {
         /// answer. 1 (the default) is plain grpo; at most the group size.
         #[serde(default = "default_best_of")]
         best_of: u32,
+        /// With `best_of > 1`: use it for training steps 1..=`best_of_steps` only, then plain grpo
+        /// (PKPO's annealing of k: explore with max@k, then sharpen the policy's most likely
+        /// answer, which greedy decoding returns). Unset: `best_of` throughout.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        best_of_steps: Option<u64>,
     },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},
@@ -250,9 +255,20 @@ impl AlgorithmConfig {
                     return Err(ConfigError::invalid(format!("{key}.roles"), "must name at least one role"));
                 }
             }
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, best_of, .. }) => {
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, best_of, best_of_steps, .. }) => {
                 if *best_of == 0 {
                     return Err(ConfigError::invalid(format!("{key}.best_of"), "must be at least 1, got 0"));
+                }
+                if let Some(steps) = best_of_steps {
+                    if *best_of == 1 {
+                        return Err(ConfigError::invalid(
+                            format!("{key}.best_of_steps"),
+                            "limits the steps of `best_of`, which is 1 (plain grpo): set `best_of` above 1",
+                        ));
+                    }
+                    if *steps == 0 {
+                        return Err(ConfigError::invalid(format!("{key}.best_of_steps"), "must be at least 1, got 0"));
+                    }
                 }
                 if !(0.0..=1.0).contains(turn_discount) {
                     return Err(ConfigError::invalid(

@@ -193,7 +193,7 @@ impl Orchestrator {
         let (groups, dispatched) = self.rollouts(step).await?;
         let generate_s = generating.elapsed().as_secs_f64();
         let scoring = Instant::now();
-        let (samples, tally) = self.training_samples(&groups).await?;
+        let (samples, tally) = self.training_samples(step, &groups).await?;
         let algorithms_s = scoring.elapsed().as_secs_f64();
         let batch = self.batch(step, &samples, &groups);
         write_batch(&self.run, &batch)?;
@@ -287,14 +287,14 @@ impl Orchestrator {
     }
 
     /// Each env's algorithms on its groups, aggregated into training samples; and the tally.
-    async fn training_samples(&mut self, groups: &[Group]) -> Result<(Vec<TrainingSample>, StepTally)> {
+    async fn training_samples(&mut self, step: u64, groups: &[Group]) -> Result<(Vec<TrainingSample>, StepTally)> {
         let mut out = Vec::new();
         let mut tally = StepTally::default();
         let salt = self.policy.get().to_string();
         for g in groups {
             let env = &mut self.envs[g.env];
             let runtimes = runtimes(&self.models, &env.sampling, self.policy.get())?;
-            let ctx = Scoring { models: &self.models, env: &env.client, runtimes: &runtimes, policy_salt: &salt };
+            let ctx = Scoring { models: &self.models, env: &env.client, runtimes: &runtimes, policy_salt: &salt, step };
             let mut outputs: Vec<Vec<Vec<Channel>>> = Vec::new();
             for a in &mut env.algorithms {
                 outputs.push(a.channels(&g.rollouts, ctx).await?);

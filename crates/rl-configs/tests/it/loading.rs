@@ -243,4 +243,20 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
         .unwrap_err()
         .to_string();
     assert!(own.contains("train.env.1.algorithms.0.best_of") && own.contains("(4)"), "{own}");
+    let annealed =
+        load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of": 4, "best_of_steps": 100}]"#])
+            .unwrap()
+            .config;
+    assert!(matches!(
+        &annealed.algorithms[0],
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 4, best_of_steps: Some(100), .. })
+    ));
+    let useless = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of_steps": 100}]"#])
+        .unwrap_err()
+        .to_string();
+    assert!(useless.contains("algorithms.0.best_of_steps") && useless.contains("set `best_of` above 1"), "{useless}");
+    let zero = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of": 2, "best_of_steps": 0}]"#])
+        .unwrap_err()
+        .to_string();
+    assert!(zero.contains("algorithms.0.best_of_steps") && zero.contains("at least 1"), "{zero}");
 }

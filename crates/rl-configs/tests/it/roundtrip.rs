@@ -71,6 +71,7 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
             credit: rl_configs::Credit::Turn,
             turn_discount: 0.5,
             best_of: 1,
+            best_of_steps: None,
         })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),

@@ -81,6 +81,8 @@ pub struct Scoring<'a> {
     pub runtimes: &'a BTreeMap<String, pb::ModelRuntime>,
     /// `cache_salt` for requests to the policy (its version).
     pub policy_salt: &'a str,
+    /// The training step the channels are for (1-based).
+    pub step: u64,
 }
 
 impl Scoring<'_> {
@@ -119,8 +121,8 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of } => {
-                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of))
+            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of, best_of_steps } => {
+                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of).best_of_until(*best_of_steps))
             }
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
@@ -197,12 +199,17 @@ pub(crate) mod tests {
 
     /// Channels of an algorithm that needs no model or env server.
     pub(crate) fn local(a: &mut dyn Algorithm, group: &[Rollout]) -> Vec<Vec<Channel>> {
+        local_at(a, group, 1)
+    }
+
+    /// `local` at training step `step`.
+    pub(crate) fn local_at(a: &mut dyn Algorithm, group: &[Rollout], step: u64) -> Vec<Vec<Channel>> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _in_runtime = runtime.enter();
         let models = Models::new(&rl_configs::OrchestratorConfig::default()).unwrap();
         let env = EnvClient::new("http://127.0.0.1:9", rl_serve::ClientOptions::default()).unwrap();
         let runtimes = BTreeMap::new();
-        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0" };
+        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0", step };
         runtime.block_on(a.channels(group, ctx)).unwrap()
     }
 

@@ -59,6 +59,8 @@ pub struct Grpo {
     discount: f64,
     /// k of the max@k objective (1: the mean reward).
     best_of: usize,
+    /// The last step that uses `best_of` (None: every step).
+    best_of_steps: Option<u64>,
     /// The env it is attached to (for errors).
     env: String,
 }
@@ -67,7 +69,13 @@ impl Grpo {
     /// grpo with the given advantage scaling and credit (and the turn credit's discount), optimising
     /// the best of `best_of` samples.
     pub fn new(scale: RewardScaling, credit: Credit, discount: f64, best_of: u32) -> Self {
-        Grpo { scale, credit, discount, best_of: best_of.max(1) as usize, env: String::new() }
+        Grpo { scale, credit, discount, best_of: best_of.max(1) as usize, best_of_steps: None, env: String::new() }
+    }
+
+    /// Uses `best_of` up to step `steps` only (None: throughout), plain grpo after it.
+    pub fn best_of_until(mut self, steps: Option<u64>) -> Self {
+        self.best_of_steps = steps;
+        self
     }
 }
 
@@ -101,12 +109,13 @@ impl Algorithm for Grpo {
         single_agent(self.id(), env)
     }
 
-    async fn channels(&mut self, group: &[Rollout], _: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+    async fn channels(&mut self, group: &[Rollout], ctx: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
+        let best_of = if self.best_of_steps.is_none_or(|last| ctx.step <= last) { self.best_of } else { 1 };
         if self.credit == Credit::Turn {
-            return super::turns::turn_channels(group, self.scale, self.discount, self.best_of, &self.env);
+            return super::turns::turn_channels(group, self.scale, self.discount, best_of, &self.env);
         }
         let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
-        let mut advantages = group_advantages(&clean, self.scale, self.best_of).into_iter();
+        let mut advantages = group_advantages(&clean, self.scale, best_of).into_iter();
         Ok(group
             .iter()
             .map(|r| match r.is_clean().then(|| advantages.next()).flatten() {
@@ -149,7 +158,7 @@ impl Algorithm for Rl {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{local, rollout};
+    use super::super::tests::{local, local_at, rollout};
     use super::*;
 
     /// The advantage each rollout got (the value on its first sampled token).
@@ -193,6 +202,32 @@ mod tests {
         let same = [rollout(0.4, 2, false), rollout(0.4, 2, false), rollout(0.4, 2, false)];
         let flat = advantages(&mut Grpo::new(RewardScaling::Group, Credit::Episode, 1.0, 3), &same);
         assert!(flat.iter().all(|a| a.unwrap().abs() < 1e-6), "{flat:?}");
+    }
+
+    #[test]
+    fn best_of_steps_anneals_to_plain_grpo_after_its_last_step() {
+        let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false)];
+        let mut annealed = Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 2).best_of_until(Some(10));
+        let at = |a: &mut Grpo, step| -> Vec<f32> { local_at(a, &group, step).iter().map(|c| c[0].values[2]).collect() };
+        let max_at_2 = at(&mut Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 2), 10);
+        let plain = at(&mut Grpo::default(), 11);
+        assert_ne!(max_at_2, plain);
+        assert_eq!(at(&mut annealed, 1), max_at_2);
+        assert_eq!(at(&mut annealed, 10), max_at_2);
+        assert_eq!(at(&mut annealed, 11), plain);
+        // The turn credit follows the same switch.
+        let mut turns = Grpo::new(RewardScaling::None, Credit::Turn, 0.0, 2).best_of_until(Some(10));
+        let turn_group: Vec<Rollout> = [1.0, 0.0, 0.5]
+            .iter()
+            .map(|r| {
+                let mut x = rollout(*r, 2, false);
+                x.trace.turn_rewards = vec![*r];
+                x
+            })
+            .collect();
+        let t = |a: &mut Grpo, step| -> Vec<f32> { local_at(a, &turn_group, step).iter().map(|c| c[0].values[2]).collect() };
+        assert_eq!(t(&mut turns, 10), max_at_2);
+        assert_eq!(t(&mut turns, 11), plain);
     }
 
     #[test]
