@@ -255,7 +255,9 @@ impl AlgorithmConfig {
                     return Err(ConfigError::invalid(format!("{key}.roles"), "must name at least one role"));
                 }
             }
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { credit, turn_discount, best_of, best_of_steps, .. }) => {
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {
+                credit, turn_discount, best_of, best_of_steps, ..
+            }) => {
                 if *best_of == 0 {
                     return Err(ConfigError::invalid(format!("{key}.best_of"), "must be at least 1, got 0"));
                 }

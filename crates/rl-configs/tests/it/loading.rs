@@ -239,9 +239,8 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
     assert!(zero.contains("algorithms.0.best_of") && zero.contains("at least 1"), "{zero}");
     let big = load_args::<OrchestratorConfig>(&["@", &envs, "--algorithms", &grpo(9)]).unwrap_err().to_string();
     assert!(big.contains("algorithms.0.best_of") && big.contains("group size of `reverse-text` (8)"), "{big}");
-    let own = load_args::<OrchestratorConfig>(&["@", &envs, "--train.env.1.algorithms", &grpo(5)])
-        .unwrap_err()
-        .to_string();
+    let own =
+        load_args::<OrchestratorConfig>(&["@", &envs, "--train.env.1.algorithms", &grpo(5)]).unwrap_err().to_string();
     assert!(own.contains("train.env.1.algorithms.0.best_of") && own.contains("(4)"), "{own}");
     let annealed =
         load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of": 4, "best_of_steps": 100}]"#])
@@ -255,8 +254,9 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
         .unwrap_err()
         .to_string();
     assert!(useless.contains("algorithms.0.best_of_steps") && useless.contains("set `best_of` above 1"), "{useless}");
-    let zero = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of": 2, "best_of_steps": 0}]"#])
-        .unwrap_err()
-        .to_string();
+    let zero =
+        load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of": 2, "best_of_steps": 0}]"#])
+            .unwrap_err()
+            .to_string();
     assert!(zero.contains("algorithms.0.best_of_steps") && zero.contains("at least 1"), "{zero}");
 }

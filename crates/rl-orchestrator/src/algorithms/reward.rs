@@ -208,7 +208,8 @@ mod tests {
     fn best_of_steps_anneals_to_plain_grpo_after_its_last_step() {
         let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false)];
         let mut annealed = Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 2).best_of_until(Some(10));
-        let at = |a: &mut Grpo, step| -> Vec<f32> { local_at(a, &group, step).iter().map(|c| c[0].values[2]).collect() };
+        let at =
+            |a: &mut Grpo, step| -> Vec<f32> { local_at(a, &group, step).iter().map(|c| c[0].values[2]).collect() };
         let max_at_2 = at(&mut Grpo::new(RewardScaling::None, Credit::Episode, 1.0, 2), 10);
         let plain = at(&mut Grpo::default(), 11);
         assert_ne!(max_at_2, plain);
@@ -225,7 +226,9 @@ mod tests {
                 x
             })
             .collect();
-        let t = |a: &mut Grpo, step| -> Vec<f32> { local_at(a, &turn_group, step).iter().map(|c| c[0].values[2]).collect() };
+        let t = |a: &mut Grpo, step| -> Vec<f32> {
+            local_at(a, &turn_group, step).iter().map(|c| c[0].values[2]).collect()
+        };
         assert_eq!(t(&mut turns, 10), max_at_2);
         assert_eq!(t(&mut turns, 11), plain);
     }
