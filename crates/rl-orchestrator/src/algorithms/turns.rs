@@ -58,9 +58,10 @@ pub(crate) fn turn_channels(
     let turns = returns.iter().flatten().map(Vec::len).max().unwrap_or(0);
     // Each turn's advantages against the same turn of the rollouts that have it.
     let mut advantages: Vec<Vec<f32>> = returns.iter().map(|g| vec![0.0; g.as_ref().map_or(0, Vec::len)]).collect();
-    for k in 0..turns {
-        let (who, at_k): (Vec<usize>, Vec<f64>) =
-            returns.iter().enumerate().filter_map(|(i, g)| Some((i, *g.as_ref()?.get(k)?))).unzip();
+    let per_turn = (0..turns).map(|k| -> (Vec<usize>, Vec<f64>) {
+        returns.iter().enumerate().filter_map(|(i, g)| Some((i, *g.as_ref()?.get(k)?))).unzip()
+    });
+    for (k, (who, at_k)) in per_turn.enumerate() {
         for (i, a) in who.into_iter().zip(group_advantages(&at_k, scale, best_of)) {
             advantages[i][k] = a as f32;
         }
