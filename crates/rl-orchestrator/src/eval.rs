@@ -1,6 +1,7 @@
 //! Online evaluation: every `eval.interval` steps, each eval env's held-out examples are sampled `k`
 //! times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
-//! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1).
+//! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1), and for
+//! multi-turn envs with turn rewards the mean and solved fraction of each turn.
 
 use std::time::Instant;
 
@@ -53,6 +54,27 @@ pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize) -> Map<
     m
 }
 
+/// Per model turn of multi-turn episodes whose env reports turn rewards (`Trace.turn_rewards`):
+/// `eval/<env>/turn/<k>/reward` (mean reward of turn k, 1-based, over the episodes that reached
+/// it), `.../solved` (the fraction of them scoring >= `SOLVED`) and `.../episodes`. Where the
+/// reward of a multi-turn eval is won or lost; nothing where no episode has a second turn.
+pub(crate) fn turn_metrics(name: &str, episodes: &[&[f64]]) -> Map<String, Value> {
+    let mut m = Map::new();
+    let turns = episodes.iter().map(|t| t.len()).max().unwrap_or(0);
+    if turns < 2 {
+        return m;
+    }
+    for k in 0..turns {
+        let at_k: Vec<f64> = episodes.iter().filter_map(|t| t.get(k).copied()).collect();
+        let n = at_k.len() as f64;
+        let key = |what: &str| format!("eval/{name}/turn/{}/{what}", k + 1);
+        m.insert(key("reward"), json!(at_k.iter().sum::<f64>() / n));
+        m.insert(key("solved"), json!(at_k.iter().filter(|r| **r >= SOLVED).count() as f64 / n));
+        m.insert(key("episodes"), json!(at_k.len()));
+    }
+    m
+}
+
 /// Evaluates every eval env with the policy version loaded now: each of its first `examples`
 /// tasks `k` times, as one dispatch.
 pub(crate) async fn evaluate(
@@ -86,6 +108,12 @@ pub(crate) async fn evaluate(
             &per_example,
             collected.retried.values().sum::<usize>() + collected.dropped_total(),
         ));
+        let turns: Vec<&[f64]> = collected
+            .groups
+            .iter()
+            .flat_map(|(traces, _)| traces.iter().map(|(_, t)| t.turn_rewards.as_slice()))
+            .collect();
+        out.extend(turn_metrics(&e.name, &turns));
         out.insert(format!("eval/{}/dropped", e.name), json!(collected.dropped_total()));
         out.insert(format!("eval/{}/policy_version", e.name), json!(policy.get()));
         out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
@@ -120,5 +148,23 @@ mod tests {
         assert!((m["eval/rt/pass@2"].as_f64().unwrap() - (0.5 + 5.0 / 6.0) / 2.0).abs() < 1e-12);
         assert_eq!(m["eval/rt/pass@4"], json!(1.0), "with 4 draws of 4 samples any correct one is drawn");
         assert!(!m.contains_key("eval/rt/pass@8"));
+    }
+
+    #[test]
+    fn turn_metrics_by_hand() {
+        // Three episodes: one turn (1.0), two turns (0.5, 1.0), three turns (0.0, 0.2, 0.4).
+        let eps: [&[f64]; 3] = [&[1.0], &[0.5, 1.0], &[0.0, 0.2, 0.4]];
+        let m = turn_metrics("as", &eps);
+        assert_eq!(m["eval/as/turn/1/reward"], json!(0.5));
+        assert_eq!(m["eval/as/turn/1/solved"], json!(1.0 / 3.0));
+        assert_eq!(m["eval/as/turn/1/episodes"], json!(3));
+        assert_eq!(m["eval/as/turn/2/reward"], json!(0.6));
+        assert_eq!(m["eval/as/turn/2/solved"], json!(0.5));
+        assert_eq!(m["eval/as/turn/3/reward"], json!(0.4));
+        assert_eq!(m["eval/as/turn/3/episodes"], json!(1));
+        assert_eq!(m.len(), 9);
+        // Envs without turn rewards, or with one turn only, add nothing.
+        assert!(turn_metrics("rt", &[&[], &[]]).is_empty());
+        assert!(turn_metrics("rt", &[&[1.0], &[0.0]]).is_empty());
     }
 }
