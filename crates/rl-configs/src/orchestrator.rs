@@ -258,7 +258,7 @@ pub struct EvalConfig {
     pub interval: u64,
     /// Also evaluate before the first step.
     pub eval_on_start: bool,
-    /// Examples per env (unset: the whole split).
+    /// Examples per env (unset: the whole split; more than an env's split holds is refused).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub num_examples: Option<u32>,
     /// Samples per example, for avg@k and pass@k.

@@ -121,11 +121,22 @@ pub(crate) async fn connect_eval(cfg: &OrchestratorConfig, eval: &EvalConfig, e:
         return Err(Error::Config(format!("eval env `{}` has no `{}` split", e.display_name(), e.split)));
     }
     let wanted = e.num_examples.or(eval.num_examples).map_or(size, u64::from);
+    // Asking for more tasks than the split holds is refused, not quietly cut to the split: a
+    // figure reported as "on 256 episodes" must be on 256 episodes.
+    if wanted > size {
+        let key = if e.num_examples.is_some() { "orchestrator.eval.env.num_examples" } else { "orchestrator.eval.num_examples" };
+        return Err(Error::Config(format!(
+            "eval env `{}`: `{key}` is {wanted}, but its `{}` split holds {size} tasks; ask for at most {size}, \
+             or make the split larger (built-in envs: the `test_examples` arg)",
+            e.display_name(),
+            e.split
+        )));
+    }
     Ok(EvalEnv {
         name: e.display_name().to_owned(),
         client,
         split: e.split.clone(),
-        examples: wanted.min(size),
+        examples: wanted,
         k: e.k.unwrap_or(eval.k),
         sampling: cfg.train.sampling.merged(&eval.sampling).merged(&e.sampling),
     })

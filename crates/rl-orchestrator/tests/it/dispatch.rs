@@ -310,6 +310,14 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
     assert_eq!(first["step"], 0, "eval_on_start writes a step-0 row");
     assert_eq!(first["eval/reverse-text/avg@4"], 0.5);
+    // More examples than the split holds (5) is an error naming the key, not a quiet cut.
+    standalone.eval.as_mut().unwrap().env[0].num_examples = Some(6);
+    let err = Orchestrator::connect_for_eval(&standalone).await.err().unwrap().to_string();
+    assert!(err.contains("orchestrator.eval.env.num_examples") && err.contains("holds 5 tasks"), "{err}");
+    standalone.eval.as_mut().unwrap().env[0].num_examples = None;
+    standalone.eval.as_mut().unwrap().num_examples = Some(9);
+    let err = Orchestrator::connect_for_eval(&standalone).await.err().unwrap().to_string();
+    assert!(err.contains("`orchestrator.eval.num_examples` is 9"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
