@@ -124,7 +124,11 @@ pub(crate) async fn connect_eval(cfg: &OrchestratorConfig, eval: &EvalConfig, e:
     // Asking for more tasks than the split holds is refused, not quietly cut to the split: a
     // figure reported as "on 256 episodes" must be on 256 episodes.
     if wanted > size {
-        let key = if e.num_examples.is_some() { "orchestrator.eval.env.num_examples" } else { "orchestrator.eval.num_examples" };
+        let key = if e.num_examples.is_some() {
+            "orchestrator.eval.env.num_examples"
+        } else {
+            "orchestrator.eval.num_examples"
+        };
         return Err(Error::Config(format!(
             "eval env `{}`: `{key}` is {wanted}, but its `{}` split holds {size} tasks; ask for at most {size}, \
              or make the split larger (built-in envs: the `test_examples` arg)",
