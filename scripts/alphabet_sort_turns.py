@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Per-turn anatomy of alphabet-sort rollouts: mean score and exact rate of each model turn,
-split by sort key (FIRST / LAST name), from a run's `rollouts/step_*/traces.jsonl`.
+split by sort key (FIRST / LAST name), from a run's `rollouts/step_*/traces.jsonl`; then the
+first turns by key and number of names, exact rate next to chance. Chance is 1/n!: a model that
+orders the names' sort keys right but pairs each with a random one of the other halves (writes
+the last names in their own sorted order, say) is exact with that probability, so a rate at chance
+means the model has not learned which last name belongs to which first name.
 
 To decode a model near-greedily on fresh episodes without changing it, run two steps at a
 learning rate of 1e-12 (the README's "Where RL's gain goes" table was measured this way):
@@ -19,7 +23,9 @@ Usage: alphabet_sort_turns.py RUN_DIR [FIRST_STEP LAST_STEP]
 
 import collections
 import json
+import math
 import pathlib
+import re
 import sys
 
 
@@ -36,6 +42,7 @@ def main() -> int:
         return 1
     turns: dict[tuple[int, str], list[float]] = collections.defaultdict(list)
     episodes: list[float] = []
+    first_turns: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
     for path in files:
         for line_no, line in enumerate(path.read_text().splitlines(), 1):
             trace = json.loads(line)
@@ -49,12 +56,19 @@ def main() -> int:
             first = len(users) - len(scores) if len(users) >= len(scores) else 0
             for k, score in enumerate(scores):
                 turns[(first + k + 1, key)].append(score)
+            listed = re.search(r"name: (.*)\n", users[0])
+            if first == 0 and listed:
+                first_turns[(key, len(listed.group(1).split(", ")))].append(scores[0])
             episodes.append(trace["reward"])
     print(f"{len(episodes)} episodes, mean reward {sum(episodes) / len(episodes):.3f}")
     print("turn  key    n     mean   exact")
     for (turn, key), v in sorted(turns.items()):
         exact = sum(x >= 0.999 for x in v) / len(v)
         print(f"{turn:>4}  {key:<5} {len(v):>5}  {sum(v) / len(v):.3f}  {exact:.2f}")
+    print("first turns: key  names      n   exact  chance")
+    for (key, names), v in sorted(first_turns.items()):
+        exact = sum(x >= 0.999 for x in v) / len(v)
+        print(f"             {key:<5} {names:>4}  {len(v):>5}   {exact:.2f}   {1 / math.factorial(names):.2f}")
     return 0
 
 
