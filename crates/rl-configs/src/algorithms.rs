@@ -46,6 +46,24 @@ pub enum RewardScaling {
     Group,
 }
 
+/// What `grpo` subtracts from each reward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Baseline {
+    /// The mean reward of the group's clean rollouts.
+    #[default]
+    Group,
+    /// The reward of one extra greedy (temperature 0) rollout of the same task, run beside the group
+    /// and not trained (self-critical sequence training, Rennie et al. 2017; ReMax, Li et al.
+    /// 2023): only samples that beat the policy's greedy answer are pushed up, and samples worse
+    /// than it but above the group mean are pushed down, so the update moves the mode that greedy
+    /// decoding returns. With `credit = "turn"` each turn is compared with the greedy rollout's same
+    /// turn. Costs one generation per group; a group whose greedy rollout failed falls back to the
+    /// group mean. With `scale_rewards = "group"` the std is taken over the samples and the greedy
+    /// reward together.
+    Greedy,
+}
+
 /// Which tokens `grpo` credits with which reward.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -95,6 +113,11 @@ pub enum BuiltinAlgorithm {
         /// answer, which greedy decoding returns). Unset: `best_of` throughout.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         best_of_steps: Option<u64>,
+        /// What each reward is compared with: `group` (the group's mean, the default) or `greedy`
+        /// (the reward of a greedy rollout of the same task, run beside the group: the update
+        /// aims at the answer greedy decoding gives).
+        #[serde(default)]
+        baseline: Baseline,
     },
     /// A = (r - m) / m with m the group mean, and 0 when m <= 0.
     MaxRl {},
@@ -256,10 +279,22 @@ impl AlgorithmConfig {
                 }
             }
             AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {
-                credit, turn_discount, best_of, best_of_steps, ..
+                credit,
+                turn_discount,
+                best_of,
+                best_of_steps,
+                baseline,
+                ..
             }) => {
                 if *best_of == 0 {
                     return Err(ConfigError::invalid(format!("{key}.best_of"), "must be at least 1, got 0"));
+                }
+                if *best_of > 1 && *baseline == Baseline::Greedy {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.baseline"),
+                        "`greedy` compares each reward with the greedy rollout's, and `best_of` replaces the \
+                         rewards by max@k weights, which are not comparable with it: use one of the two",
+                    ));
                 }
                 if let Some(steps) = best_of_steps {
                     if *best_of == 1 {

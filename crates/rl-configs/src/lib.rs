@@ -28,7 +28,9 @@ mod tracking;
 mod trainer;
 mod tree;
 
-pub use algorithms::{AlgorithmConfig, BUILTIN_IDS, BuiltinAlgorithm, Credit, EchoRole, LossChannel, RewardScaling};
+pub use algorithms::{
+    AlgorithmConfig, BUILTIN_IDS, Baseline, BuiltinAlgorithm, Credit, EchoRole, LossChannel, RewardScaling,
+};
 pub use curriculum::{CurriculumConfig, DifficultyPool};
 pub use deprecated::Deprecation;
 pub use env_server::{EnvServerConfig, EnvSpec};

@@ -23,6 +23,9 @@ pub(crate) struct TrainEnv {
     pub group_size: u32,
     /// Sampling of its rollouts.
     pub sampling: SamplingConfig,
+    /// Sampling of the greedy rollout run beside each group, when an algorithm needs one (the
+    /// env's sampling at temperature 0).
+    pub greedy_sampling: Option<SamplingConfig>,
     /// Share of the batch's groups.
     pub ratio: f64,
     /// How its tasks are drawn.
@@ -100,12 +103,16 @@ pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, 
         algorithm.attach(&info)?;
         algorithms.push(algorithm);
     }
+    let sampling = cfg.env_sampling(e);
+    let greedy_sampling =
+        algorithms.iter().any(|a| a.needs_greedy()).then(|| SamplingConfig { temperature: 0.0, ..sampling.clone() });
     Ok(TrainEnv {
         index,
         info,
         client,
         group_size: cfg.env_group_size(e),
-        sampling: cfg.env_sampling(e),
+        sampling,
+        greedy_sampling,
         ratio: e.ratio,
         curriculum: Curriculum::new(&e.curriculum, train_size),
         algorithms,

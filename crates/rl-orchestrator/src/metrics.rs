@@ -62,7 +62,8 @@ pub(crate) struct StepTally {
     member_rewards: BTreeMap<String, Vec<f64>>,
     /// Per env: `env/<env>/reward`, `env/<env>/reward/<function>` (its unweighted score),
     /// `env/<env>/metric/<name>`, `env/<env>/reward_errors` (rollouts with a failed function);
-    /// per group: `env/<env>/reward_group_best`, `env/<env>/groups_uniform`.
+    /// per group: `env/<env>/reward_group_best`, `env/<env>/groups_uniform`, and with a greedy
+    /// baseline `env/<env>/reward_greedy`.
     per_env: BTreeMap<String, Vec<f64>>,
 }
 
@@ -102,6 +103,12 @@ impl StepTally {
         self.group_uniform.push(uniform);
         self.per_env.entry(format!("env/{env}/reward_group_best")).or_default().push(hi);
         self.per_env.entry(format!("env/{env}/groups_uniform")).or_default().push(uniform);
+    }
+
+    /// The reward of a group's greedy rollout (`env/<env>/reward_greedy`): how the policy's mode
+    /// does on the training tasks, next to its samples.
+    pub(crate) fn add_greedy(&mut self, env: &str, reward: f64) {
+        self.per_env.entry(format!("env/{env}/reward_greedy")).or_default().push(reward);
     }
 
     /// The step's metrics; `fill` sets the fields the tally does not know (counts and times).

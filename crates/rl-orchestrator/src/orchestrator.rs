@@ -230,7 +230,7 @@ impl Orchestrator {
             .map(|e| EnvShape { ratio: e.ratio, group_size: e.group_size, curriculum: &e.curriculum })
             .collect();
         let plan = self.sampler.plan(&shapes, self.cfg.batch_size);
-        let jobs: Vec<GroupJob<'_>> = plan
+        let mut jobs: Vec<GroupJob<'_>> = plan
             .iter()
             .map(|p| {
                 let env = &self.envs[p.env];
@@ -244,6 +244,15 @@ impl Orchestrator {
                 }
             })
             .collect();
+        // The greedy rollouts some algorithms compare with run in the same round, after the groups:
+        // `greedy_of[i]` is the job of plan entry i's greedy rollout.
+        let mut greedy_of = vec![None; plan.len()];
+        for (i, p) in plan.iter().enumerate() {
+            if let Some(sampling) = &self.envs[p.env].greedy_sampling {
+                greedy_of[i] = Some(jobs.len());
+                jobs.push(GroupJob { group_size: 1, sampling, ..jobs[i].clone() });
+            }
+        }
         // Off-policy aging applies to the policy only: another actor's version never moves.
         let max_off = u64::from(self.cfg.max_off_policy_steps);
         let oldest = (self.cfg.actor == POLICY_KEY).then(|| step.saturating_sub(1 + max_off));
@@ -260,23 +269,32 @@ impl Orchestrator {
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
         // Dropped groups (retryable failures past their runs) leave the step smaller, within budget.
         let dropped = collected.dropped_total();
-        if dropped as f64 > self.cfg.max_dropped_group_fraction * plan.len() as f64 || dropped == plan.len() {
+        if dropped as f64 > self.cfg.max_dropped_group_fraction * jobs.len() as f64 || dropped == jobs.len() {
             return Err(Error::Rollout {
                 env: String::from("all"),
                 message: format!(
                     "{dropped} of the step's {} groups failed (orchestrator.max_dropped_group_fraction = {}); last: {}",
-                    plan.len(),
+                    jobs.len(),
                     self.cfg.max_dropped_group_fraction,
                     collected.last_drop.as_deref().unwrap_or("-")
                 ),
             });
         }
-        let traces = std::mem::take(&mut collected.groups);
+        let mut traces = std::mem::take(&mut collected.groups);
+        let greedy: Vec<Option<Rollout>> = greedy_of
+            .iter()
+            .map(|j| {
+                let (mut traces, _) = std::mem::take(&mut traces[(*j)?]);
+                traces.pop().map(|(_, t)| Rollout::new(t))
+            })
+            .collect();
+        traces.truncate(plan.len());
         let groups: Vec<Group> = plan
             .iter()
             .zip(traces)
-            .filter(|(_, (traces, _))| !traces.is_empty())
-            .map(|(p, (traces, version))| Group::new(p.env, p.index, version, traces))
+            .zip(greedy)
+            .filter(|((_, (traces, _)), _)| !traces.is_empty())
+            .map(|((p, (traces, version)), greedy)| Group { greedy, ..Group::new(p.env, p.index, version, traces) })
             .collect();
         for g in &groups {
             if let Some(mean) = g.clean_mean() {
@@ -294,7 +312,14 @@ impl Orchestrator {
         for g in groups {
             let env = &mut self.envs[g.env];
             let runtimes = runtimes(&self.models, &env.sampling, self.policy.get())?;
-            let ctx = Scoring { models: &self.models, env: &env.client, runtimes: &runtimes, policy_salt: &salt, step };
+            let ctx = Scoring {
+                models: &self.models,
+                env: &env.client,
+                runtimes: &runtimes,
+                policy_salt: &salt,
+                step,
+                greedy: g.greedy.as_ref(),
+            };
             let mut outputs: Vec<Vec<Vec<Channel>>> = Vec::new();
             for a in &mut env.algorithms {
                 outputs.push(a.channels(&g.rollouts, ctx).await?);
@@ -302,6 +327,9 @@ impl Orchestrator {
             let ids: Vec<&str> = env.algorithms.iter().map(|a| a.id()).collect();
             let targets = aggregate(&ids, &g.rollouts, &outputs)?;
             tally.add_group(&env.info.name, &g.rollouts.iter().map(Rollout::reward).collect::<Vec<_>>());
+            if let Some(greedy) = g.greedy.as_ref().filter(|r| r.is_clean()) {
+                tally.add_greedy(&env.info.name, greedy.reward());
+            }
             for (rollout, t) in g.rollouts.iter().zip(&targets) {
                 tally.add(&env.info.name, env.info.is_multi_agent(), rollout, t);
                 // The temperature the trace says it was sampled at; env servers that do not say

@@ -59,13 +59,16 @@ pub struct Group {
     pub policy_version: u64,
     /// The rollouts.
     pub rollouts: Vec<Rollout>,
+    /// A greedy rollout of the same task beside the group, for baselines (not trained): present
+    /// when an algorithm of the env asked for one and it came back.
+    pub greedy: Option<Rollout>,
 }
 
 impl Group {
     /// A group from the traces of one `RunGroup` answer (with their episode indices).
     pub fn new(env: usize, task: u64, policy_version: u64, traces: Vec<(usize, pb::Trace)>) -> Self {
         let rollouts = traces.into_iter().map(|(e, t)| Rollout::of_episode(e, t)).collect();
-        Group { env, task, policy_version, rollouts }
+        Group { env, task, policy_version, rollouts, greedy: None }
     }
 
     /// Mean reward of the clean rollouts (`None` when every rollout failed).

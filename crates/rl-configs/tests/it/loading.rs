@@ -218,6 +218,30 @@ fn a_turn_discount_needs_turn_credit_and_a_value_in_zero_to_one() {
 }
 
 #[test]
+fn grpo_baseline_is_the_group_or_a_greedy_rollout_not_with_best_of() {
+    let plain = load_args::<OrchestratorConfig>(&["--algorithms", r#"["grpo"]"#]).unwrap().config;
+    assert!(matches!(
+        &plain.algorithms[0],
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { baseline: rl_configs::Baseline::Group, .. })
+    ));
+    let greedy =
+        load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "baseline": "greedy"}]"#]).unwrap().config;
+    assert!(matches!(
+        &greedy.algorithms[0],
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { baseline: rl_configs::Baseline::Greedy, .. })
+    ));
+    let both =
+        load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "baseline": "greedy", "best_of": 2}]"#])
+            .unwrap_err()
+            .to_string();
+    assert!(both.contains("algorithms.0.baseline") && both.contains("best_of"), "{both}");
+    let typo = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "baseline": "mean"}]"#])
+        .unwrap_err()
+        .to_string();
+    assert!(typo.contains("greedy") && typo.contains("group"), "{typo}");
+}
+
+#[test]
 fn best_of_is_at_least_one_and_at_most_each_group() {
     let f = Files::new();
     // reverse-text uses the run's algorithms with the run's group of 8; alphabet-sort has its own

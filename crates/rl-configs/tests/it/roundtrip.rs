@@ -72,6 +72,7 @@ fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
             turn_discount: 0.5,
             best_of: 1,
             best_of_steps: None,
+            baseline: rl_configs::Baseline::Greedy,
         })),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),

@@ -83,6 +83,9 @@ pub struct Scoring<'a> {
     pub policy_salt: &'a str,
     /// The training step the channels are for (1-based).
     pub step: u64,
+    /// The group's greedy rollout, when an algorithm of its env asked for one
+    /// ([`Algorithm::needs_greedy`]) and it came back; not trained.
+    pub greedy: Option<&'a Rollout>,
 }
 
 impl Scoring<'_> {
@@ -106,6 +109,12 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
     /// Channels for each rollout of a group (`out[t]`: rollout `t`'s channels, each naming its branch).
     async fn channels(&mut self, group: &[Rollout], ctx: Scoring<'_>) -> Result<Vec<Vec<Channel>>>;
 
+    /// Whether the algorithm needs a greedy (temperature 0) rollout of each group's task beside the
+    /// group ([`Scoring::greedy`]).
+    fn needs_greedy(&self) -> bool {
+        false
+    }
+
     /// State to checkpoint, if the algorithm keeps any between groups.
     fn state(&self) -> Option<Value> {
         None
@@ -121,8 +130,12 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of, best_of_steps } => {
-                Box::new(Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of).best_of_until(*best_of_steps))
+            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of, best_of_steps, baseline } => {
+                Box::new(
+                    Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of)
+                        .best_of_until(*best_of_steps)
+                        .with_baseline(*baseline),
+                )
             }
             BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
             BuiltinAlgorithm::Rl {} => Box::new(Rl),
@@ -204,12 +217,22 @@ pub(crate) mod tests {
 
     /// `local` at training step `step`.
     pub(crate) fn local_at(a: &mut dyn Algorithm, group: &[Rollout], step: u64) -> Vec<Vec<Channel>> {
+        local_with(a, group, step, None)
+    }
+
+    /// `local_at` with the group's greedy rollout.
+    pub(crate) fn local_with(
+        a: &mut dyn Algorithm,
+        group: &[Rollout],
+        step: u64,
+        greedy: Option<&Rollout>,
+    ) -> Vec<Vec<Channel>> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let _in_runtime = runtime.enter();
         let models = Models::new(&rl_configs::OrchestratorConfig::default()).unwrap();
         let env = EnvClient::new("http://127.0.0.1:9", rl_serve::ClientOptions::default()).unwrap();
         let runtimes = BTreeMap::new();
-        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0", step };
+        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0", step, greedy };
         runtime.block_on(a.channels(group, ctx)).unwrap()
     }
 

@@ -2,10 +2,11 @@
 //! Dr. GRPO form prime-rl uses, or scaled by the group's reward std), `max_rl` ((r - m) / m) and
 //! `rl` (r). Rollouts with errors get no channel and stay out of the mean. `grpo` can also credit
 //! each turn of a multi-turn episode separately (see `turns`), and optimise the best of k samples
-//! instead of the mean (see `best_of`).
+//! instead of the mean (see `best_of`), and compare each reward with a greedy rollout's instead of
+//! the group mean (`baseline = "greedy"`).
 
 use async_trait::async_trait;
-use rl_configs::{Credit, LossChannel, RewardScaling};
+use rl_configs::{Baseline, Credit, LossChannel, RewardScaling};
 
 use super::best_of::max_at_k_weights;
 use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
@@ -38,10 +39,21 @@ pub(crate) fn mean_std(values: &[f64]) -> (f64, f64) {
 }
 
 /// Group-relative advantages of `rewards` (one group's, or one turn's across a group): the max@k
-/// weights when `best_of > 1`, minus their mean, scaled by their std with `Group` scaling.
-pub(crate) fn group_advantages(rewards: &[f64], scale: RewardScaling, best_of: usize) -> Vec<f64> {
+/// weights when `best_of > 1`, minus their mean (or minus `baseline`, a greedy rollout's reward),
+/// scaled with `Group` scaling by their std (with a baseline: the std of the rewards and it).
+pub(crate) fn group_advantages(
+    rewards: &[f64],
+    scale: RewardScaling,
+    best_of: usize,
+    baseline: Option<f64>,
+) -> Vec<f64> {
     let weights = max_at_k_weights(rewards, best_of);
-    let (mean, std) = mean_std(&weights);
+    let (mean, std) = match baseline {
+        None => mean_std(&weights),
+        // Samples that all beat (or all trail) the greedy answer by the same margin still differ
+        // from it: the spread that scales them includes the reward they are compared with.
+        Some(b) => (b, mean_std(&[weights.as_slice(), &[b]].concat()).1),
+    };
     let scale = match scale {
         RewardScaling::None => 1.0,
         RewardScaling::Group => 1.0 / (std + 1e-4),
@@ -61,6 +73,8 @@ pub struct Grpo {
     best_of: usize,
     /// The last step that uses `best_of` (None: every step).
     best_of_steps: Option<u64>,
+    /// What each reward is compared with.
+    baseline: Baseline,
     /// The env it is attached to (for errors).
     env: String,
 }
@@ -69,7 +83,21 @@ impl Grpo {
     /// grpo with the given advantage scaling and credit (and the turn credit's discount), optimising
     /// the best of `best_of` samples.
     pub fn new(scale: RewardScaling, credit: Credit, discount: f64, best_of: u32) -> Self {
-        Grpo { scale, credit, discount, best_of: best_of.max(1) as usize, best_of_steps: None, env: String::new() }
+        Grpo {
+            scale,
+            credit,
+            discount,
+            best_of: best_of.max(1) as usize,
+            best_of_steps: None,
+            baseline: Baseline::Group,
+            env: String::new(),
+        }
+    }
+
+    /// Compares each reward with `baseline` (the group mean by default).
+    pub fn with_baseline(mut self, baseline: Baseline) -> Self {
+        self.baseline = baseline;
+        self
     }
 
     /// Uses `best_of` up to step `steps` only (None: throughout), plain grpo after it.
@@ -109,13 +137,19 @@ impl Algorithm for Grpo {
         single_agent(self.id(), env)
     }
 
+    fn needs_greedy(&self) -> bool {
+        self.baseline == Baseline::Greedy
+    }
+
     async fn channels(&mut self, group: &[Rollout], ctx: Scoring<'_>) -> Result<Vec<Vec<Channel>>> {
         let best_of = if self.best_of_steps.is_none_or(|last| ctx.step <= last) { self.best_of } else { 1 };
+        // A greedy rollout that failed is no baseline: the group falls back to its mean.
+        let greedy = if self.baseline == Baseline::Greedy { ctx.greedy.filter(|g| g.is_clean()) } else { None };
         if self.credit == Credit::Turn {
-            return super::turns::turn_channels(group, self.scale, self.discount, best_of, &self.env);
+            return super::turns::turn_channels(group, self.scale, self.discount, best_of, greedy, &self.env);
         }
         let clean: Vec<f64> = group.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
-        let mut advantages = group_advantages(&clean, self.scale, best_of).into_iter();
+        let mut advantages = group_advantages(&clean, self.scale, best_of, greedy.map(Rollout::reward)).into_iter();
         Ok(group
             .iter()
             .map(|r| match r.is_clean().then(|| advantages.next()).flatten() {
@@ -231,6 +265,39 @@ mod tests {
         };
         assert_eq!(t(&mut turns, 10), max_at_2);
         assert_eq!(t(&mut turns, 11), plain);
+    }
+
+    #[test]
+    fn a_greedy_baseline_replaces_the_group_mean_and_a_failed_one_falls_back_to_it() {
+        use super::super::tests::local_with;
+        let group = [rollout(1.0, 2, false), rollout(0.0, 2, false), rollout(0.5, 2, false), rollout(9.0, 2, true)];
+        let mut greedy = Grpo::default().with_baseline(Baseline::Greedy);
+        assert!(greedy.needs_greedy() && !Grpo::default().needs_greedy());
+        let with = |a: &mut Grpo, g: Option<&Rollout>| -> Vec<Option<f32>> {
+            local_with(a, &group, 1, g).iter().map(|ch| ch.first().map(|c| c.values[2])).collect()
+        };
+        // The greedy answer scored 0.5: only the sample that beat it moves up.
+        let half = rollout(0.5, 2, false);
+        assert_eq!(with(&mut greedy.clone(), Some(&half)), vec![Some(0.5), Some(-0.5), Some(0.0), None]);
+        // It scored 1: the group's best only matches it, the rest are pushed down.
+        let best = rollout(1.0, 2, false);
+        assert_eq!(with(&mut greedy.clone(), Some(&best)), vec![Some(0.0), Some(-1.0), Some(-0.5), None]);
+        // A failed or missing greedy rollout is no baseline: the group mean (0.5) again.
+        let plain = with(&mut Grpo::default(), None);
+        assert_eq!(with(&mut greedy.clone(), Some(&rollout(1.0, 2, true))), plain);
+        assert_eq!(with(&mut greedy, None), plain);
+        // The group baseline ignores a greedy rollout it is handed.
+        assert_eq!(with(&mut Grpo::default(), Some(&best)), plain);
+        // Std scaling over the samples and the greedy reward: 1, 0, 0.5, 1 have std sqrt(11/64).
+        let mut scaled = Grpo::new(RewardScaling::Group, Credit::Episode, 1.0, 1).with_baseline(Baseline::Greedy);
+        let a = with(&mut scaled, Some(&best));
+        let std = (11.0f64 / 64.0).sqrt() + 1e-4;
+        assert!((f64::from(a[1].unwrap()) + 1.0 / std).abs() < 1e-5, "{a:?}");
+        // Samples that all beat the greedy answer by one margin still get a bounded advantage.
+        let same = [rollout(1.0, 2, false), rollout(1.0, 2, false), rollout(1.0, 2, false)];
+        let up = local_with(&mut scaled, &same, 1, Some(&half));
+        let a = f64::from(up[0][0].values[2]);
+        assert!((a - 0.5 / ((3.0f64 / 64.0).sqrt() + 1e-4)).abs() < 1e-4 && a < 3.0, "{a}");
     }
 
     #[test]

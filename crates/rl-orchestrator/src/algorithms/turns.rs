@@ -6,6 +6,8 @@
 //! second answer after a wrong first one is not pushed down with it. `turn_discount` `d` weighs
 //! the later turns: `G_k = (r_k + d r_{k+1} + ...) / n`; at 0 each turn is credited with its own
 //! reward alone. With `best_of = k`, each turn's returns become max@k weights first (`best_of`).
+//! With a greedy rollout as the baseline, turn k is compared with the greedy rollout's `G_k` (the
+//! group's mean where the greedy episode has no turn k).
 
 use rl_configs::{LossChannel, RewardScaling};
 
@@ -35,8 +37,10 @@ pub(crate) fn turn_channels(
     scale: RewardScaling,
     discount: f64,
     best_of: usize,
+    greedy: Option<&Rollout>,
     env: &str,
 ) -> Result<Vec<Vec<Channel>>> {
+    let greedy_returns = greedy.map(|g| rewards_to_go(&g.trace.turn_rewards, discount)).unwrap_or_default();
     let mut returns: Vec<Option<Vec<f64>>> = Vec::with_capacity(group.len());
     for r in group {
         if !r.is_clean() {
@@ -62,7 +66,8 @@ pub(crate) fn turn_channels(
         returns.iter().enumerate().filter_map(|(i, g)| Some((i, *g.as_ref()?.get(k)?))).unzip()
     });
     for (k, (who, at_k)) in per_turn.enumerate() {
-        for (i, a) in who.into_iter().zip(group_advantages(&at_k, scale, best_of)) {
+        let baseline = greedy_returns.get(k).copied();
+        for (i, a) in who.into_iter().zip(group_advantages(&at_k, scale, best_of, baseline)) {
             advantages[i][k] = a as f32;
         }
     }
@@ -128,6 +133,21 @@ mod tests {
     }
 
     #[test]
+    fn with_a_greedy_rollout_each_turn_is_compared_with_its_same_turn() {
+        // Turn rewards a (1, 0), b (0, 1), discount 0: returns a (0.5, 0), b (0, 0.5). The greedy
+        // episode scored (1, 0.5): returns (0.5, 0.25).
+        let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 1.0])];
+        let greedy = two_turns(vec![1.0, 0.5]);
+        let ch = turn_channels(&group, RewardScaling::None, 0.0, 1, Some(&greedy), "e").unwrap();
+        assert_eq!(ch[0][0].values, vec![0.0, 0.0, 0.0, 0.0, 0.0, -0.25, -0.25, -0.25]);
+        assert_eq!(ch[1][0].values, vec![0.0, 0.0, -0.5, -0.5, 0.0, 0.25, 0.25, 0.25]);
+        // A greedy episode without turn rewards leaves each turn's group mean as the baseline.
+        let plain = turn_channels(&group, RewardScaling::None, 0.0, 1, None, "e").unwrap();
+        let bare = two_turns(vec![]);
+        assert_eq!(turn_channels(&group, RewardScaling::None, 0.0, 1, Some(&bare), "e").unwrap(), plain);
+    }
+
+    #[test]
     fn reward_to_go_sums_this_and_later_turns_over_all_turns() {
         assert_eq!(rewards_to_go(&[1.0, 0.0, 0.5], 1.0), vec![0.5, 0.5 / 3.0, 0.5 / 3.0]);
         assert_eq!(rewards_to_go(&[], 1.0), Vec::<f64>::new());
@@ -143,14 +163,14 @@ mod tests {
     fn each_turn_is_baselined_against_the_same_turn_of_the_group() {
         // Turn rewards (first, second): a (1, 0), b (0, 1). Returns-to-go: a (0.5, 0), b (0.5, 0.5).
         let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 1.0])];
-        let ch = turn_channels(&group, RewardScaling::None, 1.0, 1, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::None, 1.0, 1, None, "e").unwrap();
         // Both first turns lead to the same episode reward: advantage 0. Second turns: -0.25, +0.25.
         let expect = |second: f32| vec![0.0, 0.0, 0.0, 0.0, 0.0, second, second, second];
         assert_eq!(ch[0][0].values, expect(-0.25));
         assert_eq!(ch[1][0].values, expect(0.25));
         assert_eq!(ch[0][0].mask, vec![false, false, true, true, false, true, true, true]);
         // Scaled by the turn's std (0.25 for the second turn; 0 for the first).
-        let ch = turn_channels(&group, RewardScaling::Group, 1.0, 1, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::Group, 1.0, 1, None, "e").unwrap();
         assert!((ch[1][0].values[5] - 0.25 / (0.25 + 1e-4)).abs() < 1e-6);
         assert_eq!(ch[1][0].values[2], 0.0);
     }
@@ -165,7 +185,7 @@ mod tests {
                 ..Default::default()
             })
         };
-        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, 1.0, 1, "e").unwrap();
+        let ch = turn_channels(&[one(1.0), one(0.0), one(0.5)], RewardScaling::None, 1.0, 1, None, "e").unwrap();
         let firsts: Vec<f32> = ch.iter().map(|c| c[0].values[2]).collect();
         assert_eq!(firsts, vec![0.5, -0.5, 0.0]);
     }
@@ -174,7 +194,7 @@ mod tests {
     fn best_of_k_applies_to_each_turn_separately() {
         // Own-turn credit (discount 0); first turns 1, 0, 0 and second turns 0, 0, 1.
         let group = vec![two_turns(vec![1.0, 0.0]), two_turns(vec![0.0, 0.0]), two_turns(vec![0.0, 1.0])];
-        let ch = turn_channels(&group, RewardScaling::None, 0.0, 2, "e").unwrap();
+        let ch = turn_channels(&group, RewardScaling::None, 0.0, 2, None, "e").unwrap();
         // Per turn, returns 1/2 for the best and 0 for the others; best-of-2 weights 1/2 for the
         // best and 1/4 for the others (one of their two pairs holds the best); the mean is 1/3.
         let (best, other) = (1.0 / 2.0 - 1.0 / 3.0, 1.0 / 4.0 - 1.0 / 3.0);
@@ -186,13 +206,14 @@ mod tests {
 
     #[test]
     fn rollouts_without_turn_rewards_are_an_error_unless_a_reward_function_failed() {
-        let err = turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, "sorter")
-            .unwrap_err()
-            .to_string();
+        let err =
+            turn_channels(&[two_turns(vec![]), two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, None, "sorter")
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("sorter") && err.contains("credit = \"episode\""), "{err}");
         let mut failed = two_turns(vec![]);
         failed.trace.reward_errors.push(pb::RewardError { name: String::from("f"), message: String::from("x") });
-        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, "e").unwrap();
+        let ch = turn_channels(&[failed, two_turns(vec![1.0, 0.0])], RewardScaling::None, 1.0, 1, None, "e").unwrap();
         assert!(ch[0].is_empty());
         // Alone in its baselines, the other rollout's advantages are 0.
         assert!(ch[1][0].values.iter().all(|v| *v == 0.0));
@@ -200,7 +221,8 @@ mod tests {
 
     #[test]
     fn more_model_turns_than_turn_rewards_is_an_error() {
-        let err = turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, 1.0, 1, "e").unwrap_err().to_string();
+        let err =
+            turn_channels(&[two_turns(vec![1.0])], RewardScaling::None, 1.0, 1, None, "e").unwrap_err().to_string();
         assert!(err.contains("more model turns than its 1 turn rewards"), "{err}");
     }
 }

@@ -321,6 +321,43 @@ async fn online_eval_reports_avg_and_pass_at_k() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_baseline_runs_one_untrained_greedy_rollout_beside_each_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Greedy requests answer correctly (reward 1); samples as `reverse_text_model` (half 1, half 0).
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let rev: String = r.last_user().chars().rev().collect();
+        let greedy = r.body["temperature"].as_f64() == Some(0.0);
+        let seed = r.body["seed"].as_u64().unwrap_or(0);
+        FakeReply::Text(if greedy || seed.is_multiple_of(2) {
+            format!("<reversed_text>{rev}</reversed_text>")
+        } else {
+            rev
+        })
+    })
+    .await;
+    let address = env_server("reverse-text", serde_json::json!({"num_examples": 20})).await;
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address, 1);
+    cfg.algorithms = vec![serde_json::from_value(serde_json::json!({"id": "grpo", "baseline": "greedy"})).unwrap()];
+    let summaries = run(&cfg).await;
+    let batches = trainer.await.unwrap();
+    let greedy_requests = model.requests().iter().filter(|r| r["temperature"].as_f64() == Some(0.0)).count();
+    assert_eq!(greedy_requests, 2, "one greedy rollout per group (8 rollouts in groups of 4)");
+    let m = row(&summaries[0]);
+    assert_eq!(m["env/reverse-text/reward_greedy"], 1.0);
+    assert_eq!(m["reward/mean"], 0.5, "the greedy rollouts are not among the step's rollouts");
+    // Against the greedy reward (1) the correct samples get 0 and the rest -1: nothing is pushed
+    // up, where the group mean (0.5) would have pushed the correct half up.
+    let advantages: Vec<f32> = batches[0].micro_batches.iter().flat_map(|mb| mb.advantages.clone()).collect();
+    assert!(advantages.iter().all(|a| *a <= 0.0) && advantages.iter().any(|a| *a == -1.0), "{advantages:?}");
+    for mb in &batches[0].micro_batches {
+        assert!(mb.temperatures.iter().all(|t| *t == 0.8), "only sampled rollouts are trained");
+    }
+    let traces = std::fs::read_to_string(RunDir::new(tmp.path()).traces(1)).unwrap();
+    assert_eq!(traces.lines().count(), 8, "the greedy rollouts are not written as the step's traces");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opd_scores_with_the_reference_model_with_bounded_concurrency() {
     let tmp = tempfile::tempdir().unwrap();
     let model = reverse_text_model().await;
