@@ -99,7 +99,7 @@ pub(crate) fn write(path: &Path, title: &str, panels: &[Panel]) -> anyhow::Resul
     Ok(path.to_owned())
 }
 
-/// `<run>/curves.svg` of an RL run: reward (train mean and best of group, eval means), log10
+/// `<run>/curves.svg` of an RL run: reward (train mean, best of group and greedy, eval means), log10
 /// mismatch KL and the policy's entropy.
 pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
     let orch: Vec<MetricsRow> = read_jsonl(&run.metrics())?;
@@ -111,6 +111,16 @@ pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
         Series { name: String::from("train reward (mean)"), points: points(train, |v| v) },
         Series { name: String::from("train reward (best of group)"), points: points(best, |v| v) },
     ];
+    // With a greedy baseline: how the policy's mode does on the training tasks, per env.
+    let mut greedy_keys: Vec<&String> =
+        orch.iter().flat_map(|r| r.keyed.keys().filter(|k| k.ends_with("/reward_greedy"))).collect();
+    greedy_keys.sort();
+    greedy_keys.dedup();
+    for k in greedy_keys {
+        let greedy = orch.iter().filter_map(|r| Some((r.step, r.keyed.get(k)?.as_f64()?)));
+        let env = k.trim_start_matches("env/").trim_end_matches("/reward_greedy");
+        reward.push(Series { name: format!("train reward (greedy, {env})"), points: points(greedy, |v| v) });
+    }
     let mut eval_keys: Vec<&String> = orch
         .iter()
         .flat_map(|r| r.keyed.keys().filter(|k| k.starts_with("eval/") && k.ends_with("/reward/mean")))
