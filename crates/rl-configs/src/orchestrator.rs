@@ -46,6 +46,11 @@ pub struct OrchestratorConfig {
     pub max_off_policy_steps: u32,
     /// Drop groups whose advantages are all zero before packing.
     pub filter_zero_advantages: bool,
+    /// Score a rollout whose last model turn was cut at the completion-token limit as 0 before
+    /// advantages (verifiers' `zero_truncated_completions`): its reward, and of its per-turn
+    /// rewards the cut turn's, become 0. Without it an env whose reward reads only part of the
+    /// reply (a tagged answer) lets RL drift into replies that never end.
+    pub zero_truncated_completions: bool,
     /// Seed of the task sampler.
     pub seed: u64,
     /// Timeout of one rollout group request, in seconds.
@@ -88,6 +93,7 @@ impl Default for OrchestratorConfig {
             max_async_level: 1,
             max_off_policy_steps: 8,
             filter_zero_advantages: true,
+            zero_truncated_completions: false,
             seed: 0,
             rollout_timeout_s: 600.0,
             wait_for_ready_s: 300.0,

@@ -289,13 +289,17 @@ impl Orchestrator {
             })
             .collect();
         traces.truncate(plan.len());
-        let groups: Vec<Group> = plan
+        let mut groups: Vec<Group> = plan
             .iter()
             .zip(traces)
             .zip(greedy)
             .filter(|((_, (traces, _)), _)| !traces.is_empty())
             .map(|((p, (traces, version)), greedy)| Group { greedy, ..Group::new(p.env, p.index, version, traces) })
             .collect();
+        // Before anything reads the rewards: baselines, curricula and metrics all see what trains.
+        if self.cfg.zero_truncated_completions {
+            groups.iter_mut().for_each(Group::zero_truncated);
+        }
         for g in &groups {
             if let Some(mean) = g.clean_mean() {
                 self.envs[g.env].curriculum.observe(g.task, mean);

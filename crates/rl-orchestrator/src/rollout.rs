@@ -37,6 +37,20 @@ impl Rollout {
         self.trace.reward
     }
 
+    /// Scores the rollout as 0 when its last model turn was cut at the completion-token limit
+    /// (`orchestrator.zero_truncated_completions`): the reward, and of per-turn rewards the last
+    /// (the cut turn's). Returns whether it did.
+    pub fn zero_if_truncated(&mut self) -> bool {
+        if !self.trace.is_truncated {
+            return false;
+        }
+        self.trace.reward = 0.0;
+        if let Some(cut) = self.trace.turn_rewards.last_mut() {
+            *cut = 0.0;
+        }
+        true
+    }
+
     /// Tokens the actor sampled.
     pub fn sampled_tokens(&self) -> usize {
         self.trace.nodes.iter().filter(|n| n.sampled).flat_map(|n| &n.mask).filter(|m| **m).count()
@@ -71,9 +85,51 @@ impl Group {
         Group { env, task, policy_version, rollouts, greedy: None }
     }
 
+    /// Zeroes the truncated rollouts (and the greedy one beside the group); see
+    /// [`Rollout::zero_if_truncated`].
+    pub fn zero_truncated(&mut self) {
+        for r in self.rollouts.iter_mut().chain(self.greedy.as_mut()) {
+            r.zero_if_truncated();
+        }
+    }
+
     /// Mean reward of the clean rollouts (`None` when every rollout failed).
     pub fn clean_mean(&self) -> Option<f64> {
         let clean: Vec<f64> = self.rollouts.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
         (!clean.is_empty()).then(|| clean.iter().sum::<f64>() / clean.len() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(reward: f64, turns: &[f64], truncated: bool) -> pb::Trace {
+        pb::Trace { reward, turn_rewards: turns.to_vec(), is_truncated: truncated, ..Default::default() }
+    }
+
+    #[test]
+    fn a_truncated_rollout_scores_zero_and_so_does_its_cut_turn_only() {
+        let mut cut = Rollout::new(trace(0.6, &[0.9, 0.3], true));
+        assert!(cut.zero_if_truncated());
+        assert_eq!(cut.reward(), 0.0);
+        assert_eq!(cut.trace.turn_rewards, vec![0.9, 0.0], "the turns before the cut keep their scores");
+        let mut whole = Rollout::new(trace(0.6, &[0.9, 0.3], false));
+        assert!(!whole.zero_if_truncated());
+        assert_eq!((whole.reward(), whole.trace.turn_rewards.clone()), (0.6, vec![0.9, 0.3]));
+        let mut single = Rollout::new(trace(0.8, &[], true));
+        assert!(single.zero_if_truncated());
+        assert_eq!(single.reward(), 0.0);
+    }
+
+    #[test]
+    fn a_group_zeroes_its_truncated_rollouts_and_its_greedy_one() {
+        let traces = vec![(0, trace(1.0, &[], true)), (0, trace(1.0, &[], false))];
+        let mut g = Group::new(0, 3, 0, traces);
+        g.greedy = Some(Rollout::new(trace(0.5, &[], true)));
+        g.zero_truncated();
+        assert_eq!(g.rollouts.iter().map(Rollout::reward).collect::<Vec<_>>(), vec![0.0, 1.0]);
+        assert_eq!(g.greedy.as_ref().map(Rollout::reward), Some(0.0));
+        assert_eq!(g.clean_mean(), Some(0.5));
     }
 }

@@ -321,6 +321,39 @@ async fn online_eval_reports_avg_and_pass_at_k() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_truncated_completions_scores_replies_cut_at_the_token_limit_as_zero() {
+    // Every reply is right; even seeds ramble on after the answer past the 64-token limit (the
+    // fake model's tokens are bytes), so the answer is scored 1 but the reply is cut.
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let rev: String = r.last_user().chars().rev().collect();
+        let ramble =
+            if r.body["seed"].as_u64().unwrap_or(0).is_multiple_of(2) { " and so on".repeat(8) } else { String::new() };
+        FakeReply::Text(format!("<reversed_text>{rev}</reversed_text>{ramble}"))
+    })
+    .await;
+    let args = serde_json::json!({"num_examples": 20, "min_len": 3, "max_len": 8});
+    let mut mean_and_truncated = Vec::new();
+    for zero in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let address = env_server("reverse-text", args.clone()).await;
+        let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+        let mut cfg = config(tmp.path(), &model, address, 1);
+        cfg.zero_truncated_completions = zero;
+        let summaries = run(&cfg).await;
+        let batches = trainer.await.unwrap();
+        let m = row(&summaries[0]);
+        mean_and_truncated.push((m["reward/mean"].as_f64().unwrap(), m["truncated"].as_f64().unwrap()));
+        // Without zeroing every group is uniform (all 1): nothing trains. With it the cut
+        // replies are pushed down and the whole ones up.
+        let advantages: Vec<f32> =
+            batches.iter().flat_map(|b| &b.micro_batches).flat_map(|mb| mb.advantages.clone()).collect();
+        assert_eq!(advantages.iter().any(|a| *a < 0.0), zero, "zero = {zero}");
+        assert_eq!(advantages.iter().any(|a| *a > 0.0), zero, "zero = {zero}");
+    }
+    assert_eq!(mean_and_truncated, vec![(1.0, 0.5), (0.5, 0.5)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_greedy_baseline_runs_one_untrained_greedy_rollout_beside_each_group() {
     let tmp = tempfile::tempdir().unwrap();
     // Greedy requests answer correctly (reward 1); samples as `reverse_text_model` (half 1, half 0).
