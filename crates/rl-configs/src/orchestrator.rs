@@ -51,6 +51,12 @@ pub struct OrchestratorConfig {
     /// rewards the cut turn's, become 0. Without it an env whose reward reads only part of the
     /// reply (a tagged answer) lets RL drift into replies that never end.
     pub zero_truncated_completions: bool,
+    /// DAPO's dynamic sampling: when the groups whose rewards are all equal (no advantage,
+    /// nothing to learn) leave the step with fewer than `batch_size` rollouts that teach, sample
+    /// fresh tasks for the missing rollouts, up to this many extra rounds a step; the groups of an
+    /// extra round that are uniform too are discarded (counted in `refill/groups_discarded`).
+    /// 0: off.
+    pub max_refill_rounds: u32,
     /// Seed of the task sampler.
     pub seed: u64,
     /// Timeout of one rollout group request, in seconds.
@@ -94,6 +100,7 @@ impl Default for OrchestratorConfig {
             max_off_policy_steps: 8,
             filter_zero_advantages: true,
             zero_truncated_completions: false,
+            max_refill_rounds: 0,
             seed: 0,
             rollout_timeout_s: 600.0,
             wait_for_ready_s: 300.0,

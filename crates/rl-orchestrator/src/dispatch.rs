@@ -244,6 +244,18 @@ impl Collected {
     pub(crate) fn dropped_total(&self) -> usize {
         self.dropped.values().sum()
     }
+
+    /// Adds another round's counts (its traces were taken already).
+    pub(crate) fn absorb(&mut self, other: Collected) {
+        for (k, n) in other.retried {
+            *self.retried.entry(k).or_default() += n;
+        }
+        for (k, n) in other.dropped {
+            *self.dropped.entry(k).or_default() += n;
+        }
+        self.stale += other.stale;
+        self.last_drop = other.last_drop.or(self.last_drop.take());
+    }
 }
 
 /// The error kind's name as metrics spell it (`ERROR_KIND_TIMEOUT` -> `timeout`).

@@ -7,7 +7,7 @@ use rl_configs::run_dir::RolloutMetrics;
 use serde_json::{Value, json};
 
 use crate::algorithms::BranchTargets;
-use crate::rollout::Rollout;
+use crate::rollout::{Rollout, UNIFORM_SPREAD};
 
 /// Summary statistics of a list of values (all 0 for an empty list).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -39,9 +39,6 @@ pub fn stats(v: &[f64]) -> Stats {
     let q = |p: f64| sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)];
     Stats { mean, std, min: sorted[0], max: sorted[sorted.len() - 1], p10: q(0.1), p90: q(0.9) }
 }
-
-/// Rewards closer than this count as equal (a group with no spread teaches nothing).
-const UNIFORM_SPREAD: f64 = 1e-9;
 
 fn min_max(v: &[f64]) -> Option<(f64, f64)> {
     let first = *v.first()?;

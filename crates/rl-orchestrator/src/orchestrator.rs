@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::algorithms::{Channel, Scoring, aggregate};
 use crate::checkpoint::{self, OrchestratorState};
-use crate::dispatch::{Dispatch, GroupJob, runtimes};
+use crate::dispatch::{Collected, Dispatch, GroupJob, runtimes};
 use crate::envs::{EvalEnv, TrainEnv, connect_eval, connect_train};
 use crate::error::{Error, Result};
 use crate::eval::evaluate;
@@ -33,6 +33,17 @@ pub struct StepSummary {
     pub step: u64,
     /// Its metrics row.
     pub metrics: MetricsRow,
+}
+
+/// What a step's refill rounds did (`orchestrator.max_refill_rounds`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Refill {
+    /// Extra rounds sampled.
+    rounds: u32,
+    /// Their groups that joined the step.
+    kept: u32,
+    /// Their groups left out: uniform, or past the missing rollouts.
+    discarded: u32,
 }
 
 /// The orchestrator of one run.
@@ -190,7 +201,7 @@ impl Orchestrator {
         let wait_s = started.elapsed().as_secs_f64();
         let mut keyed = self.evaluate_if_due(step).await?;
         let generating = Instant::now();
-        let (groups, dispatched) = self.rollouts(step).await?;
+        let (groups, dispatched, refill) = self.rollouts(step).await?;
         let generate_s = generating.elapsed().as_secs_f64();
         let scoring = Instant::now();
         let (samples, tally) = self.training_samples(step, &groups).await?;
@@ -219,17 +230,51 @@ impl Orchestrator {
         }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
         keyed.extend(dispatched.dropped.into_iter().map(|(k, n)| (format!("groups_dropped/{k}"), json!(n))));
+        if self.cfg.max_refill_rounds > 0 {
+            keyed.insert(String::from("refill/rounds"), json!(refill.rounds));
+            keyed.insert(String::from("refill/groups_kept"), json!(refill.kept));
+            keyed.insert(String::from("refill/groups_discarded"), json!(refill.discarded));
+        }
         Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
     }
 
-    /// Samples the step's tasks and runs their groups.
-    async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, crate::dispatch::Collected)> {
+    /// Samples the step's tasks and runs their groups; with `max_refill_rounds`, replaces the
+    /// rollouts of uniform groups with those of fresh tasks. Returns the groups, what dispatch saw
+    /// and the refill metrics.
+    async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, Collected, Refill)> {
+        let (mut groups, mut collected) = self.round(step, self.cfg.batch_size).await?;
+        let mut refill = Refill::default();
+        let teaching =
+            |gs: &[Group]| gs.iter().filter(|g| !g.is_uniform()).map(|g| g.rollouts.len() as u32).sum::<u32>();
+        let mut missing = self.cfg.batch_size.saturating_sub(teaching(&groups));
+        while missing > 0 && refill.rounds < self.cfg.max_refill_rounds {
+            refill.rounds += 1;
+            let (extra, seen) = self.round(step, missing).await?;
+            collected.absorb(seen);
+            for g in extra {
+                let size = g.rollouts.len() as u32;
+                if g.is_uniform() || missing == 0 {
+                    refill.discarded += 1;
+                } else {
+                    missing = missing.saturating_sub(size);
+                    refill.kept += 1;
+                    groups.push(g);
+                }
+            }
+        }
+        Ok((groups, collected, refill))
+    }
+
+    /// One round: tasks holding at least `rollouts` rollouts, run, their truncated rollouts zeroed
+    /// when configured. Curricula observe every group, a discarded refill too: each says how hard
+    /// its task is.
+    async fn round(&mut self, step: u64, rollouts: u32) -> Result<(Vec<Group>, Collected)> {
         let shapes: Vec<EnvShape<'_>> = self
             .envs
             .iter()
             .map(|e| EnvShape { ratio: e.ratio, group_size: e.group_size, curriculum: &e.curriculum })
             .collect();
-        let plan = self.sampler.plan(&shapes, self.cfg.batch_size);
+        let plan = self.sampler.plan(&shapes, rollouts);
         let mut jobs: Vec<GroupJob<'_>> = plan
             .iter()
             .map(|p| {

@@ -3,6 +3,9 @@
 
 use rl_serve::{Branch, branches, pb};
 
+/// Rewards closer than this count as equal (a group with no spread teaches nothing).
+pub(crate) const UNIFORM_SPREAD: f64 = 1e-9;
+
 /// One scored trace and its branches (root-to-leaf token sequences, by leaf index).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rollout {
@@ -93,6 +96,19 @@ impl Group {
         }
     }
 
+    /// Whether the group teaches nothing: its clean rollouts (fewer than two count as none) agree
+    /// on the reward and on every per-turn reward, so every advantage is zero.
+    pub fn is_uniform(&self) -> bool {
+        let clean: Vec<&Rollout> = self.rollouts.iter().filter(|r| r.is_clean()).collect();
+        let Some((first, rest)) = clean.split_first() else { return true };
+        let same = |a: f64, b: f64| (a - b).abs() <= UNIFORM_SPREAD;
+        rest.iter().all(|r| {
+            same(r.reward(), first.reward())
+                && r.trace.turn_rewards.len() == first.trace.turn_rewards.len()
+                && r.trace.turn_rewards.iter().zip(&first.trace.turn_rewards).all(|(a, b)| same(*a, *b))
+        })
+    }
+
     /// Mean reward of the clean rollouts (`None` when every rollout failed).
     pub fn clean_mean(&self) -> Option<f64> {
         let clean: Vec<f64> = self.rollouts.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
@@ -120,6 +136,19 @@ mod tests {
         let mut single = Rollout::new(trace(0.8, &[], true));
         assert!(single.zero_if_truncated());
         assert_eq!(single.reward(), 0.0);
+    }
+
+    #[test]
+    fn a_group_is_uniform_when_its_clean_rollouts_agree_on_reward_and_every_turn() {
+        let group = |ts: Vec<pb::Trace>| Group::new(0, 0, 0, ts.into_iter().map(|t| (0, t)).collect());
+        assert!(group(vec![trace(1.0, &[], false), trace(1.0, &[], false)]).is_uniform());
+        assert!(!group(vec![trace(1.0, &[], false), trace(0.5, &[], false)]).is_uniform());
+        // Equal totals, different turns: per-turn credit still has advantages.
+        assert!(!group(vec![trace(1.0, &[0.2, 0.8], false), trace(1.0, &[0.8, 0.2], false)]).is_uniform());
+        let mut failed = trace(0.0, &[], false);
+        failed.errors.push(pb::TraceError::default());
+        assert!(group(vec![trace(0.7, &[], false), failed]).is_uniform(), "a failed rollout neither trains nor counts");
+        assert!(group(vec![]).is_uniform());
     }
 
     #[test]

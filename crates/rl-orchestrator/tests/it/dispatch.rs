@@ -354,6 +354,49 @@ async fn zero_truncated_completions_scores_replies_cut_at_the_token_limit_as_zer
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refill_rounds_replace_the_rollouts_of_uniform_groups_with_fresh_tasks() {
+    // Texts of even length are always reversed right (a uniform group: nothing to learn); odd
+    // ones right for even seeds only (half 1, half 0).
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let text = r.last_user();
+        let rev: String = text.chars().rev().collect();
+        let easy = text.chars().count().is_multiple_of(2);
+        let seed = r.body["seed"].as_u64().unwrap_or(0);
+        FakeReply::Text(if easy || seed.is_multiple_of(2) {
+            format!("<reversed_text>{rev}</reversed_text>")
+        } else {
+            rev
+        })
+    })
+    .await;
+    let args = serde_json::json!({"num_examples": 200, "min_len": 3, "max_len": 12});
+    let steps = 4;
+    let mut trained = Vec::new();
+    for rounds in [0, 8] {
+        let tmp = tempfile::tempdir().unwrap();
+        let address = env_server("reverse-text", args.clone()).await;
+        let trainer = fake_trainer(tmp.path(), 1..=steps, Duration::ZERO);
+        let mut cfg = config(tmp.path(), &model, address, steps);
+        cfg.max_refill_rounds = rounds;
+        let summaries = run(&cfg).await;
+        trainer.await.unwrap();
+        let rows: Vec<serde_json::Value> = summaries.iter().map(row).collect();
+        trained.push(rows.iter().map(|m| m["samples"].as_u64().unwrap()).collect::<Vec<_>>());
+        if rounds == 0 {
+            assert!(rows.iter().all(|m| m.get("refill/rounds").is_none()), "no refill metrics when off");
+        } else {
+            let kept: u64 = rows.iter().map(|m| m["refill/groups_kept"].as_u64().unwrap()).sum();
+            assert!(kept > 0, "uniform groups were replaced: {rows:?}");
+            assert!(rows.iter().all(|m| m["refill/rounds"].as_u64().unwrap() <= 8));
+        }
+    }
+    // Off, a uniform group leaves its step short of the batch's 8 rollouts that teach; on, every
+    // step trains exactly 8 (two half-right groups; refills past the gap are discarded).
+    assert!(trained[0].iter().any(|n| *n < 8), "{trained:?}");
+    assert_eq!(trained[1], vec![8; steps as usize], "{trained:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_greedy_baseline_runs_one_untrained_greedy_rollout_beside_each_group() {
     let tmp = tempfile::tempdir().unwrap();
     // Greedy requests answer correctly (reward 1); samples as `reverse_text_model` (half 1, half 0).
