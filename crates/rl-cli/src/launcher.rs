@@ -550,6 +550,15 @@ fn monitor(
                 );
             }
         }
+        // Whether both finished is asked before their rows are read, so the rows they wrote before
+        // exiting (the last step's) are shown before "done".
+        let mut finished = |name: &str| {
+            procs
+                .iter_mut()
+                .find(|p| p.name == name)
+                .is_some_and(|p| matches!(p.child.try_wait(), Ok(Some(s)) if s.success()))
+        };
+        let both_done = finished("trainer") && finished("orchestrator");
         // Rows are read as they are written; a row being written is skipped until complete.
         for row in read_jsonl::<TrainerRow>(&run.trainer_metrics()).unwrap_or_default() {
             kl.insert(row.step, (row.mismatch_kl, row.tokens_per_s, row.optimizer_skipped));
@@ -620,13 +629,7 @@ fn monitor(
             )?;
             nagged = Instant::now();
         }
-        let mut finished = |name: &str| {
-            procs
-                .iter_mut()
-                .find(|p| p.name == name)
-                .is_some_and(|p| matches!(p.child.try_wait(), Ok(Some(s)) if s.success()))
-        };
-        if finished("trainer") && finished("orchestrator") {
+        if both_done {
             writeln!(out, "done: run directory {} (curves: {})", run.root().display(), run.curves().display())?;
             return Ok(Finished::Done);
         }
