@@ -55,7 +55,8 @@ pub struct OrchestratorConfig {
     /// nothing to learn) leave the step with fewer than `batch_size` rollouts that teach, sample
     /// fresh tasks for the missing rollouts, up to this many extra rounds a step; the groups of an
     /// extra round that are uniform too are discarded (counted in `refill/groups_discarded`).
-    /// 0: off.
+    /// `refill/planned_reward` is the planned round's mean reward, the sampled reward as without
+    /// refills. 0: off.
     pub max_refill_rounds: u32,
     /// Seed of the task sampler.
     pub seed: u64,

@@ -21,7 +21,7 @@ use crate::eval::evaluate;
 use crate::metrics::StepTally;
 use crate::models::Models;
 use crate::policy::PolicyVersion;
-use crate::rollout::{Group, Rollout};
+use crate::rollout::{Group, Rollout, mean_clean_reward};
 use crate::sampler::{EnvShape, Sampler};
 use crate::sink::{TrainingSample, pack, samples};
 use crate::writer::{write_batch, write_traces};
@@ -36,7 +36,7 @@ pub struct StepSummary {
 }
 
 /// What a step's refill rounds did (`orchestrator.max_refill_rounds`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Refill {
     /// Extra rounds sampled.
     rounds: u32,
@@ -44,6 +44,10 @@ struct Refill {
     kept: u32,
     /// Their groups left out: uniform, or past the missing rollouts.
     discarded: u32,
+    /// Mean reward of the planned round's clean rollouts: the sampled reward as without refills
+    /// (the step's `reward/mean` covers the kept refills too, which are never uniform, so it
+    /// leaves out exactly the solved and hopeless tasks a refill replaced).
+    planned_reward: Option<f64>,
 }
 
 /// The orchestrator of one run.
@@ -234,6 +238,9 @@ impl Orchestrator {
             keyed.insert(String::from("refill/rounds"), json!(refill.rounds));
             keyed.insert(String::from("refill/groups_kept"), json!(refill.kept));
             keyed.insert(String::from("refill/groups_discarded"), json!(refill.discarded));
+            if let Some(r) = refill.planned_reward {
+                keyed.insert(String::from("refill/planned_reward"), json!(r));
+            }
         }
         Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
     }
@@ -243,7 +250,7 @@ impl Orchestrator {
     /// and the refill metrics.
     async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, Collected, Refill)> {
         let (mut groups, mut collected) = self.round(step, self.cfg.batch_size).await?;
-        let mut refill = Refill::default();
+        let mut refill = Refill { planned_reward: mean_clean_reward(&groups), ..Refill::default() };
         let teaching =
             |gs: &[Group]| gs.iter().filter(|g| !g.is_uniform()).map(|g| g.rollouts.len() as u32).sum::<u32>();
         let mut missing = self.cfg.batch_size.saturating_sub(teaching(&groups));

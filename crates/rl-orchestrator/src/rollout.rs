@@ -111,9 +111,16 @@ impl Group {
 
     /// Mean reward of the clean rollouts (`None` when every rollout failed).
     pub fn clean_mean(&self) -> Option<f64> {
-        let clean: Vec<f64> = self.rollouts.iter().filter(|r| r.is_clean()).map(Rollout::reward).collect();
-        (!clean.is_empty()).then(|| clean.iter().sum::<f64>() / clean.len() as f64)
+        mean_clean_reward(std::slice::from_ref(self))
     }
+}
+
+/// Mean reward of the clean rollouts of all `groups`, each rollout weighing the same (`None` when
+/// there is none).
+pub fn mean_clean_reward(groups: &[Group]) -> Option<f64> {
+    let clean: Vec<f64> =
+        groups.iter().flat_map(|g| &g.rollouts).filter(|r| r.is_clean()).map(Rollout::reward).collect();
+    (!clean.is_empty()).then(|| clean.iter().sum::<f64>() / clean.len() as f64)
 }
 
 #[cfg(test)]
@@ -160,5 +167,19 @@ mod tests {
         assert_eq!(g.rollouts.iter().map(Rollout::reward).collect::<Vec<_>>(), vec![0.0, 1.0]);
         assert_eq!(g.greedy.as_ref().map(Rollout::reward), Some(0.0));
         assert_eq!(g.clean_mean(), Some(0.5));
+    }
+
+    #[test]
+    fn the_mean_clean_reward_weighs_every_clean_rollout_of_every_group_alike() {
+        let group = |ts: Vec<pb::Trace>| Group::new(0, 0, 0, ts.into_iter().map(|t| (0, t)).collect());
+        let mut failed = trace(1.0, &[], false);
+        failed.errors.push(pb::TraceError::default());
+        let groups = [
+            group(vec![trace(1.0, &[], false), trace(1.0, &[], false), trace(1.0, &[], false)]),
+            group(vec![trace(0.0, &[], false), failed]),
+        ];
+        assert_eq!(mean_clean_reward(&groups), Some(0.75), "3 of 4 clean rollouts at 1, not (1 + 0) / 2");
+        assert_eq!(mean_clean_reward(&groups[1..]), Some(0.0));
+        assert_eq!(mean_clean_reward(&[]), None);
     }
 }

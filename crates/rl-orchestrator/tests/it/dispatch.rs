@@ -388,6 +388,16 @@ async fn refill_rounds_replace_the_rollouts_of_uniform_groups_with_fresh_tasks()
             let kept: u64 = rows.iter().map(|m| m["refill/groups_kept"].as_u64().unwrap()).sum();
             assert!(kept > 0, "uniform groups were replaced: {rows:?}");
             assert!(rows.iter().all(|m| m["refill/rounds"].as_u64().unwrap() <= 8));
+            // A step refills only when a planned group was uniform, here solved (reward 1); the
+            // kept refills are half right, so they pull the step's mean below the planned round's.
+            for m in &rows {
+                let (planned, mean) = (m["refill/planned_reward"].as_f64().unwrap(), m["reward/mean"].as_f64().unwrap());
+                if m["refill/groups_kept"].as_u64().unwrap() > 0 {
+                    assert!(planned > mean + 1e-9, "{m:?}");
+                } else {
+                    assert!((planned - mean).abs() < 1e-9, "{m:?}");
+                }
+            }
         }
     }
     // Off, a uniform group leaves its step short of the batch's 8 rollouts that teach; on, every
