@@ -117,7 +117,7 @@ impl Group {
 
 /// Mean reward of the clean rollouts of all `groups`, each rollout weighing the same (`None` when
 /// there is none).
-pub fn mean_clean_reward(groups: &[Group]) -> Option<f64> {
+pub(crate) fn mean_clean_reward(groups: &[Group]) -> Option<f64> {
     let clean: Vec<f64> =
         groups.iter().flat_map(|g| &g.rollouts).filter(|r| r.is_clean()).map(Rollout::reward).collect();
     (!clean.is_empty()).then(|| clean.iter().sum::<f64>() / clean.len() as f64)
