@@ -61,7 +61,9 @@ fn check(rows: &[MetricsRow], env: &str) {
         assert!((0.0..=1.0).contains(&mean), "greedy eval reward {mean}");
         assert_eq!(row.keyed[&format!("eval/{env}/examples")], 2);
     }
-    assert!(rows[1].rollouts.as_ref().is_some_and(|r| r.rollouts == 8));
+    // A recipe with refill rounds adds the kept refill groups (of 4) to the planned 8 rollouts.
+    let kept = rows[1].keyed.get("refill/groups_kept").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    assert_eq!(rows[1].rollouts.as_ref().map(|r| r.rollouts), Some(8 + 4 * kept));
 }
 
 #[test]
@@ -81,4 +83,5 @@ fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
         &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
     );
     check(&rows, "alphabet-sort");
+    assert!(rows[1].keyed.contains_key("refill/planned_reward"), "the recipe's refill round is on");
 }
