@@ -391,7 +391,8 @@ async fn refill_rounds_replace_the_rollouts_of_uniform_groups_with_fresh_tasks()
             // A step refills only when a planned group was uniform, here solved (reward 1); the
             // kept refills are half right, so they pull the step's mean below the planned round's.
             for m in &rows {
-                let (planned, mean) = (m["refill/planned_reward"].as_f64().unwrap(), m["reward/mean"].as_f64().unwrap());
+                let (planned, mean) =
+                    (m["refill/planned_reward"].as_f64().unwrap(), m["reward/mean"].as_f64().unwrap());
                 if m["refill/groups_kept"].as_u64().unwrap() > 0 {
                     assert!(planned > mean + 1e-9, "{m:?}");
                 } else {
