@@ -27,9 +27,10 @@ pub(crate) enum Stop {
     Many(Vec<String>),
 }
 
-/// Sampling fields shared by chat and text completions. Unknown fields are accepted and ignored,
-/// as OpenAI-compatible servers do; that includes vLLM's `cache_salt` (this server keeps no
-/// cross-request prefix cache, so there is nothing to salt).
+/// Sampling fields shared by chat and text completions (and `sampling_params` of
+/// `/inference/v1/generate`). Unknown fields are accepted and ignored, as OpenAI-compatible servers
+/// do; that includes vLLM's `cache_salt`: the prompt cache is emptied on every weight swap, so the
+/// policy version a training client salts with is already part of what a cached prompt means.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Sampling {
     #[serde(default)]
@@ -89,7 +90,14 @@ pub(crate) struct Sampling {
     /// OpenAI: only `{"type": "text"}` (no guided decoding here).
     #[serde(default)]
     pub(crate) response_format: Option<Value>,
+    /// vLLM: token ids that end a completion as the end-of-sequence token does (the token stays in
+    /// `token_ids`, not in the text; masked like it before `min_tokens`).
+    #[serde(default)]
+    pub(crate) stop_token_ids: Option<Vec<u32>>,
 }
+
+/// Most `stop_token_ids` a request may name (each sampled token is checked against them).
+const MAX_STOP_TOKEN_IDS: usize = 256;
 
 fn one() -> u32 {
     1
@@ -397,6 +405,19 @@ impl Sampling {
         if stop.iter().any(String::is_empty) {
             return Err(Error::BadRequest(String::from("stop strings must not be empty")));
         }
+        let stop_token_ids = self.stop_token_ids.clone().unwrap_or_default();
+        if stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+            return Err(Error::BadRequest(format!(
+                "stop_token_ids holds {} ids; at most {MAX_STOP_TOKEN_IDS} are allowed",
+                stop_token_ids.len()
+            )));
+        }
+        if let Some(bad) = stop_token_ids.iter().find(|&&t| t as usize >= limits.vocab_size) {
+            return Err(Error::BadRequest(format!(
+                "stop_token_ids: {bad} is outside the vocabulary of {}",
+                limits.vocab_size
+            )));
+        }
         Ok(GenRequest {
             prompt,
             n: self.n,
@@ -406,6 +427,7 @@ impl Sampling {
             top_k,
             seed: self.seed.unwrap_or(limits.default_seed ^ request_seed),
             stop,
+            stop_token_ids,
             top_logprobs,
             prompt_logprobs: self.prompt_logprobs,
             penalties,

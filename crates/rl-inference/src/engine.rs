@@ -38,6 +38,9 @@ pub struct GenRequest {
     pub seed: u64,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// Token ids that end the completion (vLLM `stop_token_ids`), besides the model's own
+    /// end-of-sequence ids; kept in `token_ids`, left out of the text.
+    pub stop_token_ids: Vec<u32>,
     /// Top alternatives reported per sampled token.
     pub top_logprobs: u32,
     /// Also return the log-probabilities of the prompt tokens (`Some(k)`: with k alternatives).
@@ -75,7 +78,7 @@ fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32], eos: &[u32]) 
     let mut adjusted = row.to_vec();
     req.penalties.apply(&mut adjusted, &req.prompt, output);
     if mask_eos {
-        for &t in eos {
+        for &t in eos.iter().chain(&req.stop_token_ids) {
             if let Some(z) = adjusted.get_mut(t as usize) {
                 *z = f32::NEG_INFINITY;
             }
@@ -588,13 +591,16 @@ impl<R: Runtime> EngineLoop<R> {
             let seq = &self.seqs[i];
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
             let last = *seq.tokens.last().expect("one token at least");
-            let text_ids: Vec<u32> = seq.tokens.iter().copied().filter(|t| !self.tok.stop_ids.contains(t)).collect();
-            let text = self.tok.decode(&text_ids).unwrap_or_default();
             // vLLM checks neither stop strings nor end-of-sequence before `min_tokens`.
             let may_stop = seq.tokens.len() >= req.min_tokens as usize;
+            let stop_token = may_stop && req.stop_token_ids.contains(&last);
+            // A stop token id ends the completion and, as in vLLM, is not part of its text.
+            let kept = &seq.tokens[..seq.tokens.len() - usize::from(stop_token)];
+            let text_ids: Vec<u32> = kept.iter().copied().filter(|t| !self.tok.stop_ids.contains(t)).collect();
+            let text = self.tok.decode(&text_ids).unwrap_or_default();
             let stop_at = req.stop.iter().filter_map(|s| text.find(s.as_str())).min().filter(|_| may_stop);
             let eos = self.tok.stop_ids.contains(&last) && !req.ignore_eos && may_stop;
-            let finish = if eos || stop_at.is_some() {
+            let finish = if eos || stop_token || stop_at.is_some() {
                 Some(Finish::Stop)
             } else if seq.tokens.len() >= req.max_tokens as usize || req.prompt.len() + seq.tokens.len() >= max_len {
                 Some(Finish::Length)

@@ -1,5 +1,5 @@
-//! HTTP routes: OpenAI chat and text completions (vLLM extensions included), models, health, and
-//! the admin endpoints `/update_weights`, `/pause`, `/resume`.
+//! HTTP routes: OpenAI chat and text completions (vLLM extensions included), vLLM's token-in
+//! `/inference/v1/generate` (`generate.rs`), models, health, and the admin endpoints `/update_weights`, `/pause`, `/resume`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +55,7 @@ pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/inference/v1/generate", post(crate::generate::generate))
         .route("/tokenize", post(tokenize))
         .route_layer(from_fn_with_state(keys.api.clone(), auth::require));
     let admin = Router::new()
@@ -240,7 +241,7 @@ impl AppState {
         json!({"token": text, "logprob": t.logprob, "bytes": text.as_bytes(), "top_logprobs": top})
     }
 
-    fn prompt_logprobs_json(&self, out: &GenOutput) -> Value {
+    pub(crate) fn prompt_logprobs_json(&self, out: &GenOutput) -> Value {
         match &out.prompt_logprobs {
             None => Value::Null,
             Some(items) => Value::Array(

@@ -1,6 +1,6 @@
 //! The embedded OpenAI-compatible inference server over `rl-model`: `/v1/chat/completions` and
 //! `/v1/completions` with the vLLM extensions RL needs (`return_token_ids`, `prompt_logprobs`,
-//! `cache_salt`), `/v1/models`, `/health`, and admin `/update_weights`, `/pause`, `/resume`.
+//! `cache_salt`, `stop_token_ids`), vLLM's token-in `/inference/v1/generate`, `/v1/models`, `/health`, and admin `/update_weights`, `/pause`, `/resume`.
 //! Requests that arrive together are decoded together (see `engine.rs`).
 //!
 //! Depends on rl-model and rl-configs; it must never depend on the orchestrator or trainer.
@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod engine;
 mod error;
+mod generate;
 mod http;
 mod prefix_cache;
 mod stats;

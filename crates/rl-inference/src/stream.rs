@@ -45,6 +45,7 @@ pub(crate) fn respond(
     let (events, rx) = mpsc::channel::<Event>(64);
     let holdback = req.stop.iter().map(|x| x.chars().count()).max().unwrap_or(1).saturating_sub(1);
     let n = req.n as usize;
+    let stop_token_ids = req.stop_token_ids.clone();
     let ids = Ids { id: format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, s.next_seed()) };
     tokio::spawn(async move {
         let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
@@ -64,7 +65,7 @@ pub(crate) fn respond(
                 result = &mut run => break result,
                 Some(t) = tokens.recv() => {
                     let Some(c) = choices.get_mut(t.choice) else { continue };
-                    if !s.tok.stop_ids.contains(&t.token.id) {
+                    if !s.tok.stop_ids.contains(&t.token.id) && !stop_token_ids.contains(&t.token.id) {
                         c.text_ids.push(t.token.id);
                     }
                     c.pending.push(t.token);

@@ -202,6 +202,7 @@ async fn api_and_admin_keys_guard_their_routes() {
     assert_eq!(send("/v1/chat/completions", None).await, 401);
     assert_eq!(send("/v1/chat/completions", Some("wrong")).await, 401);
     assert_eq!(send("/v1/chat/completions", Some(api)).await, 200);
+    assert_eq!(send("/inference/v1/generate", None).await, 401, "the token route is behind the API key too");
     assert_eq!(send("/update_weights", Some(api)).await, 401, "the API key does not open admin routes");
     assert_eq!(send("/update_weights", Some(admin)).await, 200);
     assert_eq!(send("/pause", None).await, 401);
