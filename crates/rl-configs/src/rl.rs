@@ -444,8 +444,16 @@ impl RlConfig {
         args: &crate::shared::Table,
         serve: &crate::shared::ServeConfig,
     ) -> EnvServerConfig {
+        let mut args = args.clone();
+        // A verifiers env renders prompts with the policy's tokenizer: its model directory.
+        if id.replace('_', "-") == "verifiers"
+            && !args.contains_key("tokenizer")
+            && let Some(path) = &self.trainer.model.path
+        {
+            args.insert(String::from("tokenizer"), serde_json::Value::from(path.to_string_lossy().into_owned()));
+        }
         EnvServerConfig {
-            env: EnvSpec { id: id.to_owned(), name, args: args.clone() },
+            env: EnvSpec { id: id.to_owned(), name, args },
             serve: serve.clone(),
             output_dir: self.run_dir(),
             log: self.orchestrator.log.clone(),

@@ -1,6 +1,7 @@
 //! Built-in environments with deterministic synthetic datasets (no downloads): `reverse-text`,
 //! `alphabet-sort`, `wiki-nav` (tool use) and `debate` (multi-agent); `dataset`, single-turn tasks
-//! from JSONL files; and `python`, which hosts an environment written with the `rl_env` Python package. [`load`] builds one by id from its `args` table.
+//! from JSONL files; `python`, which hosts an environment written with the `rl_env` Python package;
+//! and `verifiers`, which hosts a verifiers v1 environment unchanged. [`load`] builds one by id from its `args` table.
 //!
 //! Depends on rl-serve only; it must never depend on candle or on the orchestrator.
 
@@ -13,6 +14,7 @@ mod python;
 mod reverse_text;
 mod rng;
 mod splits;
+mod verifiers;
 mod wiki_nav;
 
 use std::sync::Arc;
@@ -28,13 +30,14 @@ pub use reverse_text::{
 };
 use rl_serve::{Environment, Error, Result};
 use serde_json::{Map, Value};
+pub use verifiers::VerifiersEnv;
 pub use wiki_nav::{
     Action, Game, Graph, TEXT_PROMPT as WIKI_NAV_TEXT_PROMPT, TOOLS_PROMPT as WIKI_NAV_TOOLS_PROMPT, WikiNav,
     parse_text_action, tool_action,
 };
 
 /// Ids of the built-in environments.
-pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "dataset", "python"];
+pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "dataset", "python", "verifiers"];
 
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
@@ -54,6 +57,7 @@ pub fn sft_conversations(id: &str, args: &Map<String, Value>, split: &str) -> Re
 pub async fn load(id: &str, args: &Map<String, Value>) -> Result<Arc<dyn Environment>> {
     match id.replace('_', "-").as_str() {
         "python" => Ok(Arc::new(PythonEnv::start(args).await?)),
+        "verifiers" => Ok(Arc::new(VerifiersEnv::start(args).await?)),
         "reverse-text" => Ok(Arc::new(ReverseText::new(args)?)),
         "alphabet-sort" => Ok(Arc::new(AlphabetSort::new(args)?)),
         "wiki-nav" => Ok(Arc::new(WikiNav::new(args)?)),

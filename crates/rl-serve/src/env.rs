@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::pb;
 use crate::rubric::RubricGroup;
 use crate::types::{Message, Task, ToolSpec};
 
@@ -80,6 +81,23 @@ pub trait Environment: Send + Sync + 'static {
     fn multi_agent(&self) -> Option<&dyn crate::multi_agent::MultiAgent> {
         None
     }
+
+    /// An environment that runs whole episodes itself (another framework's machinery, e.g. a
+    /// verifiers environment) returns its runner here; its episodes then bypass the turn loop,
+    /// `env_response` and the rubric.
+    fn episode_runner(&self) -> Option<&dyn EpisodeRunner> {
+        None
+    }
+}
+
+/// Runs whole episodes: the model calls, the turn loop, stop conditions and scoring all happen
+/// inside (the server still bounds, times out and cancels them as any episode).
+#[async_trait]
+pub trait EpisodeRunner: Send + Sync {
+    /// The traces of one episode of `req.task`: at least one, every failure recorded on a trace
+    /// (kind and retryable), never an empty list. The server fills `task_json`, `task_key` and
+    /// `scored_with`.
+    async fn run_episode(&self, req: crate::rollout::RolloutRequest<'_>) -> Vec<pb::Trace>;
 }
 
 /// Looks up `index` in a split of `len` tasks, with the errors every env gives.

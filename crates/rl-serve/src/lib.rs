@@ -24,7 +24,7 @@ mod types;
 
 pub use algorithms::{BranchOutput, EnvAlgorithm, Rloo, default_algorithms, on_sampled_tokens};
 pub use client::{ClientOptions, EnvClient};
-pub use env::{EnvReply, Environment, State, check_index};
+pub use env::{EnvReply, Environment, EpisodeRunner, State, check_index};
 pub use error::{Error, Result};
 pub use model_client::{ChatResponse, Choice, ModelClient};
 pub use multi_agent::{Kernel, MARScore, MultiAgent, ProtocolError, Turn, split_channels};

@@ -144,6 +144,15 @@ impl EnvService {
     ) -> pb::Episode {
         let _permit = self.inner.gate.acquire().await.expect("the gate is never closed");
         let req = RolloutRequest { task, actor, index, training_context: ctx, models };
+        if let Some(runner) = self.inner.env.episode_runner() {
+            let mut traces = runner.run_episode(req).await;
+            for trace in &mut traces {
+                trace.task_json = task.data.to_string();
+                trace.task_key.clone_from(&task.key);
+                trace.scored_with = ctx.cloned();
+            }
+            return pb::Episode { id: new_id(), task_key: task.key.clone(), traces, ..Default::default() };
+        }
         match self.inner.env.multi_agent() {
             Some(ma) => run_multi_agent_episode(ma, &self.inner.models, req, models).await,
             None => {

@@ -3,7 +3,7 @@
 //! functions; this side runs the episodes, builds the token-level traces and serves gRPC, exactly
 //! as for the built-in envs (so traces cannot differ between the two). See ARCHITECTURE.md for why.
 
-mod worker;
+pub(crate) mod worker;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use rl_serve::{
     Result, Rubric, RubricGroup, Scored, ScoringContext, State, Task, ToolSpec, check_index, on_sampled_tokens, pb,
 };
 use serde_json::{Map, Value, json};
-use worker::{Launch, Source, Worker};
+use worker::{Launch, Worker};
 
 use crate::args::Args;
 
@@ -51,9 +51,9 @@ impl PythonEnv {
         let call_timeout = a.f64("call_timeout_s", 300.0)?;
         let start_timeout = a.f64("start_timeout_s", 300.0)?;
         a.finish()?;
-        let source = match (file, module) {
-            (Some(f), None) => Source::File(PathBuf::from(f)),
-            (None, Some(m)) => Source::Module(m),
+        let mut argv: Vec<std::ffi::OsString> = match (file, module) {
+            (Some(f), None) => vec!["--file".into(), f.into()],
+            (None, Some(m)) => vec!["--module".into(), m.into()],
             _ => {
                 return Err(Error::bad_request(
                     "env.args.file",
@@ -61,10 +61,8 @@ impl PythonEnv {
                 ));
             }
         };
-        if let Source::File(path) = &source
-            && !path.is_file()
-        {
-            return Err(Error::bad_request("env.args.file", format!("{} is not a file", path.display())));
+        if argv[0] == "--file" && !PathBuf::from(&argv[1]).is_file() {
+            return Err(Error::bad_request("env.args.file", format!("{} is not a file", argv[1].to_string_lossy())));
         }
         if !env_args.is_object() {
             return Err(Error::bad_request("env.args.args", "must be a table (keyword arguments of load_environment)"));
@@ -74,10 +72,11 @@ impl PythonEnv {
                 return Err(Error::bad_request(format!("env.args.{key}"), "must be > 0"));
             }
         }
+        argv.extend(["--args".into(), env_args.to_string().into()]);
         let launch = Launch {
             python,
-            source,
-            args: env_args,
+            entry: "rl_env.worker",
+            argv,
             sys_path: sys_path.into_iter().map(PathBuf::from).collect(),
             start_timeout: Duration::from_secs_f64(start_timeout),
         };
@@ -173,7 +172,12 @@ fn messages_from(value: Option<&Value>, what: &str) -> Result<Vec<Message>> {
 
 /// A request model as the SDK's `rl_env.Model` takes it: where it is and its OpenAI sampling fields.
 fn model_json(key: &str, m: &ModelRuntime) -> Value {
-    let s = &m.sampling;
+    let sampling = sampling_json(&m.sampling);
+    json!({"key": key, "base_url": m.base_url, "model": m.model, "sampling": sampling, "timeout_s": m.timeout.as_secs_f64()})
+}
+
+/// A runtime's sampling as OpenAI request fields (its extra fields included).
+pub(crate) fn sampling_json(s: &rl_serve::Sampling) -> Map<String, Value> {
     let mut sampling = s.extra.clone();
     let fields = [
         ("temperature", s.temperature.map(Value::from)),
@@ -188,7 +192,7 @@ fn model_json(key: &str, m: &ModelRuntime) -> Value {
             sampling.insert(name.to_owned(), v);
         }
     }
-    json!({"key": key, "base_url": m.base_url, "model": m.model, "sampling": sampling, "timeout_s": m.timeout.as_secs_f64()})
+    sampling
 }
 
 fn messages_json(messages: &[Message]) -> Value {

@@ -1,4 +1,5 @@
-//! The Python worker process behind a `python` env: `python -m rl_env.worker`, one JSON line per
+//! The Python worker process behind a `python` env (`python -m rl_env.worker`) or a `verifiers`
+//! env (`python -m rl_env.verifiers_host`): one JSON line per
 //! request and per answer over its stdin/stdout, any number of requests in flight. One task owns
 //! the process and the table of pending calls; a worker that dies fails the calls it held (as
 //! retryable infrastructure errors) and is started again by the next call.
@@ -29,23 +30,14 @@ const PROTOCOL_VERSION: u64 = 1;
 pub(crate) struct Launch {
     /// The interpreter (`python3`, or a venv's `bin/python`).
     pub python: String,
-    /// `--file PATH` or `--module NAME`.
-    pub source: Source,
-    /// Keyword arguments of `load_environment`, a JSON object.
-    pub args: Value,
+    /// The module run with `-m` (`rl_env.worker`, `rl_env.verifiers_host`).
+    pub entry: &'static str,
+    /// Its command-line arguments.
+    pub argv: Vec<std::ffi::OsString>,
     /// Directories put before `PYTHONPATH`.
     pub sys_path: Vec<PathBuf>,
     /// How long loading the environment may take.
     pub start_timeout: Duration,
-}
-
-/// Where the user's environment lives.
-#[derive(Debug, Clone)]
-pub(crate) enum Source {
-    /// A `.py` file.
-    File(PathBuf),
-    /// An importable module.
-    Module(String),
 }
 
 /// A handle to the worker task; calls are answered in any order.
@@ -217,12 +209,7 @@ async fn restart(launch: &Launch, digest: u64) -> Result<Process> {
 /// Starts the process and waits for its `ready` line: (process, the env's description, its digest).
 async fn spawn(launch: &Launch) -> Result<(Process, Value, u64)> {
     let mut command = Command::new(&launch.python);
-    command.args(["-m", "rl_env.worker"]);
-    match &launch.source {
-        Source::File(path) => command.arg("--file").arg(path),
-        Source::Module(name) => command.arg("--module").arg(name),
-    };
-    command.arg("--args").arg(launch.args.to_string());
+    command.arg("-m").arg(launch.entry).args(&launch.argv);
     if !launch.sys_path.is_empty() {
         let mut paths = launch.sys_path.clone();
         if let Some(existing) = std::env::var_os("PYTHONPATH") {

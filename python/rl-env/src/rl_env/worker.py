@@ -69,11 +69,10 @@ def load_user_environment(file=None, module=None, args=None):
     return env
 
 
-class Worker:
-    """Answers the host's requests for one environment."""
+class LineServer:
+    """One JSON request per line in, one answer per line out; `do_<method>` handles a method."""
 
-    def __init__(self, env, out):
-        self.env = env
+    def __init__(self, out):
         self.out = out
 
     def write(self, obj):
@@ -112,6 +111,14 @@ class Worker:
 
     async def do_ping(self, params):
         return {}
+
+
+class Worker(LineServer):
+    """Answers the host's requests for one `rl_env` environment."""
+
+    def __init__(self, env, out):
+        super().__init__(out)
+        self.env = env
 
     async def do_prompt(self, params):
         return {"messages": check_messages(self.env.format_prompt(params["task"]), "format_prompt()")}
@@ -199,10 +206,7 @@ def main(argv=None):
     parser.add_argument("--args", default="{}", help="JSON object of keyword arguments for load_environment")
     opts = parser.parse_args(argv)
 
-    # The protocol owns the real stdout; everything the user's code prints goes to stderr.
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = protocol_stdout()
 
     try:
         args = json.loads(opts.args)
@@ -218,15 +222,27 @@ def main(argv=None):
         return 1
     out.write(line + "\n")
     out.flush()
+    serve(Worker(env, out))
 
-    worker = Worker(env, out)
-    loop = asyncio.new_event_loop()
+
+def protocol_stdout():
+    """The real stdout, for the protocol alone; everything user code prints goes to stderr."""
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def serve(server, loop=None):
+    """Answers requests read from stdin until the host closes it, then exits the process."""
+    if loop is None:
+        loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     done = asyncio.Event()
     tasks = set()
 
     def dispatch(raw):
-        task = loop.create_task(worker.handle(raw))
+        task = loop.create_task(server.handle(raw))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
