@@ -10,6 +10,7 @@ mod python;
 mod tidy;
 mod unused_deps;
 mod venv;
+mod verifiers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,8 +40,9 @@ fn run() -> anyhow::Result<()> {
         Some("clippy-cuda") => cuda::clippy(),
         Some("python-sdk") => python::test(),
         Some("example-env") => example_env::check(),
+        Some("verifiers") => verifiers::test(),
         _ => bail!(
-            "usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda | python-sdk | example-env>"
+            "usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda | python-sdk | example-env | verifiers>"
         ),
     }
 }
@@ -72,6 +74,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     })?;
     step("python sdk tests", python::test)?;
     step("example env crate", example_env::check)?;
+    step("verifiers environments", verifiers::test)?;
     // Last, being the slowest on a clean machine: the GPU code compiles everywhere (the CUDA
     // compiler comes from PyPI wheels; candle's kernels compile to PTX).
     step("clippy (cuda feature)", cuda::clippy)?;

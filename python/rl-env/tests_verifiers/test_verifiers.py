@@ -1,0 +1,297 @@
+"""verifiers v1 environments against this stack, tested with the real packages from PyPI.
+
+Run by `cargo xtask ci` (step `verifiers`) in a venv holding verifiers, with `RL_BIN` naming the
+`rl` binary. An `rl inference` server with a tiny random model serves every test; the tasksets
+are the small ones in `tasksets/`, written for these tests.
+"""
+
+import asyncio
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+TASKSETS = HERE / "tasksets"
+RL = os.environ.get("RL_BIN", str(ROOT / "target/debug/rl"))
+
+sys.path.insert(0, str(TASKSETS))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(TASKSETS), os.environ.get("PYTHONPATH", "")])
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import verifiers.v1 as vf  # noqa: E402
+from renderers import create_renderer  # noqa: E402
+from renderers.base import load_tokenizer  # noqa: E402
+from renderers.client import generate  # noqa: E402
+
+from rl_env import verifiers_host  # noqa: E402
+
+WORK = None
+MODEL = None
+SERVER = None
+BASE_URL = None
+
+
+def setUpModule():
+    global WORK, MODEL, SERVER, BASE_URL
+    WORK = pathlib.Path(tempfile.mkdtemp(prefix="rl-verifiers-"))
+    MODEL = WORK / "tiny"
+    subprocess.run([RL, "model", "init", "--out", str(MODEL), "--preset", "tiny"], check=True, capture_output=True)
+    SERVER = subprocess.Popen(
+        [RL, "inference", "--model.path", str(MODEL), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    line = json.loads(SERVER.stdout.readline())
+    BASE_URL = line["base_url"]
+
+
+def tearDownModule():
+    SERVER.terminate()
+    SERVER.wait(timeout=30)
+    shutil.rmtree(WORK, ignore_errors=True)
+
+
+def post(path, body):
+    request = urllib.request.Request(
+        BASE_URL.removesuffix("/v1") + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)
+
+
+def engine_logprobs(tokens, prompt_len):
+    """The engine's own log-probabilities of `tokens[prompt_len:]` (prompt_logprobs: unscaled, so at
+    temperature 1 only, as vLLM's)."""
+    out = post("/v1/completions", {"prompt": tokens, "max_tokens": 1, "prompt_logprobs": 0})
+    rows = out["prompt_logprobs"]
+    return [rows[i][str(tokens[i])]["logprob"] for i in range(prompt_len, len(tokens))]
+
+
+def env_config(taskset, harness="null", **agent):
+    return {"taskset": {"id": taskset}, "agent": {"harness": {"id": harness}, "runtime": {"type": "subprocess"}, **agent}}
+
+
+def actor(temperature=1.0, max_tokens=8, base_url=None):
+    return {"base_url": base_url or BASE_URL, "model": MODEL.name, "timeout_s": 60,
+            "sampling": {"temperature": temperature, "max_tokens": max_tokens}}
+
+
+def run_episodes(env_dict, count, act=None, renderer=None, split_select=None):
+    """`count` episodes through the host's own path (env.run_slot); (vf episodes, wire traces)."""
+    config = {"env": env_dict, "splits": {"train": split_select or {}}, "tokenizer": str(MODEL), "renderer": renderer}
+    env, _, splits = verifiers_host.load(config)
+    host = verifiers_host.VerifiersHost(env, splits, config, out=None)
+
+    async def go():
+        async with env.serving():
+            episodes = []
+            for i in range(count):
+                (slot,) = env.slots(splits["train"][i])
+                episodes.append(await env.run_slot(slot, host.context(act or actor())))
+            return episodes
+
+    episodes = asyncio.run(go())
+    return episodes, [verifiers_host.episode_json(e) for e in episodes]
+
+
+class GenerateContract(unittest.TestCase):
+    """`renderers` (verifiers' train client) calls `/inference/v1/generate` as it calls vLLM."""
+
+    def test_renderer_generate_against_the_engine(self):
+        renderer = create_renderer(load_tokenizer(str(MODEL)), None)
+        messages = [{"role": "user", "content": "Reverse: abc"}]
+        rendered = renderer.render(messages, add_generation_prompt=True)
+        ours = post("/tokenize", {"messages": messages})["tokens"]
+        self.assertEqual(rendered.token_ids, ours, "the renderer and the server render the same prompt")
+        from openai import AsyncOpenAI
+
+        async def call():
+            client = AsyncOpenAI(base_url=BASE_URL, api_key="none")
+            try:
+                return await generate(client=client, renderer=renderer, messages=messages, model=MODEL.name,
+                                      sampling_params={"temperature": 1.0, "max_tokens": 12, "seed": 3})
+            finally:
+                await client.close()
+
+        result = asyncio.run(call())
+        self.assertEqual(result["prompt_ids"], ours)
+        self.assertEqual(len(result["completion_logprobs"]), len(result["completion_ids"]))
+        self.assertIn(result["finish_reason"], ("stop", "length"))
+        want = engine_logprobs(ours + result["completion_ids"], len(ours))
+        for got, ref in zip(result["completion_logprobs"], want):
+            self.assertAlmostEqual(got, ref, delta=1e-4)
+        stops = renderer.get_stop_token_ids()
+        if result["finish_reason"] == "stop":
+            self.assertIn(result["completion_ids"][-1], stops)
+
+
+class HostTraces(unittest.TestCase):
+    """What the host hands the server: the engine's tokens and logprobs, verifiers' own rewards."""
+
+    def check_tokens(self, episodes, traces, temperature):
+        for episode, wire in zip(episodes, traces):
+            for vf_trace, trace in zip([t for t in episode.traces if t.agent.trainable], wire):
+                self.assertEqual(trace["errors"], [], trace["errors"])
+                self.assertEqual(trace["sampling_temperature"], temperature)
+                nodes = trace["nodes"]
+                self.assertEqual(len(nodes), len(vf_trace.nodes))
+                for branch in vf_trace.branches:
+                    tokens = branch.token_ids
+                    mask = branch.sampled_mask
+                    first = mask.index(True)
+                    want = engine_logprobs(tokens, first)
+                    # `Branch.logprobs` is spread over every token (0.0 off the sampled ones).
+                    got = [lp for lp, m in zip(branch.logprobs[first:], mask[first:]) if m]
+                    sampled = [w for w, m in zip(want, mask[first:]) if m]
+                    self.assertEqual(len(got), len(sampled))
+                    for a, b in zip(got, sampled):
+                        self.assertAlmostEqual(a, b, delta=1e-4)
+                # The wire nodes are verifiers' nodes, token for token.
+                for node, vf_node in zip(nodes, vf_trace.nodes):
+                    self.assertEqual(node["token_ids"], list(vf_node.token_ids))
+                    self.assertEqual(node["mask"], list(vf_node.mask))
+                    self.assertEqual(node["parent"], -1 if vf_node.parent is None else vf_node.parent)
+
+    def test_single_turn_tokens_are_the_engines_and_rewards_are_task_score(self):
+        # At T = 1: the engine's prompt_logprobs (unscaled, as vLLM's) are the sampling logprobs.
+        episodes, traces = run_episodes(env_config("rlt_reverse", max_turns=1), 3, actor(temperature=1.0))
+        self.check_tokens(episodes, traces, 1.0)
+        for episode, (trace,) in zip(episodes, traces):
+            vf_trace = episode.traces[0]
+            # Scored again by verifiers' own Task.score on the same completion: the same rewards.
+            task = vf.task_type("rlt_reverse")(episode.task.data)
+            rescored = vf_trace.model_copy(deep=True)
+            rescored.rewards.clear()
+            asyncio.run(task.score(rescored))
+            want = {k: {"score": r.score, "weight": r.weight} for k, r in rescored.rewards.items()}
+            self.assertEqual(trace["rewards"], want)
+            self.assertAlmostEqual(trace["reward"], sum(r["score"] * r["weight"] for r in want.values()))
+            self.assertIn("reply_chars", trace["metrics"])
+
+    def test_the_trace_records_the_temperature_the_engine_used(self):
+        _, traces = run_episodes(env_config("rlt_reverse", max_turns=1), 1, actor(temperature=0.6))
+        (trace,) = traces[0]
+        self.assertEqual((trace["errors"], trace["sampling_temperature"]), ([], 0.6))
+
+    def test_multi_turn_user_sim_keeps_the_assistant_trace(self):
+        env = {"id": "user-sim", "taskset": {"id": "rlt_reverse"},
+               "assistant": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
+               "user": {"runtime": {"type": "subprocess"}, "max_turns": 2}}
+        episodes, traces = run_episodes(env, 1)
+        self.assertEqual(len(episodes[0].traces), 2, "the assistant's and the user's")
+        (trace,) = traces[0]
+        self.assertEqual(trace["member_id"], "assistant")
+        self.assertGreaterEqual(trace["num_turns"], 2)
+        self.check_tokens(episodes, traces, 1.0)
+
+    def test_tools_reach_the_prompt(self):
+        renderer = {"name": "default", "tool_parser": "qwen3"}
+        episodes, traces = run_episodes(env_config("rlt_lookup", max_turns=2), 1, renderer=renderer)
+        (trace,) = traces[0]
+        self.assertEqual([t["name"] for t in trace["tools"]], ["lookup"])
+        first = trace["nodes"][0]
+        text = post("/detokenize", {"tokens": first["token_ids"]})["prompt"]
+        self.assertIn('"name": "lookup"', text, "the tool schema is rendered into the prompt")
+        self.check_tokens(episodes, traces, 1.0)
+
+
+class Failures(unittest.TestCase):
+    """A broken environment is a clear error naming the cause, never a silent zero."""
+
+    def test_a_raising_reward_is_an_env_error_on_the_trace(self):
+        _, traces = run_episodes(env_config("rlt_broken", max_turns=1), 1)
+        (trace,) = traces[0]
+        kinds = [e["kind"] for e in trace["errors"]]
+        self.assertEqual(kinds, ["env"], trace["errors"])
+        self.assertIn("the scorer broke", trace["errors"][0]["message"])
+        self.assertEqual(trace["rewards"], {})
+
+    def test_an_unreachable_endpoint_is_a_retryable_infrastructure_error(self):
+        _, traces = run_episodes(env_config("rlt_reverse", max_turns=1), 1, actor(base_url="http://127.0.0.1:9/v1"))
+        (trace,) = traces[0]
+        self.assertTrue(trace["errors"], trace)
+        self.assertEqual(trace["errors"][0]["kind"], "infrastructure", trace["errors"])
+
+    def test_a_missing_taskset_stops_the_env_server_naming_it(self):
+        config = WORK / "env.toml"
+        config.write_text(
+            '[env]\nid = "verifiers"\n[env.args]\n'
+            f'python = {json.dumps(sys.executable)}\ntokenizer = {json.dumps(str(MODEL))}\n'
+            'env = { taskset = { id = "no_such_taskset_anywhere" } }\n'
+        )
+        out = subprocess.run([RL, "env-server", "@", str(config)], capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("no_such_taskset_anywhere", out.stderr)
+        self.assertIn("not found", out.stderr)
+
+
+class VfEval(unittest.TestCase):
+    """verifiers' own `vf-eval --client.type train` against `rl inference`, no proxy."""
+
+    def test_vf_eval_with_the_train_client(self):
+        out_dir = WORK / "vf-eval"
+        vf_eval = pathlib.Path(sys.executable).parent / "vf-eval"
+        run = subprocess.run(
+            [str(vf_eval), "rlt_reverse", "-m", MODEL.name, "-n", "2", "-r", "2", "--client.type", "train",
+             "--client.base-url", BASE_URL, "--client.api-key-var", "RL_TEST_NO_KEY",
+             "--client.renderer-model-name", str(MODEL), "--env.agent.harness.id", "null",
+             "--env.agent.runtime.type", "subprocess", "--sampling.max-tokens", "8", "-o", str(out_dir)],
+            capture_output=True, text=True, timeout=600,
+        )
+        self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+        (traces_file,) = out_dir.glob("*/traces.jsonl")
+        rows = [json.loads(line) for line in traces_file.read_text().splitlines() if line.strip()]
+        self.assertEqual(len(rows), 4)
+        for row in rows:
+            trace = row if "nodes" in row else row["traces"][0]
+            sampled = [n for n in trace["nodes"] if n.get("sampled")]
+            self.assertTrue(sampled and all(n["token_ids"] and n["logprobs"] for n in sampled), "token-level traces")
+
+
+class Training(unittest.TestCase):
+    """`rl rl` trains each config of configs/verifiers for two steps."""
+
+    def train(self, name):
+        text = (ROOT / "configs/verifiers" / name).read_text()
+        text = text.replace('python = "python3"', f"python = {json.dumps(sys.executable)}\nsys_path = [{json.dumps(str(TASKSETS))}]")
+        config = WORK / name
+        config.write_text(text)
+        out = WORK / ("out-" + name)
+        run = subprocess.run(
+            [RL, "rl", "@", str(config), "--clean", "--model.path", str(MODEL), "--output-dir", str(out)],
+            capture_output=True, text=True, timeout=900,
+        )
+        self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+        run_name = re.search(r'^name = "(.*)"$', text, re.M).group(1)
+        rows = [json.loads(line) for line in (out / run_name / "metrics.jsonl").read_text().splitlines()]
+        self.assertEqual([r["step"] for r in rows], [1, 2])
+        self.assertTrue(all("env/verifiers/reward" in r and r["rollouts"] > 0 for r in rows), rows)
+        trainer = [json.loads(line) for line in (out / run_name / "trainer/metrics.jsonl").read_text().splitlines()]
+        self.assertTrue(trainer and any(r["rl_tokens"] > 0 for r in trainer), trainer)
+        for r in trainer:
+            if r["rl_tokens"] > 0:
+                self.assertLess(r["mismatch_kl"], 1e-3, r)
+        return rows
+
+    def test_single_turn(self):
+        self.train("reverse_text.toml")
+
+    def test_tools(self):
+        self.train("tool_lookup.toml")
+
+    def test_multi_turn(self):
+        self.train("user_sim.toml")
+
+    def test_harness_chosen_by_config(self):
+        self.train("harness_by_config.toml")
+
+
+if __name__ == "__main__":
+    unittest.main()

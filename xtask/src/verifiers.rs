@@ -1,0 +1,41 @@
+//! verifiers v1 environments against this stack: a venv with `verifiers` (and `uv`, which its
+//! subprocess runtime uses to run harness programs) from PyPI and the `rl-env` package, then the
+//! tests in `python/rl-env/tests_verifiers` (the token route's contract with `renderers`, the
+//! host's traces, failures, `vf-eval --client.type train`, and `rl rl` on each config of
+//! `configs/verifiers`).
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The verifiers release the host is tested against (its v1 API).
+pub(crate) const VERIFIERS: &str = "verifiers==0.4.0";
+/// The uv verifiers' subprocess runtime prepares harness programs with.
+const UV: &str = "uv==0.13.9";
+
+/// Makes `target/verifiers-venv` and runs the verifiers tests with the workspace's `rl`.
+pub(crate) fn test() -> anyhow::Result<()> {
+    let root = crate::project_root();
+    crate::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    let sdk = format!("--editable={}", root.join("python/rl-env").display());
+    let venv = root.join("target/verifiers-venv");
+    let python = crate::venv::ensure(&venv, &[VERIFIERS, UV, sdk.as_str()], "verifiers (the v1 host's tests)")?;
+    let tests = root.join("python/rl-env/tests_verifiers");
+    // The venv's `uv` and `vf-eval` come first on PATH: harness programs are prepared with it.
+    let mut path = vec![venv.join("bin")];
+    path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    let status = Command::new(&python)
+        .args(["-m", "unittest", "discover", "--start-directory"])
+        .arg(&tests)
+        .arg("--top-level-directory")
+        .arg(&tests)
+        .env("RL_BIN", root.join("target/debug/rl"))
+        .env("PATH", std::env::join_paths(path).context("cannot form PATH")?)
+        .env_remove("PYTHONPATH")
+        .status()
+        .context("cannot run the verifiers tests")?;
+    if !status.success() {
+        bail!("the verifiers tests failed ({status})");
+    }
+    Ok(())
+}
