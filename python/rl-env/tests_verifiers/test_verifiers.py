@@ -280,8 +280,10 @@ class Training(unittest.TestCase):
                 self.assertLess(r["mismatch_kl"], 1e-3, r)
         return rows
 
-    def test_single_turn(self):
-        self.train("reverse_text.toml")
+    def test_single_turn_with_evals(self):
+        rows = self.train("reverse_text.toml")
+        evals = [r for r in rows if "eval/verifiers/avg@1" in r]
+        self.assertTrue(evals and all(r["eval/verifiers/examples"] == 16 for r in evals), rows)
 
     def test_tools(self):
         self.train("tool_lookup.toml")
