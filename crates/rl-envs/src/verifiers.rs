@@ -329,7 +329,7 @@ fn parse_trace(v: &Value) -> Result<pb::Trace> {
     let errors = v
         .get("errors")
         .and_then(Value::as_array)
-        .map(|errors| errors.iter().map(|e| trace_error(&str_of(e, "kind"), str_of(e, "message"))).collect())
+        .map(|errors| errors.iter().map(|e| trace_error(&str_of(e, "kind"), &str_of(e, "message"))).collect())
         .unwrap_or_default();
     let tools = v
         .get("tools")
@@ -372,7 +372,7 @@ fn parse_trace(v: &Value) -> Result<pb::Trace> {
 }
 
 /// A verifiers error as the server's taxonomy records it (which decides what is retried).
-fn trace_error(kind: &str, message: String) -> pb::TraceError {
+fn trace_error(kind: &str, message: &str) -> pb::TraceError {
     let message = format!("verifiers: {message}");
     match kind {
         "infrastructure" => Error::Infrastructure(message),
