@@ -18,9 +18,12 @@ pub(crate) fn test() -> anyhow::Result<()> {
     let root = crate::project_root();
     crate::cargo(&["build", "--locked", "-p", "rl-cli"])?;
     let sdk = format!("--editable={}", root.join("python/rl-env").display());
-    let venv = root.join("target/verifiers-venv");
-    let python = crate::venv::ensure(&venv, &[VERIFIERS, UV, sdk.as_str()], "verifiers (the v1 host's tests)")?;
     let tests = root.join("python/rl-env/tests_verifiers");
+    // The tests' own tasksets, installed as a user installs an environment.
+    let tasksets = format!("--editable={}", tests.join("tasksets").display());
+    let venv = root.join("target/verifiers-venv");
+    let packages = [VERIFIERS, UV, sdk.as_str(), tasksets.as_str()];
+    let python = crate::venv::ensure(&venv, &packages, "verifiers (the v1 host's tests)")?;
     // The venv's `uv` and `vf-eval` come first on PATH: harness programs are prepared with it.
     let mut path = vec![venv.join("bin")];
     path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
