@@ -166,7 +166,7 @@ impl<'de> Deserialize<'de> for ChatRequest {
                     add_generation_prompt,
                     tool_choice,
                     chat_template_kwargs,
-                    sampling: Sampling::deserialize(Value::Object(rest)).map_err(de::Error::custom)?,
+                    sampling: Sampling::from_fields(Value::Object(rest)).map_err(de::Error::custom)?,
                 })
             }
         }
@@ -307,7 +307,7 @@ impl<'de> Deserialize<'de> for CompletionRequest {
                 }
                 Ok(CompletionRequest {
                     prompt: prompt.ok_or_else(|| de::Error::missing_field("prompt"))?,
-                    sampling: Sampling::deserialize(Value::Object(rest)).map_err(de::Error::custom)?,
+                    sampling: Sampling::from_fields(Value::Object(rest)).map_err(de::Error::custom)?,
                 })
             }
         }
@@ -326,6 +326,16 @@ pub(crate) struct Limits {
 }
 
 impl Sampling {
+    /// The sampling fields of a request; a wrong-typed field is named (`max_tokens: invalid type:
+    /// string "5", expected u32`).
+    pub(crate) fn from_fields(fields: Value) -> std::result::Result<Sampling, String> {
+        serde_path_to_error::deserialize(fields).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." { inner.to_string() } else { format!("`{path}`: {inner}") }
+        })
+    }
+
     /// Whether per-token logprobs were asked for (`logprobs: true` for chat, a number for text).
     pub(crate) fn wants_logprobs(&self) -> bool {
         match &self.logprobs {

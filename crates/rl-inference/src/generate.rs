@@ -70,7 +70,7 @@ impl<'de> Deserialize<'de> for GenerateRequest {
                 Ok(GenerateRequest {
                     request_id,
                     token_ids: token_ids.ok_or_else(|| de::Error::missing_field("token_ids"))?,
-                    sampling: Sampling::deserialize(sampling)
+                    sampling: Sampling::from_fields(sampling)
                         .map_err(|e| de::Error::custom(format!("sampling_params: {e}")))?,
                     model,
                     stream,

@@ -129,10 +129,10 @@ struct UpdateWeights {
     weight_dir: PathBuf,
 }
 
-async fn update_weights(State(s): State<AppState>, body: Option<Json<UpdateWeights>>) -> Result<Json<Value>> {
-    let Some(Json(body)) = body else {
-        return Err(Error::BadRequest(String::from("expected a JSON body {\"weight_dir\": \"...\"}")));
-    };
+/// Malformed bodies get the OpenAI error object, as on every other route.
+async fn update_weights(State(s): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Json<Value>> {
+    let body: UpdateWeights = serde_json::from_value(body)
+        .map_err(|e| Error::BadRequest(format!("expected a JSON body {{\"weight_dir\": \"...\"}}: {e}")))?;
     let dir = within_roots(&body.weight_dir, &s.weight_roots)?;
     let version = s.engine.update_weights(dir, s.timeout).await?;
     tracing::info!(dir = %body.weight_dir.display(), version, "weights updated");

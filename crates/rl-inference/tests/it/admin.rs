@@ -240,3 +240,24 @@ async fn update_weights_stays_under_the_weight_roots() {
         assert!(v["error"]["message"].as_str().unwrap().contains("not a directory under"), "{v}");
     }
 }
+
+/// Malformed `/update_weights` bodies get the OpenAI error object (JSON), not axum's plain text.
+#[tokio::test]
+async fn update_weights_answers_malformed_bodies_with_the_error_object() {
+    let srv = start(|_| {}).await;
+    for (body, content_type) in
+        [("{not json", "application/json"), ("{\"weight_dir\": 3}", "application/json"), ("{}", "text/plain")]
+    {
+        let r = srv
+            .http
+            .post(format!("{}/update_weights", srv.base))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let v: serde_json::Value = r.json().await.expect("a JSON error body");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{body}: {v}");
+    }
+}

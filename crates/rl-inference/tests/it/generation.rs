@@ -387,3 +387,28 @@ async fn streamed_deltas_add_up_to_the_whole_reply() {
         .collect();
     assert_eq!(text, whole["choices"][0]["text"].as_str().unwrap());
 }
+
+/// A sampling field of the wrong type is refused naming the field, on every route.
+#[tokio::test]
+async fn wrong_typed_sampling_fields_are_named() {
+    let srv = crate::start(|_| {}).await;
+    let cases = [
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "5"}),
+            "max_tokens",
+        ),
+        ("/v1/completions", json!({"prompt": "hi", "temperature": "hot"}), "temperature"),
+        (
+            "/inference/v1/generate",
+            json!({"token_ids": [1, 2], "sampling_params": {"stop_token_ids": ["x"]}}),
+            "stop_token_ids",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let (s, v) = srv.post(path, body).await;
+        assert_eq!(s, 400, "{path}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(field), "{path}: {message:?} should name {field:?}");
+    }
+}
