@@ -202,6 +202,92 @@ class HostTraces(unittest.TestCase):
         self.check_tokens(episodes, traces, 1.0)
 
 
+class ScriptedEngine:
+    """A stand-in for the engine that plays a tool-using policy (the tiny random model never calls
+    tools): it answers `/inference/v1/generate` in vLLM's shape with the tokens of a tool call on
+    the first turn and of the looked-up code once the tool's result is in the prompt."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(MODEL))
+        engine = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = tok.decode(body["token_ids"])
+                result = re.search(r"<tool_response>\s*(\S+)", prompt)
+                if result:
+                    text = result.group(1)
+                else:
+                    word = re.search(r"code of '(\w+)'", prompt).group(1)
+                    text = '<tool_call>\n{"name": "lookup", "arguments": {"word": "%s"}}\n</tool_call>' % word
+                ids = tok.encode(text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+                engine.requests.append(body)
+                reply = {"request_id": "scripted", "prompt_token_ids": body["token_ids"], "choices": [{
+                    "index": 0, "token_ids": ids, "finish_reason": "stop",
+                    "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]}}]}
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.send_response(404)
+                self.end_headers()
+
+        self.requests = []
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+
+
+class ToolCalls(unittest.TestCase):
+    """A tool call, its result and the answer become trace nodes with roles, calls and call ids."""
+
+    def test_a_tool_round_trip_is_converted_whole(self):
+        engine = ScriptedEngine()
+        try:
+            renderer = {"name": "default", "tool_parser": "qwen3"}
+            _, traces = run_episodes(env_config("rlt_lookup", max_turns=3), 1, actor(base_url=engine.base_url),
+                                     renderer=renderer)
+        finally:
+            engine.close()
+        (trace,) = traces[0]
+        self.assertEqual(trace["errors"], [], trace["errors"])
+        roles = [(n["role"], n["sampled"]) for n in trace["nodes"]]
+        self.assertEqual(roles.count(("assistant", True)), 2, roles)
+        self.assertIn(("tool", False), roles)
+        call_node = next(n for n in trace["nodes"] if n.get("tool_calls") and n["sampled"])
+        (call,) = call_node["tool_calls"]
+        self.assertEqual((call["name"], call_node["finish_reason"]), ("lookup", "tool_calls"))
+        tool_node = next(n for n in trace["nodes"] if n["role"] == "tool")
+        self.assertEqual(tool_node["tool_call_id"], call["id"])
+        self.assertEqual(trace["rewards"]["answered"]["score"], 1.0, trace["rewards"])
+        self.assertEqual(trace["rewards"]["used_tool"]["score"], 1.0)
+        self.assertEqual(trace["num_turns"], 2)
+        # The template re-renders the first reply with one more token than was sampled (the newline
+        # after `<|im_end|>`), so the second turn forks a branch, as verifiers records it; each
+        # sampled node carries the scripted tokens' logprobs.
+        sampled = [n for n in trace["nodes"] if n["sampled"]]
+        for n in sampled:
+            self.assertEqual(len(n["logprobs"]), sum(n["mask"]))
+            self.assertTrue(all(lp == -0.5 for lp in n["logprobs"]))
+        self.assertEqual(len(engine.requests), 2)
+
+
 class Failures(unittest.TestCase):
     """A broken environment is a clear error naming the cause, never a silent zero."""
 
