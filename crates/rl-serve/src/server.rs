@@ -106,8 +106,10 @@ impl EnvService {
         EnvServerServer::new(self).max_decoding_message_size(backstop).max_encoding_message_size(backstop)
     }
 
-    fn check_size(&self, what: &str, len: usize, largest: &str) -> Result<()> {
+    /// Refuses a request over `max_message_bytes`, blaming the largest of its `parts` (field, bytes).
+    fn check_size(&self, what: &str, len: usize, parts: &[(&str, usize)]) -> Result<()> {
         if len > self.inner.max_message_bytes {
+            let largest = parts.iter().max_by_key(|(_, n)| *n).map_or(what, |(name, _)| name);
             return Err(Error::bad_request(
                 largest,
                 format!(
@@ -169,7 +171,8 @@ impl EnvService {
     }
 
     async fn group(&self, req: pb::RunGroupRequest) -> Result<pb::RunGroupResponse> {
-        self.check_size("RunGroupRequest", req.encoded_len(), "example.inline_json")?;
+        let parts = request_parts(req.example.as_ref(), req.actor.as_ref(), req.training_context.as_ref(), &req.models);
+        self.check_size("RunGroupRequest", req.encoded_len(), &parts)?;
         if req.group_size == 0 || req.group_size > MAX_GROUP_SIZE {
             return Err(Error::bad_request(
                 "group_size",
@@ -185,7 +188,8 @@ impl EnvService {
     }
 
     async fn rollout(&self, req: pb::RunRolloutRequest) -> Result<pb::RunRolloutResponse> {
-        self.check_size("RunRolloutRequest", req.encoded_len(), "example.inline_json")?;
+        let parts = request_parts(req.example.as_ref(), req.actor.as_ref(), req.training_context.as_ref(), &req.models);
+        self.check_size("RunRolloutRequest", req.encoded_len(), &parts)?;
         let task = self.task(req.example.as_ref())?;
         let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
         let models = runtimes(&req.models)?;
@@ -194,9 +198,15 @@ impl EnvService {
     }
 
     async fn algorithms(&self, req: pb::RunAlgorithmsRequest) -> Result<pb::RunAlgorithmsResponse> {
-        self.check_size("RunAlgorithmsRequest", req.encoded_len(), "traces")?;
+        let parts = [
+            ("algorithms", req.algorithms.iter().map(|m| m.encoded_len()).sum()),
+            ("traces", req.traces.iter().map(|m| m.encoded_len()).sum()),
+            ("models", req.models.values().map(|m| m.encoded_len()).sum()),
+        ];
+        self.check_size("RunAlgorithmsRequest", req.encoded_len(), &parts)?;
         for (i, t) in req.traces.iter().enumerate() {
             check_trace(t, &format!("traces[{i}]"))?;
+            check_finite_rewards(t, &format!("traces[{i}]"))?;
         }
         let mut models = BTreeMap::new();
         for (k, m) in &req.models {
@@ -288,6 +298,41 @@ impl EnvServer for EnvService {
 }
 
 /// The token of an `authorization: Bearer <token>` value.
+/// Rewards an algorithm computes with must be numbers: one NaN makes the whole group's advantages NaN.
+fn check_finite_rewards(t: &pb::Trace, at: &str) -> Result<()> {
+    let finite = |what: String, v: f64| {
+        if v.is_finite() { Ok(()) } else { Err(Error::bad_request(what, format!("must be finite, got {v}"))) }
+    };
+    finite(format!("{at}.reward"), t.reward)?;
+    for (name, r) in &t.rewards {
+        finite(format!("{at}.rewards.{name}"), r.score)?;
+        finite(format!("{at}.rewards.{name}.weight"), r.weight)?;
+    }
+    for (k, r) in t.turn_rewards.iter().enumerate() {
+        finite(format!("{at}.turn_rewards[{k}]"), *r)?;
+    }
+    Ok(())
+}
+
+/// The sizes of a rollout request's fields, for naming the one that made it too large.
+fn request_parts(
+    example: Option<&pb::ExampleRef>,
+    actor: Option<&pb::ModelRuntime>,
+    context: Option<&pb::TrainingContext>,
+    models: &std::collections::HashMap<String, pb::ModelRuntime>,
+) -> [(&'static str, usize); 4] {
+    let example_field = match example.and_then(|e| e.source.as_ref()) {
+        Some(pb::example_ref::Source::InlineJson(_)) => "example.inline_json",
+        _ => "example",
+    };
+    [
+        (example_field, example.map_or(0, |m| m.encoded_len())),
+        ("actor", actor.map_or(0, |m| m.encoded_len())),
+        ("training_context", context.map_or(0, |m| m.encoded_len())),
+        ("models", models.values().map(|m| m.encoded_len()).sum()),
+    ]
+}
+
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())

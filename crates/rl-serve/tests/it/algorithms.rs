@@ -53,10 +53,23 @@ async fn rloo_gives_leave_one_out_advantages_on_sampled_tokens() {
         .client
         .run_algorithms(pb::RunAlgorithmsRequest {
             algorithms: vec![pb::AlgorithmSpec { id: String::from("nope"), fields_json: String::new() }],
-            traces,
+            traces: traces.clone(),
             ..Default::default()
         })
         .await
         .unwrap_err();
     assert!(err.to_string().contains("algorithms[0].id"), "{err}");
+    // A non-finite reward would turn every advantage of the group into NaN: refused by name.
+    let rloo = vec![pb::AlgorithmSpec { id: String::from("rloo"), fields_json: String::from("{}") }];
+    for (field, poison) in [("traces[1].reward", f64::NAN), ("traces[1].rewards", f64::INFINITY)] {
+        let mut bad = traces.clone();
+        if field.ends_with("rewards") {
+            bad[1].rewards.insert(String::from("x"), pb::RewardValue { score: poison, weight: 1.0 });
+        } else {
+            bad[1].reward = poison;
+        }
+        let req = pb::RunAlgorithmsRequest { algorithms: rloo.clone(), traces: bad, ..Default::default() };
+        let err = h.client.run_algorithms(req).await.unwrap_err();
+        assert!(err.to_string().contains(field) && err.to_string().contains("finite"), "{err}");
+    }
 }

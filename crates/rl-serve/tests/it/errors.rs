@@ -66,6 +66,12 @@ async fn malformed_requests_are_invalid_argument_and_the_server_keeps_serving() 
     assert!(big.encoded_len() > 4096);
     let e = bad_field(h.client.run_group(big).await.unwrap_err());
     assert!(e.contains("max_message_bytes") && e.contains("example.inline_json"), "{e}");
+    // A large training context is blamed on itself, not on a field that was not sent.
+    let mut big_context = group(dataset("train", 0), 1);
+    big_context.training_context =
+        Some(pb::TrainingContext { extra: [(String::from("notes"), "y".repeat(6000))].into(), ..Default::default() });
+    let e = bad_field(h.client.run_group(big_context).await.unwrap_err());
+    assert!(e.contains("`training_context`") && !e.contains("example"), "{e}");
 
     let bad_trace = pb::Trace {
         nodes: vec![pb::MessageNode {
