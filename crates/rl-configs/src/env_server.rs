@@ -42,6 +42,11 @@ impl EnvServerConfig {
         if self.env.id.trim().is_empty() {
             return Err(ConfigError::invalid(k("env.id"), "must name an environment (e.g. `reverse-text`)"));
         }
+        // The name (or id) becomes a file name: `env-server-<name>.json` in the output directory.
+        match &self.env.name {
+            Some(name) => crate::shared::plain_name(&k("env.name"), name)?,
+            None => crate::shared::plain_name(&k("env.id"), &self.env.id)?,
+        }
         self.serve.validate(&k("serve"))
     }
 }

@@ -191,6 +191,16 @@ fn env_names_cannot_be_paths() {
     let err = rl_with(&["--run.name", "../up"]).unwrap_err();
     assert_eq!(invalid_key(err), "run.name");
     assert!(rl_with(&["--orchestrator.train.env.0.name", "rt-2"]).is_ok());
+    // `rl env-server` writes its resolved config under the env's name too.
+    let f = Files::new();
+    let cfg = f.write("env.toml", "[env]\nid = \"reverse-text\"\n");
+    for bad in ["../../x", "a/b", ".."] {
+        let err = load_args::<rl_configs::EnvServerConfig>(&["@", cfg.as_str(), "--env.name", bad]).unwrap_err();
+        assert_eq!(invalid_key(err), "env.name", "{bad:?}");
+    }
+    let err = load_args::<rl_configs::EnvServerConfig>(&["@", cfg.as_str(), "--env.id", "../x"]).unwrap_err();
+    assert_eq!(invalid_key(err), "env.id");
+    assert!(load_args::<rl_configs::EnvServerConfig>(&["@", cfg.as_str(), "--env.name", "rt-2"]).is_ok());
 }
 
 #[test]
