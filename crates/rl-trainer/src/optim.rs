@@ -189,7 +189,12 @@ impl Optimizer {
         opt.steps = meta["steps"].as_u64().unwrap_or(0);
         let file = dir.join("optimizer.safetensors");
         if file.exists() {
-            let mut tensors = candle_core::safetensors::load(&file, device)?;
+            let mut tensors = candle_core::safetensors::load(&file, device).map_err(|e| Error::Checkpoint {
+                path: file.clone(),
+                message: format!(
+                    "cannot read the optimizer state (a damaged file? resume from an earlier checkpoint): {e}"
+                ),
+            })?;
             let names: Vec<String> =
                 tensors.keys().filter_map(|k| k.strip_prefix("first.")).map(str::to_owned).collect();
             for n in names {
@@ -261,6 +266,16 @@ mod tests {
         for k in 0..2 {
             assert!((got[k] - w[k]).abs() < 1e-12, "{got:?} vs {w:?}");
         }
+    }
+
+    #[test]
+    fn a_damaged_optimizer_file_is_named() {
+        let cfg = OptimConfig::Adamw { lr: 0.1, weight_decay: 0.0, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("optimizer.json"), r#"{"steps": 3}"#).unwrap();
+        std::fs::write(dir.path().join("optimizer.safetensors"), b"\x07\x00garbage").unwrap();
+        let err = Optimizer::load(&cfg, dir.path(), &Device::Cpu).err().expect("a damaged file is an error");
+        assert!(err.to_string().contains("optimizer.safetensors"), "{err}");
     }
 
     #[test]
