@@ -229,3 +229,21 @@ class ToolEnvTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ModelTests(unittest.TestCase):
+    def test_an_unreachable_judge_is_named(self):
+        import socket
+
+        from rl_env import Model
+
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        judge = Model(f"http://127.0.0.1:{port}/v1", "judge-model", timeout_s=5)
+        with self.assertRaises(RuntimeError) as caught:
+            asyncio.run(judge.chat([{"role": "user", "content": "hi"}]))
+        message = str(caught.exception)
+        self.assertIn(f"127.0.0.1:{port}", message)
+        self.assertIn("judge-model", message)
+        self.assertIn("unreachable", message)

@@ -28,7 +28,12 @@ class Model:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return json.loads(response.read(64 << 20))
         except urllib.error.HTTPError as e:
-            raise RuntimeError(f"{self.model}: HTTP {e.code}: {e.read(2000).decode(errors='replace')}") from None
+            where = f"{self.model} at {self.base_url}"
+            raise RuntimeError(f"{where}: HTTP {e.code}: {e.read(2000).decode(errors='replace')}") from None
+        except (urllib.error.URLError, OSError) as e:
+            # Connection refused, unknown host, timeouts: say which endpoint, not only why.
+            reason = getattr(e, "reason", e)
+            raise RuntimeError(f"{self.model} at {self.base_url} is unreachable: {reason}") from None
 
     async def chat(self, messages, **sampling):
         """The reply text of one chat completion (`sampling` overrides the request's sampling)."""
