@@ -258,8 +258,17 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         // Before any process starts: the trainer reads `rollouts/step_N` as soon as it exists, so
         // a batch the crashed run left after the checkpoint would be trained (and its broadcast
         // deleted under the trainer) if only the orchestrator removed them, at its own start.
-        rl_orchestrator::clean_after(&run, step)
+        let torn = rl_orchestrator::clean_after(&run, step)
             .with_context(|| format!("cannot remove the steps after {step} from {}", run_dir.display()))?;
+        if let Some(torn) = torn {
+            // The launcher has no log subscriber: say it on the console.
+            let line: String = torn.chars().take(120).collect();
+            writeln!(
+                std::io::stderr().lock(),
+                "note: cut a torn last line (a crash mid-write) from {}: {line:?}",
+                run.metrics().display()
+            )?;
+        }
     }
     watch_signals()?;
     if config.inference.is_some() {

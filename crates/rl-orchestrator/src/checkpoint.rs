@@ -80,8 +80,10 @@ pub(crate) fn load(run: &RunDir, step: Option<u64>) -> Result<OrchestratorState>
 }
 
 /// Removes rollouts and broadcasts of steps after `step` (on a fresh run, `step` = 0: everything
-/// an earlier run left except the starting weights), and metrics rows after `step`.
-pub fn clean_after(run: &RunDir, step: u64) -> Result<()> {
+/// an earlier run left except the starting weights), and metrics rows after `step`. Returns the
+/// torn last line of `metrics.jsonl` it cut (a crash mid-append), for the caller to report where
+/// a person sees it.
+pub fn clean_after(run: &RunDir, step: u64) -> Result<Option<String>> {
     for dir in [run.rollouts(), run.broadcasts()] {
         for (n, path) in steps_in(&dir) {
             if n > step {
@@ -90,10 +92,10 @@ pub fn clean_after(run: &RunDir, step: u64) -> Result<()> {
         }
     }
     let kept = retain_jsonl(&run.metrics(), |row| row["step"].as_u64().is_some_and(|s| s <= step))?;
-    if let Some(torn) = kept.torn {
+    if let Some(torn) = &kept.torn {
         tracing::warn!(file = %run.metrics().display(), torn = %torn, "cut a torn last line left by a crash");
     }
-    Ok(())
+    Ok(kept.torn)
 }
 
 #[cfg(test)]
@@ -128,8 +130,8 @@ mod tests {
             std::fs::create_dir_all(run.rollout_step(s)).unwrap();
         }
         let rows: String = (1..=4).map(|s| format!("{{\"step\":{s}}}\n")).collect();
-        std::fs::write(run.metrics(), rows).unwrap();
-        clean_after(&run, 2).unwrap();
+        std::fs::write(run.metrics(), rows + "{\"step\":5,\"rew").unwrap();
+        assert_eq!(clean_after(&run, 2).unwrap().as_deref(), Some("{\"step\":5,\"rew"), "the torn line is returned");
         let left = |dir: PathBuf| steps_in(&dir).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
         assert_eq!(left(run.broadcasts()), vec![0, 1, 2]);
         assert_eq!(left(run.rollouts()), vec![0, 1, 2]);

@@ -245,9 +245,17 @@ fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
         let mut args = vec!["rl", "@", "configs/ci/smoke.toml", "--run.name", &name, "--resume"];
         args.extend(steps);
         args.extend(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()]);
+        let dir = RunDir::new(tmp.path().join(&name));
+        if kill_after == 2 {
+            // A crash in the middle of appending a row: the resume cuts it and says so.
+            let mut metrics = std::fs::OpenOptions::new().append(true).open(dir.metrics()).unwrap();
+            std::io::Write::write_all(&mut metrics, b"{\"step\": 99, \"rew").unwrap();
+        }
         let o = rl(&args);
         assert!(o.status.success(), "{name}: {}\n{}", stdout(&o), stderr(&o));
-        let dir = RunDir::new(tmp.path().join(&name));
+        if kill_after == 2 {
+            assert!(stderr(&o).contains("cut a torn last line"), "{name}: {}", stderr(&o));
+        }
         let orch: Vec<u64> = read_jsonl::<serde_json::Value>(&dir.metrics())
             .unwrap()
             .iter()
