@@ -274,7 +274,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("optimizer.json"), r#"{"steps": 3}"#).unwrap();
         std::fs::write(dir.path().join("optimizer.safetensors"), b"\x07\x00garbage").unwrap();
-        let err = Optimizer::load(&cfg, dir.path(), &Device::Cpu).err().expect("a damaged file is an error");
+        let Err(err) = Optimizer::load(&cfg, dir.path(), &Device::Cpu) else { panic!("a damaged file is an error") };
         assert!(err.to_string().contains("optimizer.safetensors"), "{err}");
     }
 
