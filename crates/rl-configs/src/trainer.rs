@@ -123,7 +123,9 @@ impl Default for LossConfig {
 pub enum OptimConfig {
     /// AdamW with decoupled weight decay and bias correction.
     Adamw {
-        /// Peak learning rate.
+        /// Peak learning rate. The default, 1e-6 (prime-rl's, for fine-tuning models of billions of
+        /// parameters), barely moves a small or freshly initialised model: set it for one (1e-4 to
+        /// 3e-4 for the `tiny` and `small` presets).
         #[serde(default = "default_lr")]
         lr: f64,
         /// Decoupled weight decay.
@@ -141,7 +143,9 @@ pub enum OptimConfig {
     },
     /// SGD with momentum.
     Sgd {
-        /// Peak learning rate.
+        /// Peak learning rate. The default, 1e-6 (prime-rl's, for fine-tuning models of billions of
+        /// parameters), barely moves a small or freshly initialised model: set it for one (1e-4 to
+        /// 3e-4 for the `tiny` and `small` presets).
         #[serde(default = "default_lr")]
         lr: f64,
         /// Momentum.

@@ -30,6 +30,15 @@ fn the_environment_guide_runs_from_an_empty_directory() {
     let guide = std::fs::read_to_string(root().join("docs/guide-environments.md")).unwrap();
     let (files, commands) = parse(&guide);
     assert!(files.len() >= 5 && commands.len() >= 5, "the guide lost its blocks: {files:?} {commands:?}");
+    // The default learning rate (1e-6) barely moves the guide's tiny model: its configs set one.
+    for (path, text) in files.iter().filter(|(_, t)| t.contains("[[orchestrator.train.env]]")) {
+        assert!(text.contains("[trainer.optim]\nlr = "), "{path} leaves the learning rate at its default");
+    }
+    // And `--help` says what the default is for.
+    let rl = Path::new(env!("CARGO_BIN_EXE_rl"));
+    let help = Command::new(rl).args(["rl", "--help", "trainer"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("barely moves a small"), "{help}");
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // The repository's SDK, where the guide's `pip install -e python/rl-env` expects it.
