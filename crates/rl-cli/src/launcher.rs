@@ -441,6 +441,17 @@ enum Finished {
 
 /// A warning when the latest trainer steps (`skipped`, oldest first) trained no token: at 5 in a
 /// row, then each time the streak doubles; `warned` remembers the streak last warned about.
+/// Why a step gave the trainer nothing, for its progress line (a run that trains nothing says why).
+fn nothing_to_train(rollouts: &rl_configs::run_dir::RolloutMetrics) -> Option<String> {
+    if rollouts.samples > 0 {
+        return None;
+    }
+    Some(String::from(match rollouts.groups_uniform {
+        Some(u) if u >= 1.0 => " | nothing to train: every group's rewards were equal",
+        _ => " | nothing to train: no rollout had a trainable token",
+    }))
+}
+
 fn idle_warning(skipped: impl DoubleEndedIterator<Item = bool>, warned: &mut usize) -> Option<String> {
     let idle = skipped.rev().take_while(|s| *s).count();
     if idle == 0 {
@@ -593,9 +604,10 @@ fn monitor(
             }
             writeln!(
                 out,
-                "step {step}{} | reward {:.4} | {trained} | elapsed {:.0}s",
+                "step {step}{} | reward {:.4} | {trained}{} | elapsed {:.0}s",
                 max_steps.map(|m| format!("/{m}")).unwrap_or_default(),
                 rollouts.reward_mean,
+                nothing_to_train(rollouts).unwrap_or_default(),
                 started.elapsed().as_secs_f64()
             )?;
         }
@@ -662,6 +674,16 @@ mod tests {
         // A crash after a minute of serving is not part of a loop: the shortest pause again.
         quick = super::quick_crashes(quick, super::HEALTHY_RUN);
         assert_eq!(super::restart_backoff(quick).as_secs(), 1);
+    }
+
+    #[test]
+    fn a_step_with_nothing_to_train_says_why_on_its_line() {
+        let mut m = rl_configs::run_dir::RolloutMetrics { samples: 0, groups_uniform: Some(1.0), ..Default::default() };
+        assert!(super::nothing_to_train(&m).unwrap().contains("every group's rewards were equal"));
+        m.groups_uniform = Some(0.5);
+        assert!(super::nothing_to_train(&m).unwrap().contains("no rollout had a trainable token"));
+        m.samples = 3;
+        assert_eq!(super::nothing_to_train(&m), None);
     }
 
     #[test]
