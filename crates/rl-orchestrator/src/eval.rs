@@ -75,6 +75,22 @@ pub(crate) fn turn_metrics(name: &str, episodes: &[&[f64]]) -> Map<String, Value
     m
 }
 
+/// Means over the evaluated traces of each reward function's score (`eval/<env>/reward/<fn>`) and
+/// each metric (`eval/<env>/metric/<name>`), as training rows carry them per env.
+pub(crate) fn component_metrics(name: &str, traces: &[&rl_serve::pb::Trace]) -> Map<String, Value> {
+    let mut sums: std::collections::BTreeMap<String, (f64, usize)> = std::collections::BTreeMap::new();
+    for t in traces {
+        let scores = t.rewards.iter().map(|(k, r)| (format!("eval/{name}/reward/{k}"), r.score));
+        let metrics = t.metrics.iter().map(|(k, v)| (format!("eval/{name}/metric/{k}"), *v));
+        for (key, value) in scores.chain(metrics).filter(|(_, v)| v.is_finite()) {
+            let entry = sums.entry(key).or_default();
+            entry.0 += value;
+            entry.1 += 1;
+        }
+    }
+    sums.into_iter().map(|(k, (sum, n))| (k, json!(sum / n as f64))).collect()
+}
+
 /// Evaluates every eval env with the policy version loaded now: each of its first `examples`
 /// tasks `k` times, as one dispatch.
 pub(crate) async fn evaluate(
@@ -114,6 +130,12 @@ pub(crate) async fn evaluate(
             .flat_map(|(traces, _)| traces.iter().map(|(_, t)| t.turn_rewards.as_slice()))
             .collect();
         out.extend(turn_metrics(&e.name, &turns));
+        let traces: Vec<&rl_serve::pb::Trace> =
+            collected.groups.iter().flat_map(|(traces, _)| traces.iter().map(|(_, t)| t)).collect();
+        for (key, value) in component_metrics(&e.name, &traces) {
+            // `reward/mean` is the total's; a reward function of that name keeps the total's key.
+            out.entry(key).or_insert(value);
+        }
         out.insert(format!("eval/{}/dropped", e.name), json!(collected.dropped_total()));
         out.insert(format!("eval/{}/policy_version", e.name), json!(policy.get()));
         out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
@@ -148,6 +170,25 @@ mod tests {
         assert!((m["eval/rt/pass@2"].as_f64().unwrap() - (0.5 + 5.0 / 6.0) / 2.0).abs() < 1e-12);
         assert_eq!(m["eval/rt/pass@4"], json!(1.0), "with 4 draws of 4 samples any correct one is drawn");
         assert!(!m.contains_key("eval/rt/pass@8"));
+    }
+
+    #[test]
+    fn reward_functions_and_metrics_are_averaged_per_key() {
+        use rl_serve::pb;
+        let trace = |a: f64, b: Option<f64>, turns: f64| {
+            let mut t = pb::Trace::default();
+            t.rewards.insert(String::from("correct"), pb::RewardValue { score: a, weight: 1.0 });
+            if let Some(b) = b {
+                t.rewards.insert(String::from("format"), pb::RewardValue { score: b, weight: 0.2 });
+            }
+            t.metrics.insert(String::from("num_turns"), turns);
+            t
+        };
+        let (x, y) = (trace(1.0, Some(0.5), 2.0), trace(0.0, None, 4.0));
+        let m = component_metrics("math", &[&x, &y]);
+        assert_eq!(m["eval/math/reward/correct"], json!(0.5));
+        assert_eq!(m["eval/math/reward/format"], json!(0.5), "over the traces that have it");
+        assert_eq!(m["eval/math/metric/num_turns"], json!(3.0));
     }
 
     #[test]

@@ -371,6 +371,9 @@ class Training(unittest.TestCase):
         rows = self.train("reverse_text.toml")
         evals = [r for r in rows if "eval/verifiers/avg@1" in r]
         self.assertTrue(evals and all(r["eval/verifiers/examples"] == 16 for r in evals), rows)
+        # Per reward function and per metric, as the training rows have them.
+        self.assertTrue(all("eval/verifiers/reward/reversal" in r and "eval/verifiers/metric/reply_chars" in r
+                            for r in evals), evals)
 
     def test_tools(self):
         self.train("tool_lookup.toml")

@@ -18,7 +18,9 @@ pub struct MetricsRow {
     /// The step's rollouts; absent in the step-0 evaluation row.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub rollouts: Option<RolloutMetrics>,
-    /// Keyed metrics whose names depend on the run (`eval/...`, `errors/<kind>`, `reward/member/...`;
+    /// Keyed metrics whose names depend on the run (`eval/<env>/...`: `avg@k`, `pass@j`,
+    /// `reward/mean`, per reward function `reward/<function>` and per metric `metric/<name>`;
+    /// `errors/<kind>`, `reward/member/...`;
     /// per env, means over the step's rollouts: `env/<env>/reward`, `env/<env>/reward/<function>`,
     /// `env/<env>/metric/<name>`, `env/<env>/reward_errors`; per env, means over the step's groups:
     /// `env/<env>/reward_group_best`, `env/<env>/groups_uniform`).
