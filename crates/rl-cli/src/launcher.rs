@@ -441,6 +441,30 @@ enum Finished {
 
 /// A warning when the latest trainer steps (`skipped`, oldest first) trained no token: at 5 in a
 /// row, then each time the streak doubles; `warned` remembers the streak last warned about.
+/// Reward functions that failed in a step (they score 0, so a run would otherwise learn from zeros
+/// quietly): which envs, how often, and the first failure from the step's traces when still there.
+fn reward_error_note(row: &MetricsRow, traces: &Path) -> Option<String> {
+    let envs: Vec<String> = row
+        .keyed
+        .iter()
+        .filter_map(|(k, v)| {
+            let env = k.strip_prefix("env/")?.strip_suffix("/reward_errors")?;
+            let share = v.as_f64().filter(|x| *x > 0.0)?;
+            Some(format!("{env} {:.0}% of rollouts", share * 100.0))
+        })
+        .collect();
+    if envs.is_empty() {
+        return None;
+    }
+    let first = read_jsonl::<serde_json::Value>(traces).ok().and_then(|lines| {
+        lines.iter().find_map(|t| {
+            let e = t["reward_errors"].as_array()?.first()?;
+            Some(format!("; first: `{}`: {}", e["name"].as_str()?, e["message"].as_str()?))
+        })
+    });
+    Some(format!("  reward functions failed (scored 0): {}{}", envs.join(", "), first.unwrap_or_default()))
+}
+
 /// Why a step gave the trainer nothing, for its progress line (a run that trains nothing says why).
 fn nothing_to_train(rollouts: &rl_configs::run_dir::RolloutMetrics) -> Option<String> {
     if rollouts.samples > 0 {
@@ -610,6 +634,9 @@ fn monitor(
                 nothing_to_train(rollouts).unwrap_or_default(),
                 started.elapsed().as_secs_f64()
             )?;
+            if let Some(note) = reward_error_note(row, &run.traces(step)) {
+                writeln!(out, "{note}")?;
+            }
         }
         if let Some(b) = board.as_mut() {
             b.mirror(run)?;
@@ -674,6 +701,27 @@ mod tests {
         // A crash after a minute of serving is not part of a loop: the shortest pause again.
         quick = super::quick_crashes(quick, super::HEALTHY_RUN);
         assert_eq!(super::restart_backoff(quick).as_secs(), 1);
+    }
+
+    #[test]
+    fn failed_reward_functions_are_named_under_the_step_line() {
+        let row: rl_configs::run_dir::MetricsRow = serde_json::from_value(serde_json::json!({
+            "step": 3, "env/arith/reward_errors": 0.25, "env/other/reward_errors": 0.0
+        }))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let traces = dir.path().join("traces.jsonl");
+        assert_eq!(
+            super::reward_error_note(&row, &traces).unwrap(),
+            "  reward functions failed (scored 0): arith 25% of rollouts"
+        );
+        let line = r#"{"reward_errors": [{"name": "exact", "message": "ZeroDivisionError: division by zero"}]}"#;
+        std::fs::write(&traces, format!("{{\"reward_errors\": []}}\n{line}\n")).unwrap();
+        let note = super::reward_error_note(&row, &traces).unwrap();
+        assert!(note.ends_with("first: `exact`: ZeroDivisionError: division by zero"), "{note}");
+        let clean: rl_configs::run_dir::MetricsRow =
+            serde_json::from_value(serde_json::json!({"step": 3, "env/arith/reward_errors": 0.0})).unwrap();
+        assert_eq!(super::reward_error_note(&clean, &traces), None);
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub struct OrchestratorConfig {
     /// A step stops the run when more than this fraction of its groups failed (each group is run
     /// up to 3 times on retryable errors, then dropped; the step proceeds with the rest).
     pub max_dropped_group_fraction: f64,
+    /// A step stops the run when more than this fraction of its rollouts had a reward function
+    /// fail (raise, return a non-number, time out; such a function scores 0). The default, 1,
+    /// never stops: failures are reported on the progress line and in each trace's
+    /// `reward_errors`; 0 stops at the first.
+    pub max_reward_error_fraction: f64,
     /// Longest wait for the trainer's next weights (the async gate, a resume), in seconds; past
     /// it the orchestrator stops with an error naming the missing broadcast.
     pub trainer_timeout_s: f64,
@@ -107,6 +112,7 @@ impl Default for OrchestratorConfig {
             wait_for_ready_s: 300.0,
             trainer_timeout_s: 1800.0,
             max_dropped_group_fraction: 0.5,
+            max_reward_error_fraction: 1.0,
             eval: None,
             ckpt: None,
             resume: None,
@@ -437,6 +443,12 @@ impl OrchestratorConfig {
             return Err(ConfigError::invalid(
                 k("max_dropped_group_fraction"),
                 format!("must be in [0, 1], got {}", self.max_dropped_group_fraction),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.max_reward_error_fraction) {
+            return Err(ConfigError::invalid(
+                k("max_reward_error_fraction"),
+                format!("must be in [0, 1], got {}", self.max_reward_error_fraction),
             ));
         }
         self.train.sampling.validate(&k("train.sampling"))?;

@@ -206,6 +206,7 @@ impl Orchestrator {
         let mut keyed = self.evaluate_if_due(step).await?;
         let generating = Instant::now();
         let (groups, dispatched, refill) = self.rollouts(step).await?;
+        self.check_reward_errors(&groups)?;
         let generate_s = generating.elapsed().as_secs_f64();
         let scoring = Instant::now();
         let (samples, tally) = self.training_samples(step, &groups).await?;
@@ -402,6 +403,32 @@ impl Orchestrator {
             }
         }
         Ok((out, tally))
+    }
+
+    /// Stops the run when more than `max_reward_error_fraction` of the step's rollouts had a reward
+    /// function fail, naming the first failure.
+    fn check_reward_errors(&self, groups: &[Group]) -> Result<()> {
+        let rollouts: Vec<(usize, &Rollout)> =
+            groups.iter().flat_map(|g| g.rollouts.iter().map(|r| (g.env, r))).collect();
+        let failed: Vec<&(usize, &Rollout)> =
+            rollouts.iter().filter(|(_, r)| !r.trace.reward_errors.is_empty()).collect();
+        let limit = self.cfg.max_reward_error_fraction;
+        let Some((env, first)) = failed.first() else { return Ok(()) };
+        if limit >= 1.0 || failed.len() as f64 <= limit * rollouts.len() as f64 {
+            return Ok(());
+        }
+        let e = &first.trace.reward_errors[0];
+        Err(Error::Rollout {
+            env: self.envs[*env].name().to_owned(),
+            message: format!(
+                "{} of the step's {} rollouts had a reward function fail (orchestrator.max_reward_error_fraction = \
+                 {limit}); first: `{}`: {}",
+                failed.len(),
+                rollouts.len(),
+                e.name,
+                e.message
+            ),
+        })
     }
 
     /// The step's training batch.

@@ -41,7 +41,9 @@ pub fn write_traces(run: &RunDir, step: u64, groups: &[Group], env_names: &[Stri
                 "env": env_names[g.env], "task": t.task_key, "member": t.member_id, "reward": t.reward,
                 "rewards": rewards, "stop": t.stop_condition, "truncated": t.is_truncated,
                 "policy_version": g.policy_version,
-                "errors": t.errors.iter().map(|x| x.message.clone()).collect::<Vec<_>>(), "messages": messages,
+                "errors": t.errors.iter().map(|x| x.message.clone()).collect::<Vec<_>>(),
+                "reward_errors": t.reward_errors.iter().map(|e| json!({"name": e.name, "message": e.message})).collect::<Vec<_>>(),
+                "messages": messages,
             });
             if !t.turn_rewards.is_empty() {
                 line["turn_rewards"] = json!(t.turn_rewards);

@@ -786,3 +786,47 @@ async fn groups_wait_for_an_env_server_that_comes_back_instead_of_being_dropped(
     assert_eq!(m.get("groups_dropped/infrastructure").and_then(serde_json::Value::as_u64).unwrap_or(0), 0, "{m}");
     assert_eq!(summaries[0].metrics.rollouts.as_ref().unwrap().rollouts, 8, "{m}");
 }
+
+/// A reward function that fails scores 0 and is recorded; past `max_reward_error_fraction` of a
+/// step's rollouts the run stops naming the function and its message (the default never stops).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_reward_functions_stop_the_run_past_their_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env_file = tmp.path().join("broken.py");
+    std::fs::write(
+        &env_file,
+        "import rl_env\n\
+         def load_environment():\n\
+         \x20   def exact(completion, answer):\n\
+         \x20       if answer.startswith('x'):\n\
+         \x20           raise ValueError('no digits in ' + answer)\n\
+         \x20       return 1.0\n\
+         \x20   rows = [{'question': q, 'answer': q} for q in ['xa', 'b', 'xc', 'd'] * 8]\n\
+         \x20   return rl_env.SingleTurnEnv(dataset=rows, rubric=rl_env.Rubric([exact]))\n",
+    )
+    .unwrap();
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rl-env/src");
+    let args = serde_json::json!({"file": env_file, "sys_path": [sdk]});
+    let train = env_server("python", args).await;
+    let model = FakeModel::start(|_: &FakeRequest| FakeReply::Text(String::from("ok"))).await;
+    let mut cfg = config(tmp.path(), &model, train, 1);
+    cfg.batch_size = 32;
+    cfg.max_reward_error_fraction = 0.1;
+    let _trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut orch = Orchestrator::connect(&cfg).await.unwrap();
+    let err = orch.run(|_| {}).await.unwrap_err().to_string();
+    assert!(
+        err.contains("max_reward_error_fraction") && err.contains("`exact`: ") && err.contains("no digits in x"),
+        "{err}"
+    );
+    // Within the budget (the default: never stop) the step trains, and each trace names its errors.
+    let tmp = tempfile::tempdir().unwrap();
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut lenient = config(tmp.path(), &model, cfg.train.env[0].address.clone().unwrap(), 1);
+    lenient.batch_size = 32;
+    run(&lenient).await;
+    trainer.await.unwrap();
+    let traces = std::fs::read_to_string(rl_configs::RunDir::new(tmp.path()).traces(1)).unwrap();
+    let named = traces.lines().filter(|l| l.contains(r#""reward_errors":[{"name":"exact""#)).count();
+    assert!(named > 0 && traces.lines().all(|l| l.contains("\"reward_errors\"")), "{traces}");
+}
