@@ -24,6 +24,7 @@ pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
 pub use cpu::layer::LayerShape;
 pub use cpu::logprobs::Targets;
+pub use cpu::lora::{LoraShape, Proj};
 pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};
 pub use pool::on_awake_pool;

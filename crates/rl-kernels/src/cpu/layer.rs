@@ -11,6 +11,7 @@
 use std::ops::Range;
 
 use crate::cpu::attention::{AttnShape, Qkv, backward_packed, forward};
+use crate::cpu::lora::{LoraPart, LoraShape, Proj, Site, lora_backward, lora_forward};
 use crate::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_backward, heads_norm_rope_forward};
 use crate::cpu::norm::{rms_norm_backward, rms_norm_forward};
 use crate::cpu::swiglu::{swiglu_packed_backward, swiglu_packed_forward};
@@ -128,6 +129,67 @@ pub struct Saved<T> {
     pub gu: Vec<T>,
     /// SwiGLU output `[T, intermediate]`.
     pub act: Vec<T>,
+    /// Each adapter's `x A^T` (`[T, r]`), in [`LoraShape::parts`] order.
+    pub lora_u: Vec<Vec<T>>,
+}
+
+/// A layer pass's adapters: the flat buffer and its shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Adapters<'a, T> {
+    /// `A` and `B` of every adapted projection ([`LoraShape::parts`]).
+    pub values: &'a [T],
+    /// Rank, scale and targets.
+    pub shape: LoraShape,
+}
+
+impl<T: Real> Adapters<'_, T> {
+    /// The parts adapting any of `projs`, with their index in [`LoraShape::parts`].
+    fn parts_of(&self, sh: &LayerShape, projs: &[Proj]) -> Vec<(usize, LoraPart)> {
+        self.shape.parts(sh).into_iter().enumerate().filter(|(_, p)| projs.contains(&p.proj)).collect()
+    }
+
+    fn scale(&self) -> T {
+        T::of(self.shape.scale)
+    }
+}
+
+/// Adds the adapters of `projs` (reading `x`) into `y` (rows of `ld`), keeping each `x A^T`.
+fn adapt<T: Real>(
+    ad: Option<&Adapters<'_, T>>,
+    sh: &LayerShape,
+    projs: &[Proj],
+    y: &mut [T],
+    x: &[T],
+    ld: usize,
+    u: &mut [Vec<T>],
+) {
+    let Some(ad) = ad else { return };
+    let t = y.len() / ld;
+    for (i, part) in ad.parts_of(sh, projs) {
+        let site = Site { t, ld, col: part.proj.column(sh) };
+        u[i] = lora_forward(y, x, ad.values, &part, site, ad.shape.rank, ad.scale());
+    }
+}
+
+/// The backward of [`adapt`]: adapter gradients into `d_ad`, the input's into `dx`.
+#[allow(clippy::too_many_arguments)]
+fn adapt_backward<T: Real>(
+    ad: Option<&Adapters<'_, T>>,
+    sh: &LayerShape,
+    projs: &[Proj],
+    dy: &[T],
+    x: &[T],
+    u: &[Vec<T>],
+    d_ad: &mut [T],
+    dx: &mut [T],
+    ld: usize,
+) {
+    let Some(ad) = ad else { return };
+    let t = dy.len() / ld;
+    for (i, part) in ad.parts_of(sh, projs) {
+        let site = Site { t, ld, col: part.proj.column(sh) };
+        lora_backward(dy, x, &u[i], ad.values, d_ad, dx, &part, site, ad.shape.rank, ad.scale());
+    }
 }
 
 /// Everything a layer pass needs besides the activations.
@@ -172,18 +234,29 @@ fn project_onto<T: Real>(y: &mut [T], x: &[T], w: &[T], r: &Range<usize>, t: usi
     matmul_par(MatMut::rows(y, t, out, out), MatRef::rows(x, t, inp, inp), wt, T::ONE, true);
 }
 
-/// The layer's output `[T, hidden]` for input `x` and flat weights `w`, and what its backward
-/// needs.
-pub fn layer_forward<T: Real>(x: &[T], w: &[T], ctx: &LayerCtx<'_, T>) -> (Vec<T>, Saved<T>) {
+const QKV: [Proj; 3] = [Proj::Q, Proj::K, Proj::V];
+const GATE_UP: [Proj; 2] = [Proj::Gate, Proj::Up];
+
+/// The layer's output `[T, hidden]` for input `x`, flat weights `w` and adapters `ad`, and what
+/// its backward needs.
+pub fn layer_forward<T: Real>(
+    x: &[T],
+    w: &[T],
+    ad: Option<&Adapters<'_, T>>,
+    ctx: &LayerCtx<'_, T>,
+) -> (Vec<T>, Saved<T>) {
     let sh = ctx.shape;
     let (h, t, width, inter) = (sh.hidden, ctx.positions.len(), sh.qkv_width(), sh.intermediate);
     let p = sh.parts();
     assert!(x.len() == t * h && w.len() == p.down.end, "decoder layer: buffers do not match the shape");
+    assert!(ad.is_none_or(|a| a.values.len() == a.shape.len(&sh)), "decoder layer: adapters do not match the shape");
+    let mut lora_u = vec![Vec::new(); ad.map_or(0, |a| a.shape.parts(&sh).len())];
     let h1 = rms_norm_forward(x, &w[p.ln1.clone()], sh.eps);
     let mut qkv_pre = project(&h1, w, &p.qkv, t, h);
     if sh.qkv_bias {
         add_rows(&mut qkv_pre, &w[p.qkv_bias.clone()]);
     }
+    adapt(ad, &sh, &QKV, &mut qkv_pre, &h1, width, &mut lora_u);
     let spans = sh.spans(w, &p);
     let qkv = heads_norm_rope_forward(&qkv_pre, width, sh.attn.head_dim, &spans, sh.eps, ctx.positions, ctx.rope);
     let (o, lse) = forward(ctx.layout, sh.attn, Qkv::packed(&qkv, sh.attn), ctx.scale);
@@ -192,12 +265,15 @@ pub fn layer_forward<T: Real>(x: &[T], w: &[T], ctx: &LayerCtx<'_, T>) -> (Vec<T
         add_rows(&mut x2, &w[p.o_bias.clone()]);
     }
     project_onto(&mut x2, &o, w, &p.o, t, sh.attn.ldq());
+    adapt(ad, &sh, &[Proj::O], &mut x2, &o, h, &mut lora_u);
     let h2 = rms_norm_forward(&x2, &w[p.ln2.clone()], sh.eps);
-    let gu = project(&h2, w, &p.gate_up, t, h);
+    let mut gu = project(&h2, w, &p.gate_up, t, h);
+    adapt(ad, &sh, &GATE_UP, &mut gu, &h2, 2 * inter, &mut lora_u);
     let act = swiglu_packed_forward(&gu, inter);
     let mut out = x2.clone();
     project_onto(&mut out, &act, w, &p.down, t, inter);
-    (out, Saved { h1, qkv_pre, qkv, o, lse, x2, h2, gu, act })
+    adapt(ad, &sh, &[Proj::Down], &mut out, &act, h, &mut lora_u);
+    (out, Saved { h1, qkv_pre, qkv, o, lse, x2, h2, gu, act, lora_u })
 }
 
 /// `dW = dy^T x` straight into the weight gradient's rows `r` (`out x inp`).
@@ -213,49 +289,92 @@ fn input_grad<T: Real>(dy: &[T], w: &[T], r: &Range<usize>, t: usize, inp: usize
     product_new(MatRef::rows(dy, t, out, out), MatRef::rows(&w[r.clone()], out, inp, inp), T::ONE, true)
 }
 
-/// Gradients `(dx, dw)` of [`layer_forward`] given the output's gradient `dy`.
-pub fn layer_backward<T: Real>(x: &[T], w: &[T], s: &Saved<T>, dy: &[T], ctx: &LayerCtx<'_, T>) -> (Vec<T>, Vec<T>) {
+/// Which gradients a layer backward computes: of the weights (not when they are frozen under
+/// adapters: no weight-gradient product runs) and of the adapters.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted {
+    /// The flat weights' gradient.
+    pub weights: bool,
+}
+
+/// Gradients of [`layer_forward`] given the output's gradient `dy`: the input's, the weights'
+/// (when `want.weights`) and the adapters' (when `ad` is given).
+pub fn layer_backward<T: Real>(
+    x: &[T],
+    w: &[T],
+    ad: Option<&Adapters<'_, T>>,
+    s: &Saved<T>,
+    dy: &[T],
+    ctx: &LayerCtx<'_, T>,
+    want: Wanted,
+) -> (Vec<T>, Option<Vec<T>>, Option<Vec<T>>) {
     let sh = ctx.shape;
     let (h, t, width, inter, qd) = (sh.hidden, ctx.positions.len(), sh.qkv_width(), sh.intermediate, sh.attn.ldq());
     let p = sh.parts();
     assert!(dy.len() == t * h && w.len() == p.down.end, "decoder layer: gradient does not match the shape");
-    let mut dw = crate::cpu::zeroed(w.len());
+    let mut dw = want.weights.then(|| crate::cpu::zeroed(w.len()));
+    let mut d_ad = ad.map(|a| crate::cpu::zeroed(a.values.len()));
+    macro_rules! d_ad {
+        () => {
+            d_ad.as_deref_mut().unwrap_or(&mut [])
+        };
+    }
     // MLP block: out = x2 + swiglu(h2 Wgu^T) Wd^T.
-    let d_act = input_grad(dy, w, &p.down, t, inter);
-    weight_grad(&mut dw, &p.down, dy, &s.act, t, inter);
+    let mut d_act = input_grad(dy, w, &p.down, t, inter);
+    adapt_backward(ad, &sh, &[Proj::Down], dy, &s.act, &s.lora_u, d_ad!(), &mut d_act, h);
+    if let Some(dw) = dw.as_mut() {
+        weight_grad(dw, &p.down, dy, &s.act, t, inter);
+    }
     let d_gu = swiglu_packed_backward(&s.gu, &d_act, inter);
     drop(d_act);
-    let d_h2 = input_grad(&d_gu, w, &p.gate_up, t, h);
-    weight_grad(&mut dw, &p.gate_up, &d_gu, &s.h2, t, h);
+    let mut d_h2 = input_grad(&d_gu, w, &p.gate_up, t, h);
+    adapt_backward(ad, &sh, &GATE_UP, &d_gu, &s.h2, &s.lora_u, d_ad!(), &mut d_h2, 2 * inter);
+    if let Some(dw) = dw.as_mut() {
+        weight_grad(dw, &p.gate_up, &d_gu, &s.h2, t, h);
+    }
     drop(d_gu);
     let (mut d_x2, d_ln2) = rms_norm_backward(&s.x2, &w[p.ln2.clone()], &d_h2, sh.eps);
-    dw[p.ln2.clone()].copy_from_slice(&d_ln2);
+    if let Some(dw) = dw.as_mut() {
+        dw[p.ln2.clone()].copy_from_slice(&d_ln2);
+    }
     d_x2.iter_mut().zip(dy).for_each(|(a, b)| *a += *b);
     // Attention block: x2 = x + attn(norm-rope(h1 Wqkv^T + b)) Wo^T + bo.
-    if sh.o_bias {
+    if let Some(dw) = dw.as_mut()
+        && sh.o_bias
+    {
         column_sums(&d_x2, &mut dw[p.o_bias.clone()]);
     }
-    let d_o = input_grad(&d_x2, w, &p.o, t, qd);
-    weight_grad(&mut dw, &p.o, &d_x2, &s.o, t, qd);
+    let mut d_o = input_grad(&d_x2, w, &p.o, t, qd);
+    adapt_backward(ad, &sh, &[Proj::O], &d_x2, &s.o, &s.lora_u, d_ad!(), &mut d_o, h);
+    if let Some(dw) = dw.as_mut() {
+        weight_grad(dw, &p.o, &d_x2, &s.o, t, qd);
+    }
     let d_qkv = backward_packed(ctx.layout, sh.attn, &s.qkv, &s.o, &s.lse, &d_o, ctx.scale);
     drop(d_o);
     let spans = sh.spans(w, &p);
     let (d_pre, d_norms) =
         heads_norm_rope_backward(&s.qkv_pre, &d_qkv, width, sh.attn.head_dim, &spans, sh.eps, ctx.positions, ctx.rope);
     drop(d_qkv);
-    if sh.qk_norm {
-        dw[p.q_norm.clone()].copy_from_slice(&d_norms[0]);
-        dw[p.k_norm.clone()].copy_from_slice(&d_norms[1]);
+    if let Some(dw) = dw.as_mut() {
+        if sh.qk_norm {
+            dw[p.q_norm.clone()].copy_from_slice(&d_norms[0]);
+            dw[p.k_norm.clone()].copy_from_slice(&d_norms[1]);
+        }
+        if sh.qkv_bias {
+            column_sums(&d_pre, &mut dw[p.qkv_bias.clone()]);
+        }
     }
-    if sh.qkv_bias {
-        column_sums(&d_pre, &mut dw[p.qkv_bias.clone()]);
+    let mut d_h1 = input_grad(&d_pre, w, &p.qkv, t, h);
+    adapt_backward(ad, &sh, &QKV, &d_pre, &s.h1, &s.lora_u, d_ad!(), &mut d_h1, width);
+    if let Some(dw) = dw.as_mut() {
+        weight_grad(dw, &p.qkv, &d_pre, &s.h1, t, h);
     }
-    let d_h1 = input_grad(&d_pre, w, &p.qkv, t, h);
-    weight_grad(&mut dw, &p.qkv, &d_pre, &s.h1, t, h);
     drop(d_pre);
     let (d_x, d_ln1) = rms_norm_backward(x, &w[p.ln1.clone()], &d_h1, sh.eps);
-    dw[p.ln1.clone()].copy_from_slice(&d_ln1);
+    if let Some(dw) = dw.as_mut() {
+        dw[p.ln1.clone()].copy_from_slice(&d_ln1);
+    }
     let mut d_x = d_x;
     d_x.iter_mut().zip(&d_x2).for_each(|(a, b)| *a += *b);
-    (d_x, dw)
+    (d_x, dw, d_ad)
 }

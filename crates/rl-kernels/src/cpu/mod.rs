@@ -8,6 +8,7 @@ mod flash;
 pub mod layer;
 pub mod linear;
 pub mod logprobs;
+pub mod lora;
 pub mod norm;
 pub mod packed;
 pub mod simd;

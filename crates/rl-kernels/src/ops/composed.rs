@@ -196,6 +196,23 @@ pub fn decoder_layer(
     sh: crate::cpu::layer::LayerShape,
     scale: f64,
 ) -> candle_core::Result<Tensor> {
+    decoder_layer_adapted(x, w, None, layout, positions, rope_tables, sh, scale)
+}
+
+/// [`decoder_layer`] with low-rank adapters on some projections (`y += s (x A^T) B^T`; the
+/// adapters' flat layout is [`crate::cpu::lora::LoraShape::parts`]).
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_layer_adapted(
+    x: &Tensor,
+    w: &Tensor,
+    adapters: Option<(&Tensor, crate::cpu::lora::LoraShape)>,
+    layout: &RowLayout,
+    positions: &[u32],
+    rope_tables: &Rope,
+    sh: crate::cpu::layer::LayerShape,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    use crate::cpu::lora::Proj;
     let p = sh.parts();
     let part = |r: &std::ops::Range<usize>, dims: &[usize]| w.narrow(0, r.start, r.len())?.reshape(dims);
     let (h, width, inter, d) = (sh.hidden, sh.qkv_width(), sh.intermediate, sh.attn.head_dim);
@@ -203,12 +220,24 @@ pub fn decoder_layer(
     let linear = |x: &Tensor, r: &std::ops::Range<usize>, out: usize, inp: usize| -> candle_core::Result<Tensor> {
         x.matmul(&part(r, &[out, inp])?.t()?)
     };
+    let lora_parts = adapters.map(|(_, s)| s.parts(&sh)).unwrap_or_default();
+    // `y + s (x A^T) B^T` when `proj` is adapted, else `y`.
+    let adapt = |y: Tensor, x: &Tensor, proj: Proj| -> candle_core::Result<Tensor> {
+        let (Some((a, shape)), Some(lp)) = (adapters, lora_parts.iter().find(|lp| lp.proj == proj)) else {
+            return Ok(y);
+        };
+        let r = shape.rank;
+        let am = a.narrow(0, lp.a.start, lp.a.len())?.reshape((r, lp.inp))?;
+        let bm = a.narrow(0, lp.b.start, lp.b.len())?.reshape((lp.out, r))?;
+        y + (x.matmul(&am.t()?)?.matmul(&bm.t()?)? * shape.scale)?
+    };
     let h1 = rms_norm(x, &part(&p.ln1, &[h])?, sh.eps)?;
     let mut qkv = linear(&h1, &p.qkv, width, h)?;
     if sh.qkv_bias {
         qkv = qkv.broadcast_add(&part(&p.qkv_bias, &[width])?)?;
     }
-    let (q, k, v) = (qkv.narrow(1, 0, qd)?, qkv.narrow(1, qd, kd)?, qkv.narrow(1, qd + kd, kd)?.contiguous()?);
+    let (q, k, v) = (qkv.narrow(1, 0, qd)?, qkv.narrow(1, qd, kd)?, qkv.narrow(1, qd + kd, kd)?);
+    let (q, k, v) = (adapt(q, &h1, Proj::Q)?, adapt(k, &h1, Proj::K)?, adapt(v, &h1, Proj::V)?.contiguous()?);
     let (q, k) = if sh.qk_norm {
         (
             head_norm_rope(&q.contiguous()?, &part(&p.q_norm, &[d])?, sh.eps, positions, rope_tables)?,
@@ -222,9 +251,12 @@ pub fn decoder_layer(
     if sh.o_bias {
         attn_out = attn_out.broadcast_add(&part(&p.o_bias, &[h])?)?;
     }
+    let attn_out = adapt(attn_out, &a, Proj::O)?;
     let x2 = (x + attn_out)?;
     let h2 = rms_norm(&x2, &part(&p.ln2, &[h])?, sh.eps)?;
     let gu = linear(&h2, &p.gate_up, 2 * inter, h)?;
-    let act = swiglu(&gu.narrow(1, 0, inter)?, &gu.narrow(1, inter, inter)?)?;
-    x2 + linear(&act, &p.down, h, inter)?
+    let gate = adapt(gu.narrow(1, 0, inter)?, &h2, Proj::Gate)?;
+    let up = adapt(gu.narrow(1, inter, inter)?, &h2, Proj::Up)?;
+    let act = swiglu(&gate.contiguous()?, &up.contiguous()?)?;
+    x2 + adapt(linear(&act, &p.down, h, inter)?, &act, Proj::Down)?
 }

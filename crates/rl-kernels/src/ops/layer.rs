@@ -5,11 +5,12 @@
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, WithDType};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
 use super::norm::Rope;
-use crate::cpu::layer::{LayerCtx, LayerShape, Saved, layer_backward, layer_forward};
+use crate::cpu::layer::{Adapters, LayerCtx, LayerShape, Saved, Wanted, layer_backward, layer_forward};
+use crate::cpu::lora::LoraShape;
 use crate::cpu::norm::RopeTables;
 use crate::float::Real;
 use crate::layout::RowLayout;
@@ -66,6 +67,8 @@ impl LayerWeights<'_> {
 
 struct DecoderLayer {
     shape: LayerShape,
+    /// The adapters' shape, when the op has a third input (their flat buffer).
+    lora: Option<LoraShape>,
     layout: Arc<RowLayout>,
     positions: Arc<[u32]>,
     rope: Rope,
@@ -79,7 +82,11 @@ impl DecoderLayer {
         LayerCtx { shape: self.shape, layout: &self.layout, positions: &self.positions, rope, scale: T::of(self.scale) }
     }
 
-    fn check(&self, x: usize, w: usize, tables: usize) -> candle_core::Result<()> {
+    fn adapters<'a, T>(&self, values: Option<&'a [T]>) -> Option<Adapters<'a, T>> {
+        Some(Adapters { values: values?, shape: self.lora? })
+    }
+
+    fn check(&self, x: usize, w: usize, ad: Option<usize>, tables: usize) -> candle_core::Result<()> {
         let (t, sh) = (self.positions.len(), self.shape);
         if self.layout.len() != t {
             return Err(op_error(LAYER, "positions and layout disagree on the row's length"));
@@ -87,13 +94,78 @@ impl DecoderLayer {
         if x != t * sh.hidden || w != sh.weight_len() {
             return Err(op_error(LAYER, format!("expected x [{t}, {}] and {} weights", sh.hidden, sh.weight_len())));
         }
+        if let (Some(n), Some(lora)) = (ad, self.lora)
+            && n != lora.len(&sh)
+        {
+            return Err(op_error(LAYER, format!("expected {} adapter values, got {n}", lora.len(&sh))));
+        }
         let half = sh.attn.head_dim / 2;
         if let Some(p) = self.positions.iter().find(|&&p| (p as usize + 1) * half > tables) {
             return Err(op_error(LAYER, format!("position {p} is beyond the rotary tables")));
         }
         Ok(())
     }
+
+    fn forward<T: Real + WithDType>(
+        &self,
+        x: &[T],
+        w: &[T],
+        ad: Option<&[T]>,
+        shape: &Shape,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.rope.with_cpu_tables::<T, _>(|tables| {
+            self.check(x.len(), w.len(), ad.map(<[T]>::len), tables.cos.len())?;
+            let (out, saved) = layer_forward(x, w, self.adapters(ad).as_ref(), &self.ctx(tables));
+            *self.saved.lock().map_err(|_| op_error(LAYER, "lock poisoned"))? = Some(Arc::new(saved));
+            Ok((T::to_cpu_storage_owned(out), shape.clone()))
+        })
+    }
+
+    /// Gradients of x, of w (unless it is frozen: no weight-gradient product runs) and of the
+    /// adapters `a` when given.
+    fn backward(&self, x: &Tensor, w: &Tensor, a: Option<&Tensor>, dy: &Tensor) -> candle_core::Result<Grads> {
+        struct K<'a> {
+            op: &'a DecoderLayer,
+            saved: Arc<dyn Any + Send + Sync>,
+            x: &'a Tensor,
+            w: &'a Tensor,
+            a: Option<&'a Tensor>,
+        }
+        impl CpuKernel for K<'_> {
+            type Out = Grads;
+            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
+                let saved = self
+                    .saved
+                    .downcast_ref::<Saved<T>>()
+                    .ok_or_else(|| op_error(LAYER, "dtype changed since the forward"))?;
+                let ctx = self.op.ctx(RopeTables { cos: xs[3], sin: xs[4] });
+                let ad = self.op.adapters(xs.get(5).copied());
+                let want = Wanted { weights: self.w.track_op() };
+                let (dx, dw, da) = layer_backward(xs[0], xs[1], ad.as_ref(), saved, xs[2], &ctx, want);
+                let dw = dw.map(|d| tensor(d, self.w.shape())).transpose()?;
+                let da = match (da, self.a) {
+                    (Some(d), Some(a)) => Some(tensor(d, a.shape())?),
+                    _ => None,
+                };
+                Ok((tensor(dx, self.x.shape())?, dw, da))
+            }
+        }
+        let saved = self
+            .saved
+            .lock()
+            .map_err(|_| op_error(LAYER, "lock poisoned"))?
+            .clone()
+            .ok_or_else(|| op_error(LAYER, "backward before forward"))?;
+        let dy = dy.contiguous()?;
+        let (cos, sin) = self.rope.tables();
+        let mut inputs = vec![x, w, &dy, cos, sin];
+        inputs.extend(a);
+        on_cpu(LAYER, &inputs, K { op: self, saved, x, w, a })
+    }
 }
+
+/// The input's, the weights' and the adapters' gradients.
+type Grads = (Tensor, Option<Tensor>, Option<Tensor>);
 
 impl CustomOp2 for DecoderLayer {
     fn name(&self) -> &'static str {
@@ -108,13 +180,7 @@ impl CustomOp2 for DecoderLayer {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         cpu_dispatch!(LAYER, s1, |T| {
-            let (x, w) = (slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?);
-            self.rope.with_cpu_tables::<T, _>(|tables| {
-                self.check(x.len(), w.len(), tables.cos.len())?;
-                let (out, saved) = layer_forward(x, w, &self.ctx(tables));
-                *self.saved.lock().map_err(|_| op_error(LAYER, "lock poisoned"))? = Some(Arc::new(saved));
-                Ok((T::to_cpu_storage_owned(out), l1.shape().clone()))
-            })
+            self.forward(slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?, None, l1.shape())
         })
     }
 
@@ -125,34 +191,41 @@ impl CustomOp2 for DecoderLayer {
         _res: &Tensor,
         dy: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        struct K<'a> {
-            op: &'a DecoderLayer,
-            saved: Arc<dyn Any + Send + Sync>,
-            x: &'a Tensor,
-            w: &'a Tensor,
-        }
-        impl CpuKernel for K<'_> {
-            type Out = (Tensor, Tensor);
-            fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
-                let saved = self
-                    .saved
-                    .downcast_ref::<Saved<T>>()
-                    .ok_or_else(|| op_error(LAYER, "dtype changed since the forward"))?;
-                let ctx = self.op.ctx(RopeTables { cos: xs[3], sin: xs[4] });
-                let (dx, dw) = layer_backward(xs[0], xs[1], saved, xs[2], &ctx);
-                Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
-            }
-        }
-        let saved = self
-            .saved
-            .lock()
-            .map_err(|_| op_error(LAYER, "lock poisoned"))?
-            .clone()
-            .ok_or_else(|| op_error(LAYER, "backward before forward"))?;
-        let dy = dy.contiguous()?;
-        let (cos, sin) = self.rope.tables();
-        let (dx, dw) = on_cpu(LAYER, &[x, w, &dy, cos, sin], K { op: self, saved, x, w })?;
-        Ok((Some(dx), Some(dw)))
+        let (dx, dw, _) = self.backward(x, w, None, dy)?;
+        Ok((Some(dx), dw))
+    }
+}
+
+impl CustomOp3 for DecoderLayer {
+    fn name(&self) -> &'static str {
+        LAYER
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        cpu_dispatch!(LAYER, s1, |T| {
+            let a = slice::<T>(LAYER, s3, l3)?;
+            self.forward(slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?, Some(a), l1.shape())
+        })
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        a: &Tensor,
+        _res: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (dx, dw, da) = self.backward(x, w, Some(a), dy)?;
+        Ok((Some(dx), dw, da))
     }
 }
 
@@ -167,9 +240,30 @@ pub fn decoder_layer(
     shape: LayerShape,
     scale: f64,
 ) -> candle_core::Result<Tensor> {
+    decoder_layer_adapted(x, w, None, layout, positions, rope, shape, scale)
+}
+
+/// [`decoder_layer`] with low-rank adapters: `adapters` is a layer's flat adapter buffer and its
+/// shape ([`LoraShape::parts`]). Differentiable in `x`, `w` and the adapters; a `w` that is not
+/// a variable (frozen base weights) gets no gradient and costs no weight-gradient product.
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_layer_adapted(
+    x: &Tensor,
+    w: &Tensor,
+    adapters: Option<(&Tensor, LoraShape)>,
+    layout: Arc<RowLayout>,
+    positions: Arc<[u32]>,
+    rope: &Rope,
+    shape: LayerShape,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
     if !super::runs_fused(x) {
-        return super::composed::decoder_layer(x, w, &layout, &positions, rope, shape, scale);
+        return super::composed::decoder_layer_adapted(x, w, adapters, &layout, &positions, rope, shape, scale);
     }
-    let op = DecoderLayer { shape, layout, positions, rope: rope.clone(), scale, saved: Mutex::new(None) };
-    x.contiguous()?.apply_op2(&w.contiguous()?, op)
+    let lora = adapters.map(|(_, s)| s);
+    let op = DecoderLayer { shape, lora, layout, positions, rope: rope.clone(), scale, saved: Mutex::new(None) };
+    match adapters {
+        Some((a, _)) => x.contiguous()?.apply_op3(&w.contiguous()?, &a.contiguous()?, op),
+        None => x.contiguous()?.apply_op2(&w.contiguous()?, op),
+    }
 }

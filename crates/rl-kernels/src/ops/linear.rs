@@ -60,19 +60,23 @@ impl CustomOp2 for Linear {
             dims: (usize, usize, usize),
         }
         impl CpuKernel for K<'_> {
-            type Out = (Tensor, Tensor);
+            type Out = (Tensor, Option<Tensor>);
             fn run<T: Real + WithDType>(self, xs: &[&[T]]) -> candle_core::Result<Self::Out> {
                 let (m, inp, out) = self.dims;
                 let (x, w, dy) = (xs[0], xs[1], xs[2]);
                 let dx = product_new(MatRef::rows(dy, m, out, out), MatRef::rows(w, out, inp, inp), T::ONE, true);
-                let dw = product_new(MatRef::rows(dy, m, out, out).t(), MatRef::rows(x, m, inp, inp), T::ONE, true);
-                Ok((tensor(dx, self.x.shape())?, tensor(dw, self.w.shape())?))
+                // A frozen weight (not a variable, e.g. a base model under adapters) needs no
+                // gradient: its product is the largest of the output head's backward.
+                let dw = self.w.track_op().then(|| {
+                    product_new(MatRef::rows(dy, m, out, out).t(), MatRef::rows(x, m, inp, inp), T::ONE, true)
+                });
+                Ok((tensor(dx, self.x.shape())?, dw.map(|d| tensor(d, self.w.shape())).transpose()?))
             }
         }
         let dims = dims(x.shape(), w.shape())?;
         let dy = dy.contiguous()?;
         let (dx, dw) = on_cpu(LINEAR, &[x, w, &dy], K { x, w, dims })?;
-        Ok((Some(dx), Some(dw)))
+        Ok((Some(dx), dw))
     }
 }
 

@@ -16,7 +16,7 @@ mod norm;
 pub use adamw::{adamw_step, sum_squares};
 pub use attention::attention;
 pub use elementwise::swiglu;
-pub use layer::{LayerWeights, decoder_layer};
+pub use layer::{LayerWeights, decoder_layer, decoder_layer_adapted};
 pub use linear::linear;
 pub use logprobs::token_logprobs;
 pub use norm::{Rope, head_norm_rope, rms_norm, rope};

@@ -1,13 +1,14 @@
 //! The fused decoder layer equals the same layer composed of candle's differentiable ops (forward
 //! and the gradients of the input and of every weight), for every family's variant (q/k norm;
 //! q/k/v and output biases; neither) over independent and prefix-shared rows, and its gradients
-//! match finite differences in f64.
+//! match finite differences in f64. With low-rank adapters the same holds for the adapters'
+//! gradients, and frozen base weights get none.
 
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, Var};
 use rl_kernels::ops::{self, LayerWeights, Rope, composed};
-use rl_kernels::{AttnShape, LayerShape, RowLayout};
+use rl_kernels::{AttnShape, LayerShape, LoraShape, Proj, RowLayout};
 
 use crate::{check_grads, max_abs_diff, probe, rand};
 
@@ -157,4 +158,116 @@ fn mismatched_buffers_and_positions_beyond_the_tables_are_errors() {
     let short = w.narrow(0, 0, 10).unwrap();
     let err = ops::decoder_layer(&x, &short, layout, vec![0, 1, 2].into(), &rope, sh, 0.5).unwrap_err().to_string();
     assert!(err.contains("weights"), "{err}");
+}
+
+/// Adapters on `targets`, one variable per matrix (A then B of each, in the flat order).
+fn adapters(sh: LayerShape, targets: [bool; 7], seed: u64) -> (LoraShape, Vec<Var>) {
+    let lora = LoraShape { rank: 3, scale: 16.0 / 3.0, targets };
+    let vars = lora
+        .parts(&sh)
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            let s = seed + 10 * i as u64;
+            [var(&[lora.rank, p.inp], s, 0.3), var(&[p.out, lora.rank], s + 1, 0.1)]
+        })
+        .collect();
+    (lora, vars)
+}
+
+fn flat(vars: &[Var]) -> Tensor {
+    let parts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().flatten_all().unwrap()).collect();
+    Tensor::cat(&parts, 0).unwrap()
+}
+
+fn target_sets() -> Vec<[bool; 7]> {
+    vec![[true; 7], [true, false, true, false, false, false, false], [false, true, false, true, true, false, true]]
+}
+
+#[test]
+fn adapted_fused_layer_equals_the_composed_one_and_frozen_weights_get_no_gradient() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    for (sh, targets) in shapes().into_iter().zip(target_sets().into_iter().cycle()) {
+        let layout = layouts()[1].clone();
+        let positions: Arc<[u32]> = layout.positions().into();
+        let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 30, 1.5, DType::F64)).unwrap();
+        // The base weights are a plain tensor: frozen.
+        let w = Weights::new(sh).flat().detach();
+        let (lora, ad) = adapters(sh, targets, 31);
+        let a = flat(&ad);
+        let fused =
+            ops::decoder_layer_adapted(&x, &w, Some((&a, lora)), layout.clone(), positions.clone(), &rope, sh, 0.5)
+                .unwrap();
+        let comp =
+            composed::decoder_layer_adapted(&x, &w, Some((&a, lora)), &layout, &positions, &rope, sh, 0.5).unwrap();
+        assert!(max_abs_diff(&fused, &comp) < 1e-10, "{sh:?}: outputs differ");
+        let plain = ops::decoder_layer(&x, &w, layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
+        assert!(max_abs_diff(&fused, &plain) > 1e-3, "{sh:?}: the adapters changed nothing");
+        let (gf, gc) = (probe(&fused, 32).backward().unwrap(), probe(&comp, 32).backward().unwrap());
+        assert!(gf.get(&w).is_none(), "a frozen weight got a gradient");
+        for (i, v) in ad.iter().chain([&x]).enumerate() {
+            let (a, b) = (gf.get(v.as_tensor()).expect("fused grad"), gc.get(v.as_tensor()).expect("composed grad"));
+            let scale = 1.0 + b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(max_abs_diff(a, b) < 1e-10 * scale, "{sh:?}: gradient {i} differs by {}", max_abs_diff(a, b));
+            assert!(a.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap() > 0.0, "gradient {i} is zero");
+        }
+    }
+}
+
+#[test]
+fn adapted_layer_gradients_match_finite_differences() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    for sh in [shapes()[0], shapes()[2]] {
+        let layout = layouts()[1].clone();
+        let positions: Arc<[u32]> = layout.positions().into();
+        let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 33, 1.5, DType::F64)).unwrap();
+        let w = Weights::new(sh);
+        let (lora, ad) = adapters(sh, [true; 7], 34);
+        // Base weights trainable too: both gradients at once (full fine-tuning with adapters).
+        let mut vars: Vec<Var> = w.all().into_iter().cloned().collect();
+        vars.extend(ad.iter().cloned());
+        vars.push(x.clone());
+        check_grads(&vars, || {
+            let a = flat(&ad);
+            let y = ops::decoder_layer_adapted(
+                &x,
+                &w.flat(),
+                Some((&a, lora)),
+                layout.clone(),
+                positions.clone(),
+                &rope,
+                sh,
+                0.5,
+            )
+            .unwrap();
+            probe(&y, 35)
+        });
+    }
+}
+
+#[test]
+fn zero_b_adapters_leave_the_layer_unchanged_and_a_wrong_buffer_is_an_error() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    let sh = shapes()[0];
+    let layout = Arc::new(RowLayout::packed(&[4, 3]));
+    let positions: Arc<[u32]> = layout.positions().into();
+    let x = rand(&[layout.len(), sh.hidden], 36, 1.0, DType::F64);
+    let w = Weights::new(sh).flat();
+    let lora = LoraShape { rank: 2, scale: 2.0, targets: [true; 7] };
+    let mut a = vec![0f64; lora.len(&sh)];
+    for p in lora.parts(&sh) {
+        a[p.a.clone()].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f64 * 0.37).sin());
+    }
+    let a = Tensor::new(a.as_slice(), &Device::Cpu).unwrap();
+    let plain = ops::decoder_layer(&x, &w, layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
+    let adapted =
+        ops::decoder_layer_adapted(&x, &w, Some((&a, lora)), layout.clone(), positions.clone(), &rope, sh, 0.5)
+            .unwrap();
+    assert_eq!(max_abs_diff(&plain, &adapted), 0.0);
+    let short = a.narrow(0, 0, 5).unwrap();
+    let err = ops::decoder_layer_adapted(&x, &w, Some((&short, lora)), layout, positions, &rope, sh, 0.5)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("adapter values"), "{err}");
+    assert_eq!(Proj::from_module("gate_proj"), Some(Proj::Gate));
 }
