@@ -15,6 +15,7 @@ mod error;
 mod files;
 mod inference;
 mod load;
+mod lora;
 mod orchestrator;
 mod rl;
 mod rng;
@@ -37,6 +38,7 @@ pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};
 pub use inference::{InferenceConfig, TOOL_CALL_PARSERS};
 pub use load::{ConfigFile, Loaded, load, to_json};
+pub use lora::{LORA_MODULES, LoraConfig};
 pub use orchestrator::{
     EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig, TrainConfig,
     TrainEnvConfig,

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{ConfigError, Result};
+use crate::lora::LoraConfig;
 use crate::rl::RunConfig;
 use crate::shared::{CkptConfig, Device, Dtype, LogConfig, ModelConfig, ResumeConfig, Table};
 use crate::tagged::with_default_tag;
@@ -31,6 +32,10 @@ pub struct SftConfig {
     pub seq_len: u32,
     /// Maximum tokens per forward/backward micro-batch.
     pub micro_batch_tokens: u32,
+    /// Low-rank adapters: train only them over the frozen base weights; the result is a PEFT
+    /// adapter directory (off when unset: full fine-tuning).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
     /// Optimizer.
     #[serde(deserialize_with = "optim_default_tag")]
     pub optim: OptimConfig,
@@ -78,6 +83,7 @@ impl Default for SftConfig {
             batch_size: 16,
             seq_len: 512,
             micro_batch_tokens: 4096,
+            lora: None,
             optim: OptimConfig::Adamw { lr: 1e-3, weight_decay: 0.01, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 },
             scheduler: SchedulerConfig::default(),
             max_steps: 100,
@@ -240,6 +246,9 @@ impl SftConfig {
         }
         self.optim.validate(&k("optim"))?;
         self.scheduler.validate(&k("scheduler"), self.optim.lr(), Some(self.max_steps))?;
+        if let Some(l) = &self.lora {
+            l.validate(&k("lora"))?;
+        }
         if let Some(c) = &self.ckpt {
             c.validate(&k("ckpt"))?;
         }

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{ConfigError, Result};
+use crate::lora::LoraConfig;
 use crate::shared::{CkptConfig, Device, Dtype, LogConfig, ResumeConfig, positive};
 use crate::tagged::with_default_tag;
 
@@ -34,6 +35,10 @@ pub struct TrainerConfig {
     /// inference server reads any float dtype, but bf16 weights widen its mismatch with the trainer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broadcast_dtype: Option<Dtype>,
+    /// Low-rank adapters: train only them over the frozen base weights, and broadcast only them
+    /// (off when unset: full fine-tuning).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
     /// Maximum tokens per forward/backward micro-batch; gradients accumulate across micro-batches.
     pub micro_batch_tokens: u32,
     /// Number of training steps (unset: run until stopped).
@@ -65,6 +70,7 @@ impl Default for TrainerConfig {
             optim: OptimConfig::default(),
             scheduler: SchedulerConfig::default(),
             broadcast_dtype: None,
+            lora: None,
             micro_batch_tokens: 4096,
             max_steps: None,
             batch_timeout_s: 1800.0,
@@ -355,6 +361,9 @@ impl TrainerConfig {
         positive(&k("loss.adv_tau"), self.loss.adv_tau)?;
         self.optim.validate(&k("optim"))?;
         self.scheduler.validate(&k("scheduler"), self.optim.lr(), self.max_steps)?;
+        if let Some(l) = &self.lora {
+            l.validate(&k("lora"))?;
+        }
         if self.micro_batch_tokens < self.model.seq_len {
             return Err(ConfigError::invalid(
                 k("micro_batch_tokens"),

@@ -11,6 +11,7 @@ mod config;
 mod device;
 mod error;
 mod init;
+mod lora;
 mod model;
 mod rng;
 pub mod runtime;
@@ -26,6 +27,10 @@ pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{
     NewTokenizer, init_model, init_model_with, micro_config, micro_config_of, random_weights, scaled_random_weights,
+};
+pub use lora::{
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_name, adapter_shapes, check_adapters, init_adapters, is_adapter_dir,
+    layer_shape, merge_adapters, read_adapter_dir, write_adapter_dir,
 };
 pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_kernels::ops::{LayerWeights, Rope, decoder_layer, head_norm_rope, rms_norm, rope, swiglu};
-use rl_kernels::{AttnShape, LayerShape, RowLayout};
+use rl_kernels::ops::{LayerWeights, Rope, decoder_layer_adapted, head_norm_rope, rms_norm, rope, swiglu};
+use rl_kernels::{LayerShape, RowLayout};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -34,6 +34,9 @@ pub(crate) struct Layer {
     /// All of the above as the fused layer op's flat vector, when the weights are one trainable
     /// variable per layer ([`crate::Trainable`]); otherwise built from them at each forward.
     pub(crate) flat: Option<Tensor>,
+    /// The layer's low-rank adapters as one flat buffer ([`rl_kernels::LoraShape::parts`]),
+    /// when the model trains adapters over frozen weights.
+    pub(crate) lora: Option<Tensor>,
 }
 
 /// `x W^T + b`, with `W` and `b` through `at` (the cast to the compute dtype).
@@ -70,6 +73,7 @@ impl Layer {
             ln1: f(&self.ln1)?,
             ln2: f(&self.ln2)?,
             flat: self.flat.as_ref().map(&f).transpose()?,
+            lora: self.lora.as_ref().map(&f).transpose()?,
         })
     }
 
@@ -141,6 +145,8 @@ pub struct CausalLm {
     /// The dtype the forward pass computes in; weights are cast to it at use, so gradients reach
     /// the stored (master) weights in their own dtype.
     compute: DType,
+    /// The adapters' shape when the layers carry low-rank adapters.
+    pub(crate) lora: Option<rl_kernels::LoraShape>,
 }
 
 /// `x W^T` for `x [T, in]` and an HF weight `W [out, in]`.
@@ -182,6 +188,7 @@ impl CausalLm {
                 ln1: l.get(h, "input_layernorm.weight")?,
                 ln2: l.get(h, "post_attention_layernorm.weight")?,
                 flat: None,
+                lora: None,
             });
         }
         let norm = m.get(h, "norm.weight")?;
@@ -189,13 +196,28 @@ impl CausalLm {
             if cfg.tie_word_embeddings { embed.clone() } else { vb.get((cfg.vocab_size, h), "lm_head.weight")? };
         let rope = Rope::from_inv_freq(&cfg.inv_freq(), cfg.max_position_embeddings, embed.dtype(), vb.device())?;
         let compute = embed.dtype();
-        Ok(CausalLm { cfg: cfg.clone(), embed, layers, norm, lm_head, rope, device: vb.device().clone(), compute })
+        Ok(CausalLm {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            device: vb.device().clone(),
+            compute,
+            lora: None,
+        })
     }
 
     /// This model computing in `dtype` (e.g. bf16 over f32 master weights on a GPU).
     pub fn with_compute_dtype(mut self, dtype: DType) -> Self {
         self.compute = dtype;
         self
+    }
+
+    /// Whether the layers carry low-rank adapters (trained unmerged; a runtime needs them merged).
+    pub fn has_adapters(&self) -> bool {
+        self.lora.is_some()
     }
 
     /// The dtype the forward pass computes in.
@@ -220,24 +242,7 @@ impl CausalLm {
 
     /// The decoder layers' sizes and parts.
     fn layer_shape(&self) -> LayerShape {
-        let c = &self.cfg;
-        LayerShape {
-            hidden: c.hidden_size,
-            attn: self.shape(),
-            intermediate: c.intermediate_size,
-            eps: c.rms_norm_eps,
-            qkv_bias: c.qkv_bias(),
-            qk_norm: c.qk_norm(),
-            o_bias: c.o_bias(),
-        }
-    }
-
-    fn shape(&self) -> AttnShape {
-        AttnShape {
-            q_heads: self.cfg.num_attention_heads,
-            kv_heads: self.cfg.num_key_value_heads,
-            head_dim: self.cfg.head_dim,
-        }
+        crate::lora::layer_shape(&self.cfg)
     }
 
     pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -270,7 +275,12 @@ impl CausalLm {
                 Some(flat) => self.at(flat)?,
                 None => l.map(|w| self.at(w))?.weights().flat()?,
             };
-            x = decoder_layer(&x, &w, layout.clone(), positions.clone(), &self.rope, shape, scale)?;
+            let adapters = match (&l.lora, self.lora) {
+                (Some(a), Some(s)) => Some((self.at(a)?, s)),
+                _ => None,
+            };
+            let adapters = adapters.as_ref().map(|(a, s)| (a, *s));
+            x = decoder_layer_adapted(&x, &w, adapters, layout.clone(), positions.clone(), &self.rope, shape, scale)?;
         }
         Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)
     }

@@ -11,6 +11,7 @@ use rl_configs::run_dir::{persist, temp_path};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::lora::Lora;
 use crate::model::CausalLm;
 
 /// The HF name and shape of every weight the model reads, in a stable order (the one owner of
@@ -204,6 +205,9 @@ pub struct Trainable {
     parts: Vec<Part>,
     /// Each layer's flat variable, by layer.
     layers: Vec<usize>,
+    /// With LoRA: the adapters' shape and the frozen base weights (plain tensors, no gradient,
+    /// no optimizer state); the variables are then the adapters, one flat buffer per layer.
+    frozen: Option<(Lora, HashMap<String, Tensor>)>,
 }
 
 impl Trainable {
@@ -239,7 +243,39 @@ impl Trainable {
         }
         let order: HashMap<String, usize> = weight_names(cfg).into_iter().enumerate().map(|(i, n)| (n, i)).collect();
         parts.sort_by_key(|p| order.get(&p.name).copied().unwrap_or(usize::MAX));
-        Ok(Trainable { vars, parts, layers })
+        Ok(Trainable { vars, parts, layers, frozen: None })
+    }
+
+    /// Adapters over frozen `base` weights: each layer's adapters ([`crate::adapter_shapes`],
+    /// PEFT's names, taken from `adapters`) are one flat variable, the only ones trained.
+    pub fn with_adapters(
+        cfg: &ModelConfig,
+        base: HashMap<String, Tensor>,
+        lora: &Lora,
+        adapters: &HashMap<String, Tensor>,
+    ) -> Result<Self> {
+        let (mut vars, mut parts, mut layers) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..cfg.num_hidden_layers {
+            let (mut flat, mut offset) = (Vec::new(), 0);
+            for (name, shape) in crate::lora::adapter_shapes(cfg, lora, i) {
+                let t = adapters.get(&name).ok_or_else(|| Error::Input(format!("missing adapter {name}")))?;
+                if t.dims() != shape.as_slice() {
+                    return Err(Error::Input(format!("{name} is {:?}, expected {shape:?}", t.dims())));
+                }
+                flat.push(t.to_dtype(DType::F32)?.flatten_all()?);
+                parts.push(Part { name, shape: shape.clone(), var: vars.len(), offset });
+                offset += shape.iter().product::<usize>();
+            }
+            layers.push(vars.len());
+            vars.push((format!("model.layers.{i}.lora"), Var::from_tensor(&Tensor::cat(&flat, 0)?)?));
+        }
+        let base = base.into_iter().map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?.detach()))).collect::<Result<_>>()?;
+        Ok(Trainable { vars, parts, layers, frozen: Some((lora.clone(), base)) })
+    }
+
+    /// The adapters, when these are adapters over frozen weights.
+    pub fn lora(&self) -> Option<&Lora> {
+        self.frozen.as_ref().map(|(l, _)| l)
     }
 
     /// Every HF weight and the variable elements that hold it, in [`weight_names`] order.
@@ -271,8 +307,17 @@ impl Trainable {
             .collect()
     }
 
-    /// A model whose weights are these variables (gradients flow to them), in their dtype.
+    /// A model whose weights are these variables (gradients flow to them), in their dtype; with
+    /// adapters, the frozen base weights carrying them.
     pub fn model(&self, cfg: &ModelConfig, device: &Device) -> Result<CausalLm> {
+        if let Some((lora, base)) = &self.frozen {
+            let mut model = CausalLm::new(cfg, &VarBuilder::from_tensors(base.clone(), DType::F32, device))?;
+            for (layer, &v) in model.layers.iter_mut().zip(&self.layers) {
+                layer.lora = Some(self.vars[v].1.as_tensor().clone());
+            }
+            model.lora = Some(lora.shape);
+            return Ok(model);
+        }
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
         let map: HashMap<String, Tensor> = self
             .parts
@@ -286,7 +331,8 @@ impl Trainable {
         Ok(model)
     }
 
-    /// Current values under their HF names, detached.
+    /// Current values of what is trained under their names, detached: every weight (HF names),
+    /// or with LoRA the adapters (PEFT names).
     pub fn tensors(&self) -> Vec<(String, Tensor)> {
         self.parts
             .iter()

@@ -229,6 +229,17 @@ fn add_rows(x: &mut [f32], b: &[f32]) {
     x.chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(x, b)| *x += b));
 }
 
+/// A runtime computes the base weights only: adapters must be merged into them first
+/// ([`crate::merge_adapters`]), or generation would silently ignore them.
+pub(crate) fn no_adapters(model: &CausalLm) -> Result<()> {
+    if model.has_adapters() {
+        return Err(Error::Input(String::from(
+            "the model carries unmerged LoRA adapters: merge them before generating",
+        )));
+    }
+    Ok(())
+}
+
 fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
     Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
 }
@@ -236,6 +247,7 @@ fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
 impl CpuRuntime {
     /// Copies `model`'s weights (any device, any float dtype) into f32 buffers.
     pub fn new(model: &CausalLm) -> Result<Self> {
+        no_adapters(model)?;
         let layers = model
             .layers
             .iter()

@@ -70,6 +70,7 @@ pub struct TensorRuntime {
 impl TensorRuntime {
     /// `model`'s weights cast once to its compute dtype, on its device.
     pub fn new(model: &CausalLm) -> Result<Self> {
+        super::no_adapters(model)?;
         let dtype = model.compute_dtype();
         let c = |t: &Tensor| -> Result<Tensor> { Ok(t.detach().to_dtype(dtype)?) };
         let layers = model.layers.iter().map(|l| l.map(c)).collect::<Result<Vec<_>>>()?;

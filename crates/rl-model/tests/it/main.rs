@@ -6,6 +6,7 @@ mod chat_templates;
 mod equivalence;
 mod grads;
 mod io;
+mod lora;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,99 @@
+//! `LoraConfig`: low-rank adapters on the decoder's projections (`[trainer.lora]`, `[lora]` in
+//! `rl sft`), with PEFT's names and defaults so an adapter trained here loads there.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, Result};
+
+/// The projections an adapter can sit on, as PEFT's `target_modules` name them.
+pub const LORA_MODULES: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+
+/// LoRA: the base weights are frozen; each targeted projection `W` learns `W + (alpha / rank) B A`
+/// with `A [rank, in]` initialised as PEFT does (Kaiming-uniform) and `B [out, rank]` at zero.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoraConfig {
+    /// The adapters' rank `r`.
+    pub rank: u32,
+    /// Scaling numerator: the update is `alpha / rank * B A`.
+    pub alpha: f64,
+    /// Dropout on the adapters' input. Only 0 is supported: the fused layer has no dropout mask,
+    /// and RL wants the trainer and the inference engine to compute the same function.
+    pub dropout: f64,
+    /// Projections that carry an adapter (any of q_proj, k_proj, v_proj, o_proj, gate_proj,
+    /// up_proj, down_proj).
+    pub target_modules: Vec<String>,
+}
+
+impl Default for LoraConfig {
+    fn default() -> Self {
+        LoraConfig {
+            rank: 16,
+            alpha: 32.0,
+            dropout: 0.0,
+            target_modules: LORA_MODULES.iter().map(|m| (*m).to_owned()).collect(),
+        }
+    }
+}
+
+impl LoraConfig {
+    /// Checks ranges and names; `key` is the dotted path of this section.
+    pub fn validate(&self, key: &str) -> Result<()> {
+        if self.rank == 0 {
+            return Err(ConfigError::invalid(format!("{key}.rank"), "must be at least 1, got 0"));
+        }
+        if !(self.alpha.is_finite() && self.alpha > 0.0) {
+            return Err(ConfigError::invalid(format!("{key}.alpha"), format!("must be positive, got {}", self.alpha)));
+        }
+        if self.dropout != 0.0 {
+            return Err(ConfigError::invalid(
+                format!("{key}.dropout"),
+                format!(
+                    "only 0 is supported, got {}: adapter dropout would make the trainer compute a different \
+                     function from the inference engine's (and the fused layer has no dropout mask)",
+                    self.dropout
+                ),
+            ));
+        }
+        if self.target_modules.is_empty() {
+            return Err(ConfigError::invalid(format!("{key}.target_modules"), "names no projection"));
+        }
+        for (i, m) in self.target_modules.iter().enumerate() {
+            if !LORA_MODULES.contains(&m.as_str()) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.target_modules"),
+                    format!("unknown module {m:?}: expected any of {}", LORA_MODULES.join(", ")),
+                ));
+            }
+            if self.target_modules[..i].contains(m) {
+                return Err(ConfigError::invalid(format!("{key}.target_modules"), format!("names {m:?} twice")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `alpha / rank`.
+    pub fn scale(&self) -> f64 {
+        self.alpha / f64::from(self.rank.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_peft_shaped_and_bad_values_are_named() {
+        let c = LoraConfig::default();
+        assert!(c.validate("trainer.lora").is_ok());
+        assert_eq!(c.scale(), 2.0);
+        let bad = |c: LoraConfig| c.validate("trainer.lora").unwrap_err().to_string();
+        assert!(bad(LoraConfig { rank: 0, ..c.clone() }).contains("trainer.lora.rank"));
+        assert!(bad(LoraConfig { alpha: f64::NAN, ..c.clone() }).contains("trainer.lora.alpha"));
+        assert!(bad(LoraConfig { dropout: 0.05, ..c.clone() }).contains("trainer.lora.dropout"));
+        let e = bad(LoraConfig { target_modules: vec!["qproj".into()], ..c.clone() });
+        assert!(e.contains("trainer.lora.target_modules") && e.contains("q_proj"), "{e}");
+        assert!(bad(LoraConfig { target_modules: vec!["q_proj".into(), "q_proj".into()], ..c }).contains("twice"));
+    }
+}

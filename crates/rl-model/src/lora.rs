@@ -1,0 +1,230 @@
+//! LoRA adapters in PEFT's format: their names and shapes, PEFT's initialisation, the adapter
+//! directory (`adapter_config.json` + `adapter_model.safetensors`) written and read, and merging
+//! an adapter into base weights (`W + alpha / r * B A`). The one owner of the adapter layout: the
+//! fused layer's flat order ([`rl_kernels::LoraShape::parts`]) and PEFT's names meet here.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use rl_configs::LoraConfig;
+use rl_configs::run_dir::{persist, temp_path};
+use rl_kernels::{LayerShape, LoraShape, Proj};
+use serde_json::json;
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::rng::SplitMix64;
+
+/// The adapter directory's config file (PEFT's name).
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+/// The adapter directory's weights file (PEFT's name).
+pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
+
+/// What an adapter is: rank, scale and targets (from a config, or read back from a directory).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lora {
+    /// Rank, `alpha / r` and targets, as the fused layer takes them.
+    pub shape: LoraShape,
+    /// `lora_alpha`.
+    pub alpha: f64,
+}
+
+impl Lora {
+    /// The adapters a config asks for.
+    pub fn from_config(c: &LoraConfig) -> Lora {
+        let mut targets = [false; 7];
+        for m in &c.target_modules {
+            if let Some(p) = Proj::from_module(m) {
+                targets[p as usize] = true;
+            }
+        }
+        Lora { shape: LoraShape { rank: c.rank as usize, scale: c.scale(), targets }, alpha: c.alpha }
+    }
+
+    /// The targeted projections, in the flat order.
+    pub fn targets(&self) -> Vec<Proj> {
+        Proj::ALL.into_iter().filter(|&p| self.shape.targets(p)).collect()
+    }
+}
+
+/// The HF path of a projection module of layer `i` (`model.layers.3.self_attn.q_proj`).
+fn module_path(i: usize, p: Proj) -> String {
+    let block = if p.in_attention() { "self_attn" } else { "mlp" };
+    format!("model.layers.{i}.{block}.{}", p.module())
+}
+
+/// PEFT's name of an adapter matrix (`base_model.model.<module>.lora_A.weight`).
+pub fn adapter_name(i: usize, p: Proj, which: char) -> String {
+    format!("base_model.model.{}.lora_{which}.weight", module_path(i, p))
+}
+
+/// The fused layer's shape of `cfg`'s decoder layers.
+pub fn layer_shape(cfg: &ModelConfig) -> LayerShape {
+    LayerShape {
+        hidden: cfg.hidden_size,
+        attn: rl_kernels::AttnShape {
+            q_heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+        },
+        intermediate: cfg.intermediate_size,
+        eps: cfg.rms_norm_eps,
+        qkv_bias: cfg.qkv_bias(),
+        qk_norm: cfg.qk_norm(),
+        o_bias: cfg.o_bias(),
+    }
+}
+
+/// Layer `i`'s adapter matrices (PEFT name, shape) in the fused layer's flat order: A `[r, in]`
+/// then B `[out, r]` of each targeted projection.
+pub fn adapter_shapes(cfg: &ModelConfig, lora: &Lora, i: usize) -> Vec<(String, Vec<usize>)> {
+    let r = lora.shape.rank;
+    lora.shape
+        .parts(&layer_shape(cfg))
+        .into_iter()
+        .flat_map(|p| [(adapter_name(i, p.proj, 'A'), vec![r, p.inp]), (adapter_name(i, p.proj, 'B'), vec![p.out, r])])
+        .collect()
+}
+
+/// Fresh adapters as PEFT initialises them: `A` Kaiming-uniform with `a = sqrt(5)` (uniform in
+/// `±1/sqrt(in)`), `B` zero, so the adapted model starts equal to the base.
+pub fn init_adapters(cfg: &ModelConfig, lora: &Lora, seed: u64, device: &Device) -> Result<HashMap<String, Tensor>> {
+    let mut rng = SplitMix64::new(seed ^ 0x4c6f_5241);
+    let mut out = HashMap::new();
+    for i in 0..cfg.num_hidden_layers {
+        for (name, shape) in adapter_shapes(cfg, lora, i) {
+            let n: usize = shape.iter().product();
+            let t = if name.contains(".lora_A.") {
+                let bound = 1.0 / (shape[1] as f64).sqrt();
+                let v: Vec<f32> = (0..n).map(|_| ((rng.uniform() * 2.0 - 1.0) * bound) as f32).collect();
+                Tensor::from_vec(v, shape.as_slice(), device)?
+            } else {
+                Tensor::zeros(shape.as_slice(), DType::F32, device)?
+            };
+            out.insert(name, t);
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that `tensors` hold exactly the adapters `lora` describes for `cfg` (names and shapes).
+pub fn check_adapters(cfg: &ModelConfig, lora: &Lora, tensors: &HashMap<String, Tensor>, dir: &Path) -> Result<()> {
+    let mut expected = 0;
+    for i in 0..cfg.num_hidden_layers {
+        for (name, shape) in adapter_shapes(cfg, lora, i) {
+            expected += 1;
+            let t = tensors.get(&name).ok_or_else(|| Error::bad_dir(dir, format!("the adapter has no {name}")))?;
+            if t.dims() != shape.as_slice() {
+                return Err(Error::bad_dir(dir, format!("adapter {name} is {:?}, expected {shape:?}", t.dims())));
+            }
+        }
+    }
+    if tensors.len() != expected {
+        let extra = tensors.keys().find(|k| !k.contains(".lora_A.") && !k.contains(".lora_B.")).cloned();
+        return Err(Error::bad_dir(
+            dir,
+            format!("the adapter holds {} tensors, expected {expected} (e.g. {extra:?} is not one)", tensors.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes an adapter directory PEFT loads (`PeftModel.from_pretrained(base, dir)`): built in a
+/// sibling temp directory, then renamed. `base` names the base model in `adapter_config.json`.
+pub fn write_adapter_dir(out: &Path, lora: &Lora, base: &str, tensors: &[(String, Tensor)]) -> Result<()> {
+    let tmp = temp_path(out);
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    let result = (|| {
+        let modules: Vec<&str> = lora.targets().into_iter().map(Proj::module).collect();
+        let config = json!({
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": base,
+            "r": lora.shape.rank,
+            "lora_alpha": lora.alpha,
+            "lora_dropout": 0.0,
+            "target_modules": modules,
+            "bias": "none",
+            "fan_in_fan_out": false,
+            "use_rslora": false,
+            "init_lora_weights": true,
+            "inference_mode": true,
+        });
+        let path = tmp.join(ADAPTER_CONFIG);
+        let text = serde_json::to_string_pretty(&config).expect("json values serialize");
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+        crate::write_safetensors(&tmp.join(ADAPTER_WEIGHTS), tensors)?;
+        if out.exists() {
+            std::fs::remove_dir_all(out).map_err(|e| Error::io(out, e))?;
+        }
+        Ok(persist(&tmp, out)?)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
+/// Whether `dir` holds an adapter (rather than full weights).
+pub fn is_adapter_dir(dir: &Path) -> bool {
+    dir.join(ADAPTER_CONFIG).is_file()
+}
+
+/// Reads an adapter directory (ours or PEFT's) as f32 tensors on `device`, checked against `cfg`.
+pub fn read_adapter_dir(cfg: &ModelConfig, dir: &Path, device: &Device) -> Result<(Lora, HashMap<String, Tensor>)> {
+    let path = dir.join(ADAPTER_CONFIG);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let bad = |m: String| Error::bad_dir(dir, format!("{ADAPTER_CONFIG}: {m}"));
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if v["peft_type"].as_str().is_some_and(|t| t != "LORA") {
+        return Err(bad(format!("peft_type {} is not LORA", v["peft_type"])));
+    }
+    let rank = v["r"].as_u64().filter(|&r| r > 0).ok_or_else(|| bad(String::from("`r` must be a positive integer")))?;
+    let alpha = v["lora_alpha"].as_f64().ok_or_else(|| bad(String::from("`lora_alpha` must be a number")))?;
+    let modules: Vec<String> = match &v["target_modules"] {
+        serde_json::Value::Array(a) => a.iter().filter_map(|m| m.as_str().map(str::to_owned)).collect(),
+        other => return Err(bad(format!("`target_modules` must be a list of module names, got {other}"))),
+    };
+    for (key, ok) in [("use_rslora", false), ("use_dora", false), ("fan_in_fan_out", false)] {
+        if v[key].as_bool().is_some_and(|b| b != ok) {
+            return Err(bad(format!("`{key}: {}` is not supported", !ok)));
+        }
+    }
+    let config = LoraConfig { rank: rank as u32, alpha, dropout: 0.0, target_modules: modules };
+    config.validate("adapter_config").map_err(|e| bad(e.to_string()))?;
+    let lora = Lora::from_config(&config);
+    let file = dir.join(ADAPTER_WEIGHTS);
+    let tensors = candle_core::safetensors::load(&file, device)
+        .map_err(|e| Error::bad_dir(dir, format!("cannot read {ADAPTER_WEIGHTS}: {e}")))?
+        .into_iter()
+        .map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    check_adapters(cfg, &lora, &tensors, dir)?;
+    Ok((lora, tensors))
+}
+
+/// `base` with every adapted projection replaced by `W + alpha / r * B A` (the function the
+/// trainer computes unmerged).
+pub fn merge_adapters(
+    cfg: &ModelConfig,
+    lora: &Lora,
+    base: &HashMap<String, Tensor>,
+    adapters: &HashMap<String, Tensor>,
+) -> Result<HashMap<String, Tensor>> {
+    let mut out = base.clone();
+    for i in 0..cfg.num_hidden_layers {
+        for p in lora.targets() {
+            let weight = format!("{}.weight", module_path(i, p));
+            let get = |n: &str, m: &HashMap<String, Tensor>| {
+                m.get(n).cloned().ok_or_else(|| Error::Input(format!("merging adapters: missing {n}")))
+            };
+            let w = get(&weight, base)?;
+            let (a, b) = (get(&adapter_name(i, p, 'A'), adapters)?, get(&adapter_name(i, p, 'B'), adapters)?);
+            let delta = (b.to_dtype(DType::F32)?.matmul(&a.to_dtype(DType::F32)?)? * lora.shape.scale)?;
+            out.insert(weight, (w.to_dtype(DType::F32)? + delta)?.to_dtype(w.dtype())?);
+        }
+    }
+    Ok(out)
+}
