@@ -98,14 +98,21 @@ become one token each, so a small model reads and copies them as single symbols)
   --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512";
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {
+    use crate::model_merge::{HELP as MERGE_HELP, USAGE as MERGE_USAGE};
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        writeln!(std::io::stdout().lock(), "usage: {MODEL_INIT_USAGE}\n\n{MODEL_INIT_HELP}")?;
+        let help = match args.first().map(String::as_str) {
+            Some("merge") => format!("usage: {MERGE_USAGE}\n\n{MERGE_HELP}"),
+            Some("init") => format!("usage: {MODEL_INIT_USAGE}\n\n{MODEL_INIT_HELP}"),
+            _ => format!("usage: {MODEL_INIT_USAGE}\n       {MERGE_USAGE}\n\n{MODEL_INIT_HELP}\n\n{MERGE_HELP}"),
+        };
+        writeln!(std::io::stdout().lock(), "{help}")?;
         return Ok(());
     }
     match args.first().map(String::as_str) {
         Some("init") => model_init(&args[1..]),
-        Some(other) => bail!("unknown `rl model` command `{other}`; expected `{MODEL_INIT_USAGE}`"),
-        None => bail!("expected `{MODEL_INIT_USAGE}`"),
+        Some("merge") => crate::model_merge::merge(&args[1..]),
+        Some(other) => bail!("unknown `rl model` command `{other}`; expected `{MODEL_INIT_USAGE}` or `{MERGE_USAGE}`"),
+        None => bail!("expected `{MODEL_INIT_USAGE}` or `{MERGE_USAGE}`"),
     }
 }
 
@@ -231,6 +238,7 @@ fn print_usage() -> anyhow::Result<()> {
         writeln!(out, "  {name:<13} {about}")?;
     }
     writeln!(out, "  {:<13} write a random Qwen3-architecture model directory", "model init")?;
+    writeln!(out, "  {:<13} merge a LoRA adapter into its base model", "model merge")?;
     writeln!(out, "  {:<13} print the JSON Schema of a config ({})", "schema <part>", SCHEMA_PARTS.join(", "))?;
     writeln!(out, "  {:<13} print the version", "--version")?;
     writeln!(out, "\nconfig files merge left to right, command-line keys last; `rl <command> --help` lists keys")?;

@@ -7,6 +7,7 @@ mod help;
 mod launcher;
 mod liveness;
 mod logging;
+mod model_merge;
 mod orchestrating;
 mod orphan;
 mod plot;

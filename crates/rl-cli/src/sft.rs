@@ -128,6 +128,9 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     crate::plot::sft_curves(&run)?;
     let model_dir = run.model();
     trainer.save_model(&model_dir)?;
+    if trainer.save_adapter(&run.adapter())? {
+        writeln!(std::io::stdout().lock(), "sft: wrote the LoRA adapter (PEFT format) to {}", run.adapter().display())?;
+    }
     writeln!(std::io::stdout().lock(), "sft: wrote the fine-tuned model to {}", model_dir.display())?;
     Ok(())
 }

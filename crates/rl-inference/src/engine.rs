@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::prefix_cache::PrefixCache;
+use crate::weights::WeightSource;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -147,6 +148,7 @@ pub(crate) enum Command {
 pub struct Engine {
     tx: mpsc::Sender<Command>,
     beat: Arc<Heartbeat>,
+    weights: Arc<WeightSource>,
 }
 
 /// What the engine thread says about itself, read by `/health`: whether it is alive, whether it is
@@ -222,7 +224,20 @@ impl Engine {
             .name(String::from("rl-inference-engine"))
             .spawn(run)
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
-        Ok(Engine { tx, beat })
+        let weights = Arc::new(WeightSource::new(model.config().clone(), None));
+        Ok(Engine { tx, beat, weights })
+    }
+
+    /// The same engine applying LoRA adapter updates to the weights in `dir` (the served model's
+    /// directory).
+    pub fn with_base_dir(mut self, dir: PathBuf) -> Self {
+        let cfg = self.weights_config();
+        self.weights = Arc::new(WeightSource::new(cfg, Some(dir)));
+        self
+    }
+
+    fn weights_config(&self) -> rl_model::ModelConfig {
+        self.weights.config().clone()
     }
 
     /// Requests waiting for admission and sequences decoding.
@@ -259,23 +274,11 @@ impl Engine {
         self.call(|tx| Command::Generate(req, tx)).await?
     }
 
-    /// Loads the weights in `dir` and swaps them in between steps; returns the new version. The
-    /// files are read on a blocking thread while generation goes on, within `limit`: a stuck disk
-    /// fails this call, never the engine.
+    /// Loads the weights in `dir` (full weights, or a LoRA adapter merged into the base) and swaps
+    /// them in between steps; returns the new version. The files are read on a blocking thread
+    /// while generation goes on, within `limit`: a stuck disk fails this call, never the engine.
     pub async fn update_weights(&self, dir: PathBuf, limit: Duration) -> Result<u64> {
-        let source = dir.clone();
-        let read = tokio::task::spawn_blocking(move || rl_model::read_weights(&source, &candle_core::Device::Cpu));
-        let tensors = match tokio::time::timeout(limit, read).await {
-            Err(_) => {
-                return Err(Error::Timeout(format!(
-                    "reading the weights in {} took longer than {:.0}s",
-                    dir.display(),
-                    limit.as_secs_f64()
-                )));
-            }
-            Ok(Err(e)) => return Err(Error::Engine(format!("the weight reader failed: {e}"))),
-            Ok(Ok(read)) => read.map_err(|e| Error::BadRequest(format!("cannot load weights: {e}")))?,
-        };
+        let tensors = self.weights.read(&dir, limit).await?;
         self.call(|tx| Command::UpdateWeights(dir, tensors, tx)).await?
     }
 

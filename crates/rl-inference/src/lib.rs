@@ -15,6 +15,7 @@ mod prefix_cache;
 mod stats;
 mod stream;
 mod tool_calls;
+mod weights;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -81,7 +82,8 @@ impl Server {
         let template = ChatTemplate::load(&dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
         let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
-        let engine = Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?;
+        let engine =
+            Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(dir.clone());
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
         let state = http::AppState {
             engine: engine.clone(),

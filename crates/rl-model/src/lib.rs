@@ -30,7 +30,7 @@ pub use init::{
 };
 pub use lora::{
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_name, adapter_shapes, check_adapters, init_adapters, is_adapter_dir,
-    layer_shape, merge_adapters, read_adapter_dir, write_adapter_dir,
+    layer_shape, merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
 };
 pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};

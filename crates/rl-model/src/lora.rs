@@ -137,25 +137,7 @@ pub fn write_adapter_dir(out: &Path, lora: &Lora, base: &str, tensors: &[(String
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
     let result = (|| {
-        let modules: Vec<&str> = lora.targets().into_iter().map(Proj::module).collect();
-        let config = json!({
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "base_model_name_or_path": base,
-            "r": lora.shape.rank,
-            "lora_alpha": lora.alpha,
-            "lora_dropout": 0.0,
-            "target_modules": modules,
-            "bias": "none",
-            "fan_in_fan_out": false,
-            "use_rslora": false,
-            "init_lora_weights": true,
-            "inference_mode": true,
-        });
-        let path = tmp.join(ADAPTER_CONFIG);
-        let text = serde_json::to_string_pretty(&config).expect("json values serialize");
-        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
-        crate::write_safetensors(&tmp.join(ADAPTER_WEIGHTS), tensors)?;
+        write_adapter_files(&tmp, lora, base, tensors)?;
         if out.exists() {
             std::fs::remove_dir_all(out).map_err(|e| Error::io(out, e))?;
         }
@@ -165,6 +147,29 @@ pub fn write_adapter_dir(out: &Path, lora: &Lora, base: &str, tensors: &[(String
         let _ = std::fs::remove_dir_all(&tmp);
     }
     result
+}
+
+/// Writes `adapter_config.json` and `adapter_model.safetensors` into the existing `dir`, each
+/// atomically.
+pub fn write_adapter_files(dir: &Path, lora: &Lora, base: &str, tensors: &[(String, Tensor)]) -> Result<()> {
+    let modules: Vec<&str> = lora.targets().into_iter().map(Proj::module).collect();
+    let config = json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": lora.shape.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": 0.0,
+        "target_modules": modules,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "use_rslora": false,
+        "init_lora_weights": true,
+        "inference_mode": true,
+    });
+    let text = serde_json::to_string_pretty(&config).expect("json values serialize");
+    rl_configs::run_dir::write_atomic(&dir.join(ADAPTER_CONFIG), text.as_bytes())?;
+    crate::write_safetensors(&dir.join(ADAPTER_WEIGHTS), tensors)
 }
 
 /// Whether `dir` holds an adapter (rather than full weights).

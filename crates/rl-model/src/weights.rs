@@ -273,6 +273,19 @@ impl Trainable {
         Ok(Trainable { vars, parts, layers, frozen: Some((lora.clone(), base)) })
     }
 
+    /// Every weight under its HF name, detached: with adapters, merged into the base weights.
+    pub fn merged(&self, cfg: &ModelConfig) -> Result<Vec<(String, Tensor)>> {
+        let mut out: Vec<(String, Tensor)> = match &self.frozen {
+            None => self.tensors(),
+            Some((lora, base)) => {
+                let adapters: HashMap<String, Tensor> = self.tensors().into_iter().collect();
+                crate::lora::merge_adapters(cfg, lora, base, &adapters)?.into_iter().collect()
+            }
+        };
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
     /// The adapters, when these are adapters over frozen weights.
     pub fn lora(&self) -> Option<&Lora> {
         self.frozen.as_ref().map(|(l, _)| l)

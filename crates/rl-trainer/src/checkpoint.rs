@@ -1,20 +1,22 @@
 //! Weight broadcasts (`<run>/broadcasts/step_N/{model.safetensors, STABLE}`) and trainer
-//! checkpoints (`<run>/checkpoints/step_N/trainer/`), each written so a reader never sees half a file.
+//! checkpoints (`<run>/checkpoints/step_N/trainer/`), or with LoRA the adapters in PEFT's files,
+//! each written so a reader never sees half a file.
 
 use std::path::PathBuf;
 
-use candle_core::Tensor;
 use rl_configs::RunDir;
 use rl_configs::run_dir::{persist, steps_in, temp_path, write_atomic};
 
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
+use crate::weights::Trained;
 
-/// Writes the weights of `step`, then the `STABLE` marker that tells readers they are complete.
-pub fn write_broadcast(run: &RunDir, step: u64, tensors: &[(String, Tensor)]) -> Result<PathBuf> {
+/// Writes the weights (or adapters) of `step`, then the `STABLE` marker that tells readers they
+/// are complete.
+pub fn write_broadcast(run: &RunDir, step: u64, trained: &Trained<'_>) -> Result<PathBuf> {
     let dir = run.broadcast(step);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    rl_model::write_safetensors(&dir.join("model.safetensors"), tensors)?;
+    trained.write_into(&dir)?;
     write_atomic(&run.broadcast_marker(step), b"")?;
     Ok(dir)
 }
@@ -35,7 +37,7 @@ pub fn clean_broadcasts(run: &RunDir, step: u64, ckpt_interval: Option<u64>) -> 
 pub fn write_checkpoint(
     run: &RunDir,
     step: u64,
-    tensors: &[(String, Tensor)],
+    trained: &Trained<'_>,
     opt: &Optimizer,
     keep_last: Option<u32>,
 ) -> Result<PathBuf> {
@@ -43,7 +45,7 @@ pub fn write_checkpoint(
     let tmp = temp_path(&dir);
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    rl_model::write_safetensors(&tmp.join("model.safetensors"), tensors)?;
+    trained.write_into(&tmp)?;
     opt.save(&tmp)?;
     let marker = tmp.join(run.trainer_checkpoint_marker(step).file_name().unwrap_or_default());
     std::fs::write(&marker, serde_json::json!({"step": step}).to_string()).map_err(|e| Error::io(&marker, e))?;

@@ -12,6 +12,7 @@ mod loss;
 mod optim;
 mod sft;
 mod train;
+mod weights;
 
 pub use batch::{read_batch, wait_for_batch};
 pub use checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_checkpoint};
@@ -21,3 +22,4 @@ pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
 pub use sft::{Fit, SftExample, SftReport, SftTrainer, fit, pack, tokenize};
 pub use train::{RlTrainer, StepReport, device, step_gradients};
+pub use weights::Trained;

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::Device;
 use rl_configs::run_dir::{SftRow, append_jsonl, retain_jsonl};
 use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig, SftValConfig};
 use rl_model::{CausalLm, ChatTemplate, ModelConfig, TemplateMessage, Tok, Trainable, read_config};
@@ -15,7 +15,8 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::train::{device, master_weights, step_gradients};
+use crate::train::{device, step_gradients};
+use crate::weights::{Source, Trained};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,7 +183,7 @@ impl SftTrainer {
         let dev: Device = device(cfg.device)?;
         let model_cfg = read_config(&src)?;
         let run = RunDir::new(cfg.run_dir());
-        let (weights_dir, step, opt) = match &cfg.resume {
+        let (resume_dir, step, opt) = match &cfg.resume {
             Some(r) => {
                 let (s, ckpt) = find_checkpoint(&run, r.step)?;
                 // Rows of steps after the checkpoint are trained again: drop them, not duplicate them.
@@ -190,11 +191,12 @@ impl SftTrainer {
                 if let Some(torn) = kept.torn {
                     tracing::warn!(file = %run.metrics().display(), torn = %torn, "cut a torn last line left by a crash");
                 }
-                (ckpt.clone(), s + 1, Optimizer::load(&cfg.optim, &ckpt, &dev)?)
+                (Some(ckpt.clone()), s + 1, Optimizer::load(&cfg.optim, &ckpt, &dev)?)
             }
-            None => (src.clone(), 1, Optimizer::new(&cfg.optim)),
+            None => (None, 1, Optimizer::new(&cfg.optim)),
         };
-        let (vars, model) = master_weights(&model_cfg, &weights_dir, &dev, cfg.dtype)?;
+        let from = Source { src: &src, resume: resume_dir.as_deref(), lora: cfg.lora.as_ref(), seed: cfg.seed };
+        let (vars, model) = crate::weights::load(&model_cfg, from, &dev, cfg.dtype)?;
         let mut opt = opt;
         opt.regroup(&vars.groups())?;
         Ok(SftTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, src })
@@ -273,7 +275,8 @@ impl SftTrainer {
             if let Some(c) = &self.cfg.ckpt
                 && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps || stop)
             {
-                write_checkpoint(&run, self.step, &self.vars.tensors(), &self.opt, c.keep_last)?;
+                let trained = Trained { vars: &self.vars, base: &self.src, dtype: None };
+                write_checkpoint(&run, self.step, &trained, &self.opt, c.keep_last)?;
             }
             on_step(&report);
             if stop {
@@ -285,12 +288,19 @@ impl SftTrainer {
         Ok(())
     }
 
-    /// Writes the fine-tuned model as an HF-format directory (tokenizer files copied from the source).
+    /// Writes the fine-tuned model as an HF-format directory (tokenizer files copied from the
+    /// source); with LoRA, the adapters merged into the base.
     pub fn save_model(&self, out: &std::path::Path) -> Result<()> {
-        let tensors: Vec<(String, Tensor)> =
-            self.vars.tensors().into_iter().map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap_or(t))).collect();
-        rl_model::write_model_dir(out, &self.model_cfg, &tensors, &self.src)?;
+        rl_model::write_model_dir(out, &self.model_cfg, &self.vars.merged(&self.model_cfg)?, &self.src)?;
         Ok(())
+    }
+
+    /// With LoRA, writes the adapters as a PEFT adapter directory at `out` and returns true.
+    pub fn save_adapter(&self, out: &std::path::Path) -> Result<bool> {
+        let Some(lora) = self.vars.lora() else { return Ok(false) };
+        let base = std::path::absolute(&self.src).unwrap_or_else(|_| self.src.clone());
+        rl_model::write_adapter_dir(out, lora, &base.to_string_lossy(), &self.vars.tensors())?;
+        Ok(true)
     }
 
     /// The model as it is now.

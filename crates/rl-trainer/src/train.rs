@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device, Tensor};
 use rl_configs::run_dir::{TrainerRow, append_jsonl, retain_jsonl};
 use rl_configs::{RunDir, TrainerConfig};
-use rl_model::{CausalLm, ModelConfig, Trainable, read_config, read_weights};
+use rl_model::{CausalLm, ModelConfig, Trainable, read_config};
 use rl_proto::train::v1::TrainBatch;
 
 use crate::batch::wait_for_batch;
@@ -15,27 +15,11 @@ use crate::checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, writ
 use crate::error::{Error, Result};
 use crate::loss::{LossStats, micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
+use crate::weights::{Source, Trained};
 
 /// The device a config asks for (CUDA only in builds with the `cuda` feature).
 pub fn device(cfg: rl_configs::Device) -> Result<Device> {
     Ok(rl_model::open_device(cfg)?)
-}
-
-/// The weights of `dir` as f32 master variables on `device`, and the model over them computing in
-/// `compute` (bf16 on a GPU: weights are cast at each use, gradients and AdamW stay f32).
-pub(crate) fn master_weights(
-    cfg: &ModelConfig,
-    dir: &Path,
-    device: &Device,
-    compute: rl_configs::Dtype,
-) -> Result<(Trainable, CausalLm)> {
-    let tensors = read_weights(dir, device)?
-        .into_iter()
-        .map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?)))
-        .collect::<Result<std::collections::HashMap<_, _>>>()?;
-    let vars = Trainable::from_tensors(cfg, &tensors)?;
-    let model = vars.model(cfg, device)?.with_compute_dtype(rl_model::compute_dtype(compute));
-    Ok((vars, model))
 }
 
 /// What one step did.
@@ -107,7 +91,7 @@ impl RlTrainer {
         })?;
         let device = device(cfg.device)?;
         let model_cfg = read_config(&dir)?;
-        let (weights_dir, step, opt) = match &cfg.resume {
+        let (resume_dir, step, opt) = match &cfg.resume {
             Some(r) => {
                 let run = RunDir::new(&cfg.output_dir);
                 let (s, ckpt) = find_checkpoint(&run, r.step)?;
@@ -118,11 +102,12 @@ impl RlTrainer {
                     tracing::warn!(file = %run.trainer_metrics().display(), torn = %torn, "cut a torn last line left by a crash");
                 }
                 let opt = Optimizer::load(&cfg.optim, &ckpt, &device)?;
-                (ckpt, s + 1, opt)
+                (Some(ckpt), s + 1, opt)
             }
-            None => (dir, 1, Optimizer::new(&cfg.optim)),
+            None => (None, 1, Optimizer::new(&cfg.optim)),
         };
-        let (vars, model) = master_weights(&model_cfg, &weights_dir, &device, cfg.dtype)?;
+        let from = Source { src: &dir, resume: resume_dir.as_deref(), lora: cfg.lora.as_ref(), seed: cfg.seed };
+        let (vars, model) = crate::weights::load(&model_cfg, from, &device, cfg.dtype)?;
         let mut opt = opt;
         opt.regroup(&vars.groups())?;
         Ok(RlTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, device })
@@ -138,21 +123,19 @@ impl RlTrainer {
         &self.model_cfg
     }
 
-    /// Current weights.
+    /// Current values of what is trained: every weight, or with LoRA the adapters.
     pub fn weights(&self) -> Vec<(String, Tensor)> {
         self.vars.tensors()
     }
 
+    /// What is trained as written into a checkpoint (`dtype` unset) or a broadcast.
+    fn trained(&self, dtype: Option<DType>) -> Trained<'_> {
+        Trained { vars: &self.vars, base: self.cfg.model.path.as_deref().unwrap_or(Path::new("")), dtype }
+    }
+
     /// The weights as broadcast: in `broadcast_dtype` when set.
-    fn broadcast_weights(&self) -> Result<Vec<(String, Tensor)>> {
-        let weights = self.weights();
-        match self.cfg.broadcast_dtype {
-            None => Ok(weights),
-            Some(d) => {
-                let dtype = rl_model::compute_dtype(d);
-                Ok(weights.into_iter().map(|(n, t)| Ok((n, t.to_dtype(dtype)?))).collect::<Result<Vec<_>>>()?)
-            }
-        }
+    fn broadcast(&self) -> Trained<'_> {
+        self.trained(self.cfg.broadcast_dtype.map(rl_model::compute_dtype))
     }
 
     /// Trains on one batch. A batch that trains no token leaves the weights and the optimizer
@@ -198,14 +181,14 @@ impl RlTrainer {
     /// `broadcasts/step_{start-1}`, then trains each step as its batch arrives.
     pub fn run(&mut self, mut on_step: impl FnMut(&StepReport)) -> Result<()> {
         let run = RunDir::new(&self.cfg.output_dir);
-        write_broadcast(&run, self.step - 1, &self.broadcast_weights()?)?;
+        write_broadcast(&run, self.step - 1, &self.broadcast())?;
         let timeout = Duration::from_secs_f64(self.cfg.batch_timeout_s);
         while self.cfg.max_steps.is_none_or(|max| self.step <= max) {
             let waited = Instant::now();
             let batch = wait_for_batch(&run, self.step, timeout)?;
             let wait_s = waited.elapsed().as_secs_f64();
             let report = self.train_step(&batch)?;
-            write_broadcast(&run, self.step, &self.broadcast_weights()?)?;
+            write_broadcast(&run, self.step, &self.broadcast())?;
             let interval = self.cfg.ckpt.as_ref().map(|c| c.interval);
             clean_broadcasts(&run, self.step, interval)?;
             append_jsonl(&run.trainer_metrics(), &report.row(wait_s))?;
@@ -213,7 +196,7 @@ impl RlTrainer {
             if let Some(ckpt) = &self.cfg.ckpt
                 && (self.step.is_multiple_of(ckpt.interval) || last)
             {
-                write_checkpoint(&run, self.step, &self.weights(), &self.opt, ckpt.keep_last)?;
+                write_checkpoint(&run, self.step, &self.trained(None), &self.opt, ckpt.keep_last)?;
             }
             on_step(&report);
             self.step += 1;
@@ -226,13 +209,11 @@ impl RlTrainer {
         &self.device
     }
 
-    /// Writes the current weights as an HF-format model directory (tokenizer files from the
-    /// starting model's directory).
+    /// Writes the current weights (with LoRA: merged into the base) as an HF-format model
+    /// directory (tokenizer files from the starting model's directory).
     pub fn save_model(&self, out: &Path) -> Result<PathBuf> {
         let src = self.cfg.model.path.clone().unwrap_or_default();
-        let tensors: Vec<(String, Tensor)> =
-            self.weights().into_iter().map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap_or(t))).collect();
-        rl_model::write_model_dir(out, &self.model_cfg, &tensors, &src)?;
+        rl_model::write_model_dir(out, &self.model_cfg, &self.vars.merged(&self.model_cfg)?, &src)?;
         Ok(out.to_owned())
     }
 }

@@ -103,6 +103,11 @@ impl RunDir {
         self.root.join("model")
     }
 
+    /// The final LoRA adapter (PEFT's format), when a run trains adapters.
+    pub fn adapter(&self) -> PathBuf {
+        self.root.join("adapter")
+    }
+
     /// `rl eval`'s result.
     pub fn eval_result(&self) -> PathBuf {
         self.root.join("eval.json")
