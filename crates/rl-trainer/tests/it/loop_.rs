@@ -11,7 +11,7 @@ use rl_trainer::{Error, MicroBatch, RlTrainer, TrainBatch};
 use crate::model_dir;
 
 /// Writes a batch where the orchestrator would.
-fn write_batch(run: &Path, batch: &TrainBatch) {
+pub(crate) fn write_batch(run: &Path, batch: &TrainBatch) {
     write_atomic(&RunDir::new(run).batch(batch.step), &batch.encode_to_vec()).unwrap();
 }
 
@@ -19,7 +19,7 @@ fn broadcast_dir(run: &Path, step: u64) -> std::path::PathBuf {
     RunDir::new(run).broadcast(step)
 }
 
-fn synthetic_batch(step: u64) -> TrainBatch {
+pub(crate) fn synthetic_batch(step: u64) -> TrainBatch {
     let mb = |salt: u32| {
         let ids: Vec<u32> = (0..12).map(|i| 3 + (i * 7 + salt + step as u32) % 30).collect();
         let n = ids.len();
@@ -44,7 +44,7 @@ fn synthetic_batch(step: u64) -> TrainBatch {
     }
 }
 
-fn config(run: &Path, model: &Path, max_steps: u64) -> TrainerConfig {
+pub(crate) fn config(run: &Path, model: &Path, max_steps: u64) -> TrainerConfig {
     let mut c = TrainerConfig {
         model: TrainerModelConfig { path: Some(model.to_owned()), name: None, seq_len: 64 },
         micro_batch_tokens: 64,
@@ -59,7 +59,7 @@ fn config(run: &Path, model: &Path, max_steps: u64) -> TrainerConfig {
     c
 }
 
-fn weights_equal(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> bool {
+pub(crate) fn weights_equal(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> bool {
     a.iter().zip(b).all(|((na, ta), (nb, tb))| {
         na == nb
             && ta.flatten_all().unwrap().to_vec1::<f32>().unwrap()

@@ -2,6 +2,7 @@
 //! agreement with generation, the training loop (broadcasts, metrics, checkpoints, exact resume).
 
 mod loop_;
+mod lora;
 mod loss;
 
 use std::collections::HashMap;
