@@ -91,3 +91,72 @@ fn rl_runs_three_steps_across_all_processes() {
     assert_eq!(trainer_steps, vec![1, 2, 3, 4], "the trainer's rows of retrained steps are replaced, not repeated");
     assert!(stdout(&o).contains("final model (after step 4)"), "{}", stdout(&o));
 }
+
+/// `rl rl` with `[trainer.lora]` from a short SFT warm start (so rewards differ within groups):
+/// the adapters train, the broadcasts are adapters the inference server serves, and the run ends
+/// with `<run>/adapter` and the merged `<run>/model`, which `rl model merge` reproduces.
+#[test]
+fn rl_trains_lora_adapters_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (init, out) = (tmp.path().join("tiny"), tmp.path().to_str().unwrap());
+    let init_args =
+        ["model", "init", "--out", init.to_str().unwrap(), "--seed", "3", "--tokenizer-task", "reverse-text"];
+    assert!(rl(&init_args).status.success());
+    let mut sft = vec!["sft", "@", "configs/reverse_text/sft.toml", "--output-dir", out, "--model.path"];
+    sft.extend([init.to_str().unwrap(), "--max-steps", "30", "--batch-size", "16", "--optim.lr", "0.003"]);
+    sft.extend(["--data.args", r#"{"min_len": 3, "max_len": 6}"#]);
+    let o = rl(&sft);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let model = tmp.path().join("reverse-text-sft/model");
+    let o = rl(&["rl", "@", "configs/ci/lora.toml", "--output-dir", out, "--model.path", model.to_str().unwrap()]);
+    assert!(o.status.success(), "stdout:\n{}\nstderr:\n{}", stdout(&o), stderr(&o));
+    let run = RunDir::new(tmp.path().join("ci-lora"));
+    assert!(rl_model::is_adapter_dir(&run.broadcast(3)), "broadcasts hold the adapters");
+    let rows: Vec<TrainerRow> = read_jsonl(&run.trainer_metrics()).unwrap();
+    assert_eq!(rows.len(), 3);
+    // Step 1's rollouts come from the base model, which the fresh adapters (B = 0) leave as it is.
+    assert!(rows[0].mismatch_kl < 1e-9, "step 1: mismatch KL {}", rows[0].mismatch_kl);
+    assert!(rows.iter().all(|r| r.grad_norm > 0.0 && r.mismatch_kl.is_finite()), "the adapters were trained");
+    let log = std::fs::read_to_string(run.logs().join("inference.log")).unwrap();
+    assert!(log.contains("weights updated"), "the inference server loaded the adapters");
+    assert!(stdout(&o).contains("LoRA adapter (after step 3)"), "{}", stdout(&o));
+    let cfg = rl_model::read_config(&model).unwrap();
+    let (lora, _) = rl_model::read_adapter_dir(&cfg, &run.adapter(), &candle_core::Device::Cpu).unwrap();
+    assert_eq!(lora.shape.rank, 4);
+    let merged = tmp.path().join("merged");
+    let m = rl(&[
+        "model",
+        "merge",
+        "--base",
+        model.to_str().unwrap(),
+        "--adapter",
+        run.adapter().to_str().unwrap(),
+        "--out",
+        merged.to_str().unwrap(),
+    ]);
+    assert!(m.status.success(), "{}", stderr(&m));
+    let (a, b) = (
+        rl_model::read_weights(&run.model(), &candle_core::Device::Cpu).unwrap(),
+        rl_model::read_weights(&merged, &candle_core::Device::Cpu).unwrap(),
+    );
+    let base = rl_model::read_weights(&model, &candle_core::Device::Cpu).unwrap();
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    let diff = |x: &candle_core::Tensor, y: &candle_core::Tensor| {
+        (x - y).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    };
+    assert_eq!(diff(&a[q], &b[q]), 0.0, "rl model merge writes the run's final model");
+    assert!(diff(&a[q], &base[q]) > 0.0, "the adapted projection moved");
+    let k = "model.layers.0.self_attn.k_proj.weight";
+    assert_eq!(diff(&a[k], &base[k]), 0.0, "a projection without an adapter did not");
+    let again = rl(&[
+        "model",
+        "merge",
+        "--base",
+        model.to_str().unwrap(),
+        "--adapter",
+        model.to_str().unwrap(),
+        "--out",
+        "/tmp/x",
+    ]);
+    assert!(!again.status.success() && stderr(&again).contains("adapter_config.json"), "{}", stderr(&again));
+}
