@@ -1,7 +1,8 @@
 //! `cargo xtask bench [NAME]`: benchmarks, each printed next to its reference measured in the same
-//! run on the same machine, and the ratio. The Python references (PyTorch, HF `generate`, TRL)
+//! run on the same machine, and the ratio. The Python references (PyTorch, PEFT, HF `generate`, TRL)
 //! run in a virtual environment made on demand from PyPI (`target/bench-venv`, or the interpreter
-//! named by `RL_BENCH_PYTHON`); `--no-reference` skips them. Never part of `cargo xtask ci`.
+//! named by `RL_BENCH_PYTHON`); `--no-reference` skips them. The benchmarks are never part of
+//! `cargo xtask ci`; the venv is (`cargo xtask peft`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +16,8 @@ mod gpu;
 mod rl_step;
 
 /// The reference packages, pinned to the versions the README's figures were measured with.
-const REFERENCE_PACKAGES: &[&str] = &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "datasets"];
+const REFERENCE_PACKAGES: &[&str] =
+    &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "peft==0.21.*", "datasets"];
 
 /// Runs every benchmark (or the one named).
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@ mod bench;
 mod cuda;
 mod deps;
 mod example_env;
+mod peft;
 mod python;
 mod tidy;
 mod unused_deps;
@@ -41,8 +42,9 @@ fn run() -> anyhow::Result<()> {
         Some("python-sdk") => python::test(),
         Some("example-env") => example_env::check(),
         Some("verifiers") => verifiers::test(),
+        Some("peft") => peft::check(),
         _ => bail!(
-            "usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda | python-sdk | example-env | verifiers>"
+            "usage: cargo xtask <ci [--gpu] | tidy | deps | bench | build-cuda | clippy-cuda | python-sdk | example-env | verifiers | peft>"
         ),
     }
 }
@@ -75,6 +77,7 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     step("python sdk tests", python::test)?;
     step("example env crate", example_env::check)?;
     step("verifiers environments", verifiers::test)?;
+    step("LoRA adapters against PEFT", peft::check)?;
     // Last, being the slowest on a clean machine: the GPU code compiles everywhere (the CUDA
     // compiler comes from PyPI wheels; candle's kernels compile to PTX).
     step("clippy (cuda feature)", cuda::clippy)?;
