@@ -3,15 +3,71 @@
 f32, CPU, 2 threads), forward + backward + AdamW on 4 samples per micro-batch (512 or 2048 tokens in
 all), one JSON line per case with tokens/s. Needs torch and transformers (PyPI); not part of CI.
 
-Usage: python3 scripts/bench_torch_train.py
+With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), a full step and a PEFT LoRA
+step (r = 16, alpha 32, every projection) on one 512-token row of 4 samples, each with its peak
+resident memory (`cargo xtask bench train-0.6b`).
+
+Usage: python3 scripts/bench_torch_train.py [qwen3-0.6b]
 """
 import json
+import sys
 import time
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 torch.set_num_threads(2)
+
+
+def peak_rss_mb():
+    """Peak resident set since the last reset (VmHWM), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def qwen3_0_6b():
+    from peft import LoraConfig, get_peft_model
+    for mode in ("full", "lora"):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                          num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                          rope_theta=1_000_000.0, tie_word_embeddings=True, attn_implementation="sdpa")
+        model = Qwen3ForCausalLM(cfg).float()
+        if mode == "lora":
+            targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+            model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=targets))
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+        tokens = 512
+        ids = (torch.arange(tokens) * 13 % 100 + 8).view(4, tokens // 4)
+
+        def step():
+            logits = model(input_ids=ids).logits
+            logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            (-logp.mean()).backward()
+            opt.step()
+            opt.zero_grad()
+
+        step()
+        start = time.perf_counter()
+        reps = 2
+        for _ in range(reps):
+            step()
+        tps = tokens * reps / (time.perf_counter() - start)
+        print(json.dumps({"bench": "train-0.6b", "preset": "qwen3-0.6b", "mode": mode, "tokens": tokens,
+                          "tokens_per_s": round(tps, 2), "peak_rss_mb": round(peak_rss_mb()),
+                          "torch": torch.__version__}), flush=True)
+        del model, opt, params
+
+
+if sys.argv[1:] == ["qwen3-0.6b"]:
+    qwen3_0_6b()
+    sys.exit(0)
+
 PRESETS = {"tiny": (128, 4, 4, 2, 384), "small": (256, 6, 8, 4, 768)}
 
 for name, (hidden, layers, heads, kv, inter) in PRESETS.items():

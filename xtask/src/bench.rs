@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 mod gpu;
+mod large;
 mod rl_step;
 
 /// The reference packages, pinned to the versions the README's figures were measured with.
@@ -23,7 +24,8 @@ const REFERENCE_PACKAGES: &[&str] =
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let reference = !args.iter().any(|a| a == "--no-reference");
     let only = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
-    const NAMES: [&str; 7] = ["dry-run", "generate", "train-step", "rl-step", "env-server", "python-env", "gpu"];
+    const NAMES: [&str; 8] =
+        ["dry-run", "generate", "train-step", "train-0.6b", "rl-step", "env-server", "python-env", "gpu"];
     if let Some(o) = only
         && !NAMES.contains(&o)
     {
@@ -34,7 +36,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         return gpu::run(args);
     }
     crate::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
-    let python = if reference && only.is_none_or(|o| ["generate", "train-step", "rl-step"].contains(&o)) {
+    let python = if reference && only.is_none_or(|o| ["generate", "train-step", "train-0.6b", "rl-step"].contains(&o)) {
         Some(reference_python()?)
     } else {
         None
@@ -58,6 +60,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             python.as_ref().map(|p| (p, "scripts/bench_torch_train.py", "PyTorch")),
             &["preset", "tokens"],
         )?;
+    }
+    if wants("train-0.6b") {
+        large::run(python.as_ref())?;
     }
     if wants("rl-step") {
         rl_step::run(python.as_ref())?;

@@ -1,6 +1,8 @@
 //! Benchmark: train-step tokens/s (forward + backward + AdamW) for the `tiny` and `small` presets at
 //! 512 and 2048 tokens per micro-batch (4 samples), one JSON line per case (`cargo xtask bench
-//! train-step` prints them next to PyTorch's).
+//! train-step` prints them next to PyTorch's). With the argument `qwen3-0.6b`: that preset's full
+//! step and LoRA (r = 16 on every projection) step at 512 tokens, each with its peak resident
+//! memory (`cargo xtask bench train-0.6b`, next to PyTorch and PyTorch + PEFT).
 
 // The printed table is this benchmark's output.
 #![allow(clippy::print_stdout)]
@@ -10,7 +12,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::{LossConfig, OptimConfig};
-use rl_model::{ModelConfig, Preset, Trainable, random_weights};
+use rl_model::{Lora, ModelConfig, Preset, Trainable, random_weights};
 use rl_trainer::{MicroBatch, Optimizer, step_counts, step_gradients};
 
 /// Packed row of `tokens` tokens: 4 samples, every completion token trained.
@@ -53,8 +55,64 @@ fn matmul_gflops() -> f64 {
     2.0 * (n * n * n) as f64 * reps as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
+/// Resets the process's peak resident set (Linux: `clear_refs` 5), so the next reading of
+/// [`peak_rss_mb`] is this case's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident set since the last reset, MiB (`VmHWM`).
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    kb.unwrap_or(0.0) / 1024.0
+}
+
+/// The Qwen3-0.6B-shaped cases: a full step and a LoRA step (r = 16, alpha 32, every projection)
+/// of one 512-token row, each timed over two steps after a warm-up one, with its peak memory.
+fn qwen3_0_6b() {
+    let cfg = ModelConfig::preset(Preset::Qwen3_0_6B, 151_936);
+    for mode in ["full", "lora"] {
+        reset_peak_rss();
+        let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
+        let vars = if mode == "full" {
+            Trainable::from_tensors(&cfg, &map).expect("vars")
+        } else {
+            let lora = Lora::from_config(&rl_configs::LoraConfig::default());
+            let adapters = rl_model::init_adapters(&cfg, &lora, 0, &Device::Cpu).expect("adapters");
+            Trainable::with_adapters(&cfg, map, &lora, &adapters).expect("vars")
+        };
+        let model = vars.model(&cfg, &Device::Cpu).expect("model");
+        let mut opt = Optimizer::new(&OptimConfig::default());
+        let tokens = 512;
+        let mb = row(tokens);
+        let counts = step_counts(std::slice::from_ref(&mb)).expect("counts");
+        let mut step = || {
+            let rows = std::slice::from_ref(&mb);
+            let (g, _) = step_gradients(&model, &vars, rows, &LossConfig::default(), counts, 1).expect("gradients");
+            opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
+        };
+        step();
+        let start = Instant::now();
+        let reps = 2;
+        for _ in 0..reps {
+            step();
+        }
+        let tps = (tokens * reps) as f64 / start.elapsed().as_secs_f64();
+        let line = serde_json::json!({"bench": "train-0.6b", "preset": "qwen3-0.6b", "mode": mode, "tokens": tokens, "tokens_per_s": tps, "peak_rss_mb": peak_rss_mb()});
+        println!("{line}");
+    }
+}
+
 fn main() {
     rl_kernels::tune_process();
+    if std::env::args().any(|a| a == "qwen3-0.6b") {
+        qwen3_0_6b();
+        return;
+    }
     let peak = matmul_gflops();
     // `cargo bench -p rl-trainer --bench train_step -- small 512` runs one case (for profiling).
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

@@ -1,0 +1,64 @@
+//! `cargo xtask bench train-0.6b`: the Qwen3-0.6B shape's full and LoRA (r = 16, every
+//! projection) train steps, ours next to PyTorch and PyTorch + PEFT measured in the same run, with
+//! each side's peak memory; then our LoRA step against our full step.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{json_lines, print_out};
+
+/// Runs both sides once (each case takes a minute or more on 2 cores) and prints the table.
+pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
+    cargo.args(["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step", "--", "qwen3-0.6b"]);
+    let ours = by_mode(json_lines(&mut cargo, "our benchmark")?);
+    let theirs = match python {
+        Some(p) => {
+            by_mode(json_lines(Command::new(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]), "PyTorch")?)
+        }
+        None => BTreeMap::new(),
+    };
+    let mut out = String::from(
+        "\ntrain step, qwen3-0.6b shape (f32, one 512-token row of 4 samples; LoRA r=16 alpha 32 on q/k/v/o/gate/up/down)\n",
+    );
+    out.push_str(&format!(
+        "{:<6} {:>10} {:>12} {:>7} {:>11} {:>13} {:>7}\n",
+        "case", "ours tok/s", "torch tok/s", "ratio", "ours peak", "torch peak", "ratio"
+    ));
+    let name = |m: &str| if m == "lora" { "LoRA (PyTorch + PEFT)" } else { "full (PyTorch)" };
+    for (mode, (tps, mb)) in &ours {
+        let (rtps, rmb) = theirs.get(mode).copied().unwrap_or((0.0, 0.0));
+        let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { String::from("-") };
+        out.push_str(&format!(
+            "{mode:<6} {tps:>10.1} {rtps:>12.1} {:>7} {:>8.0} MB {:>10.0} MB {:>7}   vs {}\n",
+            ratio(*tps, rtps),
+            mb,
+            rmb,
+            ratio(*mb, rmb),
+            name(mode)
+        ));
+    }
+    if let (Some((full, full_mb)), Some((lora, lora_mb))) = (ours.get("full"), ours.get("lora")) {
+        out.push_str(&format!(
+            "ours, LoRA vs full: {:.2}x the speed, {:.0}% of the peak memory\n",
+            lora / full,
+            100.0 * lora_mb / full_mb
+        ));
+    }
+    print_out(&out);
+    Ok(())
+}
+
+/// (tokens/s, peak MiB) by mode.
+fn by_mode(lines: Vec<Value>) -> BTreeMap<String, (f64, f64)> {
+    lines
+        .iter()
+        .filter_map(|v| {
+            let mode = v["mode"].as_str()?.to_owned();
+            Some((mode, (v["tokens_per_s"].as_f64()?, v["peak_rss_mb"].as_f64().unwrap_or(0.0))))
+        })
+        .collect()
+}
