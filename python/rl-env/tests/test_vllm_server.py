@@ -8,7 +8,14 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from rl_env.vllm_server import WORKER_EXTENSION, _split_roots, _with_defaults, allowed, safetensors_files  # noqa: E402
+from rl_env.vllm_server import (  # noqa: E402
+    WORKER_EXTENSION,
+    _split_roots,
+    _with_defaults,
+    allowed,
+    is_adapter_dir,
+    safetensors_files,
+)
 
 
 class VllmServerTest(unittest.TestCase):
@@ -42,6 +49,13 @@ class VllmServerTest(unittest.TestCase):
             for name in ["model-00002.safetensors", "model-00001.safetensors", "config.json"]:
                 open(os.path.join(d, name), "w").close()
             self.assertEqual([p.name for p in safetensors_files(d)], ["model-00001.safetensors", "model-00002.safetensors"])
+
+    def test_a_lora_adapter_directory_is_recognised_to_be_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "adapter_model.safetensors"), "w").close()
+            self.assertFalse(is_adapter_dir(d), "weights without adapter_config.json are weights")
+            open(os.path.join(d, "adapter_config.json"), "w").close()
+            self.assertTrue(is_adapter_dir(d))
 
 
 if __name__ == "__main__":

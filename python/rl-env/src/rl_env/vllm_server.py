@@ -50,6 +50,19 @@ def allowed(weight_dir: str, roots: list[str]) -> bool:
     return False
 
 
+def is_adapter_dir(weight_dir: str) -> bool:
+    """Whether `weight_dir` holds a LoRA adapter (PEFT's `adapter_config.json`), which
+    `/update_weights` does not load into vLLM: its weights are not the model's."""
+    return os.path.isfile(os.path.join(weight_dir, "adapter_config.json"))
+
+
+ADAPTER_REFUSED = (
+    "weight_dir holds a LoRA adapter (adapter_config.json): /update_weights on vLLM loads full weights only. "
+    "Train without [trainer.lora] against vLLM, serve the policy with `rl inference` (which merges adapters), "
+    "or merge the adapter with `rl model merge`"
+)
+
+
 class WeightsFromDirectory:
     """vLLM worker extension (`--worker-extension-cls`): the method `/update_weights` calls on
     every worker through `collective_rpc`."""
@@ -121,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         allowed_roots = [r for r in os.environ.get("RL_WEIGHT_ROOTS", "").split(os.pathsep) if r]
         if not allowed(weight_dir, allowed_roots):
             return error(400, "`weight_dir` is not under a --weight-roots directory")
+        if is_adapter_dir(weight_dir):
+            return error(400, ADAPTER_REFUSED)
         try:
             safetensors_files(weight_dir)
         except FileNotFoundError as e:
