@@ -92,7 +92,7 @@ mod tests {
         assert!(bad(LoraConfig { rank: 0, ..c.clone() }).contains("trainer.lora.rank"));
         assert!(bad(LoraConfig { alpha: f64::NAN, ..c.clone() }).contains("trainer.lora.alpha"));
         assert!(bad(LoraConfig { dropout: 0.05, ..c.clone() }).contains("trainer.lora.dropout"));
-        let e = bad(LoraConfig { target_modules: vec!["qproj".into()], ..c.clone() });
+        let e = bad(LoraConfig { target_modules: vec!["qproj".into()], ..c });
         assert!(e.contains("trainer.lora.target_modules") && e.contains("q_proj"), "{e}");
         assert!(bad(LoraConfig { target_modules: vec!["q_proj".into(), "q_proj".into()], ..c }).contains("twice"));
     }

@@ -14,10 +14,10 @@ use super::{json_lines, print_out};
 pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
     cargo.args(["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step", "--", "qwen3-0.6b"]);
-    let ours = by_mode(json_lines(&mut cargo, "our benchmark")?);
+    let ours = by_mode(&json_lines(&mut cargo, "our benchmark")?);
     let theirs = match python {
         Some(p) => {
-            by_mode(json_lines(Command::new(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]), "PyTorch")?)
+            by_mode(&json_lines(Command::new(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]), "PyTorch")?)
         }
         None => BTreeMap::new(),
     };
@@ -53,7 +53,7 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
 }
 
 /// (tokens/s, peak MiB) by mode.
-fn by_mode(lines: Vec<Value>) -> BTreeMap<String, (f64, f64)> {
+fn by_mode(lines: &[Value]) -> BTreeMap<String, (f64, f64)> {
     lines
         .iter()
         .filter_map(|v| {
