@@ -11,7 +11,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -19,24 +18,6 @@ use rl_configs::run_dir::{MetricsRow, TrainerRow, read_jsonl};
 use rl_configs::{ConfigFile, ResumeConfig, RlConfig, RunDir, write_json_atomic};
 
 use crate::plot::rl_curves;
-
-/// Set by the first Ctrl-C (or SIGTERM) the launcher receives.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// Watches for Ctrl-C / SIGTERM on a small runtime of its own (the launcher itself is synchronous).
-fn watch_signals() -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // Installed here, before any child starts, not whenever the thread gets to run.
-    let signal = {
-        let _context = rt.enter();
-        rl_serve::shutdown_signal()
-    };
-    std::thread::Builder::new().name(String::from("signals")).spawn(move || {
-        rt.block_on(signal);
-        INTERRUPTED.store(true, Ordering::SeqCst);
-    })?;
-    Ok(())
-}
 
 struct Proc {
     name: String,
@@ -270,7 +251,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
             )?;
         }
     }
-    watch_signals()?;
+    crate::interrupt::watch()?;
     if config.inference.is_some() {
         let mut args = vec![String::from("inference"), String::from("@"), cfg_path("inference.json")];
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -313,7 +294,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         }
         addresses.insert((part.split, part.name.clone()), address);
         procs.push(p);
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if crate::interrupt::interrupted() {
             return stop_all(procs, &run);
         }
     }
@@ -573,7 +554,7 @@ fn monitor(
     // When the last step line (or the start) was printed, and when we last said we are waiting.
     let (mut progressed, mut nagged) = (Instant::now(), Instant::now());
     loop {
-        if INTERRUPTED.load(Ordering::SeqCst) {
+        if crate::interrupt::interrupted() {
             return Ok(Finished::Interrupted);
         }
         for p in procs.iter_mut() {

@@ -4,6 +4,7 @@
 mod commands;
 mod env_server;
 mod help;
+mod interrupt;
 mod launcher;
 mod liveness;
 mod logging;

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use rl_configs::{RunDir, SftConfig, SftDataConfig, SftTask};
 use rl_model::TemplateMessage;
-use rl_trainer::{SftExample, SftTrainer, tokenize};
+use rl_trainer::{SftEnd, SftExample, SftTrainer, tokenize};
 
 use crate::sft_data::SftConversation;
 
@@ -55,7 +55,8 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     let encode = |cs: &[SftConversation]| -> anyhow::Result<Vec<SftExample>> {
         cs.iter()
             .map(|c| {
-                tokenize(&tok, &template, &c.messages, c.first_trained, &config.loss_mask).map_err(anyhow::Error::from)
+                tokenize(&tok, &template, &c.messages, &c.tools, c.first_trained, &config.loss_mask)
+                    .map_err(anyhow::Error::from)
             })
             .collect()
     };
@@ -89,7 +90,8 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
         None => None,
     };
     let max = config.max_steps;
-    let trained = trainer.run(&train, &val, |r| {
+    crate::interrupt::watch()?;
+    let trained = trainer.run(&train, &val, crate::interrupt::flag(), |r| {
         if let Some(b) = board.as_mut() {
             let row = serde_json::json!({"loss": r.loss, "val_loss": r.val_loss, "grad_norm": r.grad_norm, "lr": r.lr,
                 "tokens_per_s": r.tokens_per_s});
@@ -124,10 +126,17 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
             )?;
         }
     }
-    trained?;
+    let end = trained?;
     crate::plot::sft_curves(&run)?;
     let model_dir = run.model();
     trainer.save_model(&model_dir)?;
+    if let SftEnd::Interrupted { step, checkpoint } = end {
+        let kept = match checkpoint {
+            Some(c) => format!("its checkpoint is {}; continue with the same command and --resume", c.display()),
+            None => String::from("no checkpoint was written ([ckpt] is not set), so a rerun starts over"),
+        };
+        bail!("interrupted after step {step}/{max}: the model of that step is in {}; {kept}", model_dir.display());
+    }
     if trainer.save_adapter(&run.adapter())? {
         writeln!(std::io::stdout().lock(), "sft: wrote the LoRA adapter (PEFT format) to {}", run.adapter().display())?;
     }
@@ -178,6 +187,7 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
                             })
                             .collect(),
                         first_trained: 0,
+                        tools: vec![],
                     })
                     .collect())
             };

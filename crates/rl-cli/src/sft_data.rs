@@ -8,11 +8,13 @@ use anyhow::{Context, bail};
 use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use serde_json::Value;
 
-/// One training conversation: its messages, and the first one that may be trained.
+/// One training conversation: its messages, the first one that may be trained, and the tools the
+/// chat template renders into the prompt (OpenAI's schema, as TRL's SFT takes them).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SftConversation {
     pub(crate) messages: Vec<TemplateMessage>,
     pub(crate) first_trained: usize,
+    pub(crate) tools: Vec<Value>,
 }
 
 /// Every row of a JSONL file.
@@ -32,18 +34,40 @@ pub(crate) fn read_jsonl(path: &Path) -> anyhow::Result<Vec<SftConversation>> {
 
 /// One row as a conversation.
 pub(crate) fn conversation(row: &Value) -> anyhow::Result<SftConversation> {
+    let tools = tools(row.get("tools"))?;
     if let Some(messages) = row.get("messages") {
-        return Ok(SftConversation { messages: message_list(messages, "messages")?, first_trained: 0 });
+        return Ok(SftConversation { messages: message_list(messages, "messages")?, first_trained: 0, tools });
     }
     match (row.get("prompt"), row.get("completion")) {
         (Some(prompt), Some(completion)) => {
             let mut messages = turns(prompt, "prompt", "user")?;
             let first_trained = messages.len();
             messages.extend(turns(completion, "completion", "assistant")?);
-            Ok(SftConversation { messages, first_trained })
+            Ok(SftConversation { messages, first_trained, tools })
         }
         _ => bail!("expected {{\"messages\": [...]}} or {{\"prompt\": ..., \"completion\": ...}}"),
     }
+}
+
+/// A row's `tools`: OpenAI function tools (`{"type": "function", "function": {"name": ...,
+/// "description": ..., "parameters": {...}}}`), handed to the chat template as they are.
+fn tools(v: Option<&Value>) -> anyhow::Result<Vec<Value>> {
+    let items = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => bail!("`tools` must be a list of tools"),
+    };
+    for (i, t) in items.iter().enumerate() {
+        if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "function") {
+            bail!("`tools[{i}].type` must be \"function\", got {}", t["type"]);
+        }
+        let function = t.get("function").filter(|f| f.is_object());
+        let function = function.with_context(|| format!("`tools[{i}].function` must be an object"))?;
+        if !function.get("name").is_some_and(Value::is_string) {
+            bail!("`tools[{i}].function.name` must be a string");
+        }
+    }
+    Ok(items.clone())
 }
 
 /// A string (one message of `role`) or a message list.
@@ -129,6 +153,41 @@ mod tests {
         assert_eq!(conversation(&chat).unwrap().first_trained, 4, "the prompt's assistant turn is context");
     }
 
+    /// A row's tools are rendered into the prompt by the chat template, as the RL env's prompt of
+    /// the same conversation is (and the trained reply is the same tokens); bad tools are named.
+    #[test]
+    fn tools_of_a_row_are_rendered_by_the_chat_template_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        rl_model::init_model(dir.path(), rl_model::Preset::Tiny, 0, false).unwrap();
+        let (tok, template) =
+            (rl_model::Tok::load(dir.path()).unwrap(), rl_model::ChatTemplate::load(dir.path()).unwrap());
+        let tool = json!({"type": "function", "function": {"name": "lookup", "description": "Finds a page.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}});
+        let row = json!({"tools": [tool], "prompt": "find x", "completion": "ok"});
+        let c = conversation(&row).unwrap();
+        assert_eq!(c.tools, vec![tool.clone()]);
+        let mask = rl_configs::LossMaskConfig::default();
+        let with = rl_trainer::tokenize(&tok, &template, &c.messages, &c.tools, c.first_trained, &mask).unwrap();
+        let without = rl_trainer::tokenize(&tok, &template, &c.messages, &[], c.first_trained, &mask).unwrap();
+        let rendered = template.render(&c.messages, &c.tools, false).unwrap();
+        assert!(rendered.contains("lookup") && rendered.contains("Finds a page."), "{rendered}");
+        assert_eq!(with.ids, tok.encode(&rendered).unwrap(), "the prompt is the template's rendering with tools");
+        assert!(with.ids.len() > without.ids.len());
+        let trained = |e: &rl_trainer::SftExample| -> Vec<u32> {
+            e.ids.iter().zip(&e.mask).filter(|(_, m)| **m).map(|(i, _)| *i).collect()
+        };
+        assert_eq!(trained(&with), trained(&without), "the same reply is trained");
+        for (bad, says) in [
+            (json!("lookup"), "`tools` must be a list"),
+            (json!([{"type": "function"}]), "`tools[0].function`"),
+            (json!([{"type": "function", "function": {"description": "x"}}]), "`tools[0].function.name`"),
+            (json!([{"type": "retrieval", "function": {"name": "x"}}]), "`tools[0].type`"),
+        ] {
+            let err = conversation(&json!({"tools": bad, "prompt": "a", "completion": "b"})).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+    }
+
     #[test]
     fn the_prompt_of_a_prompt_completion_row_is_never_trained() {
         let dir = tempfile::tempdir().unwrap();
@@ -139,8 +198,8 @@ mod tests {
                                     {"role": "user", "content": "2+2?"}], "completion": "4"});
         let c = conversation(&row).unwrap();
         let mask = rl_configs::LossMaskConfig::default();
-        let as_prompt = rl_trainer::tokenize(&tok, &template, &c.messages, c.first_trained, &mask).unwrap();
-        let as_messages = rl_trainer::tokenize(&tok, &template, &c.messages, 0, &mask).unwrap();
+        let as_prompt = rl_trainer::tokenize(&tok, &template, &c.messages, &c.tools, c.first_trained, &mask).unwrap();
+        let as_messages = rl_trainer::tokenize(&tok, &template, &c.messages, &c.tools, 0, &mask).unwrap();
         let trained = |m: &[bool]| m.iter().filter(|t| **t).count();
         // "4" plus the end-of-turn token (char-level tokenizer); as plain messages "yo" is trained too.
         assert_eq!(trained(&as_prompt.mask), 2);

@@ -123,7 +123,8 @@ pub enum SftDataConfig {
     },
     /// A JSONL file, one conversation per line: `{"messages": [{"role", "content", "tool_calls"?}, ...]}`,
     /// or `{"prompt": ..., "completion": ...}` (each a string or a message list; only the
-    /// completion is trained).
+    /// completion is trained); either with `"tools": [...]` (OpenAI function tools, rendered into
+    /// the prompt by the chat template, as an env's tools are in RL).
     Jsonl {
         /// The file.
         path: PathBuf,

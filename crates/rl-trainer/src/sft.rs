@@ -3,6 +3,7 @@
 //! the `<|im_start|>assistant` scaffold), packed into rows of `seq_len`.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use candle_core::Device;
@@ -43,10 +44,11 @@ pub fn tokenize(
     tok: &Tok,
     template: &ChatTemplate,
     msgs: &[TemplateMessage],
+    tools: &[serde_json::Value],
     first_trained: usize,
     mask: &LossMaskConfig,
 ) -> Result<SftExample> {
-    let ids = tok.encode(&template.render(msgs, &[], false)?)?;
+    let ids = tok.encode(&template.render(msgs, tools, false)?)?;
     let mut trained = vec![false; ids.len()];
     let end_ids = &tok.stop_ids;
     for (k, m) in msgs.iter().enumerate().skip(first_trained) {
@@ -55,8 +57,8 @@ pub fn tokenize(
         }
         // The message's tokens: from the end of the conversation before it (with the generation
         // scaffold for assistant turns) to the end of the conversation including it.
-        let before = tok.encode(&template.render(&msgs[..k], &[], m.role == "assistant")?)?;
-        let upto = tok.encode(&template.render(&msgs[..=k], &[], false)?)?;
+        let before = tok.encode(&template.render(&msgs[..k], tools, m.role == "assistant")?)?;
+        let upto = tok.encode(&template.render(&msgs[..=k], tools, false)?)?;
         if !upto.starts_with(&before) || !ids.starts_with(&upto) {
             return Err(Error::Unsupported(String::from(
                 "the chat template does not render conversations as extensions of their prefixes; cannot locate message tokens",
@@ -219,8 +221,15 @@ impl SftTrainer {
     }
 
     /// Trains `max_steps` steps of `batch_size` examples each (in a seeded order, reshuffled every
-    /// epoch), validating every `val.interval` steps; writes `<run>/metrics.jsonl`.
-    pub fn run(&mut self, train: &[SftExample], val: &[SftExample], mut on_step: impl FnMut(&SftReport)) -> Result<()> {
+    /// epoch), validating every `val.interval` steps; writes `<run>/metrics.jsonl`. Once `stop` is
+    /// set (Ctrl-C), ends after the step under way, checkpointing it when checkpoints are on.
+    pub fn run(
+        &mut self,
+        train: &[SftExample],
+        val: &[SftExample],
+        stop: &AtomicBool,
+        mut on_step: impl FnMut(&SftReport),
+    ) -> Result<SftEnd> {
         if train.is_empty() {
             return Err(Error::Unsupported(String::from("no SFT training examples")));
         }
@@ -272,8 +281,9 @@ impl SftTrainer {
                 (Some(SftValConfig { stop_below: Some(t), .. }), Some(v)) => v <= *t,
                 _ => false,
             };
+            let interrupted = stop_flag(stop);
             if let Some(c) = &self.cfg.ckpt
-                && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps || stop)
+                && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps || stop || interrupted)
             {
                 let trained = Trained { vars: &self.vars, base: &self.src, dtype: None };
                 write_checkpoint(&run, self.step, &trained, &self.opt, c.keep_last)?;
@@ -283,9 +293,13 @@ impl SftTrainer {
                 tracing::info!(step = self.step, val_loss, "validation loss reached val.stop_below: stopping");
                 break;
             }
+            if interrupted {
+                let checkpoint = self.cfg.ckpt.as_ref().map(|_| run.trainer_checkpoint(self.step));
+                return Ok(SftEnd::Interrupted { step: self.step, checkpoint });
+            }
             self.step += 1;
         }
-        Ok(())
+        Ok(SftEnd::Finished)
     }
 
     /// Writes the fine-tuned model as an HF-format directory (tokenizer files copied from the
@@ -307,6 +321,24 @@ impl SftTrainer {
     pub fn model(&self) -> &CausalLm {
         &self.model
     }
+}
+
+/// How [`SftTrainer::run`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SftEnd {
+    /// Every step ran (or validation reached `val.stop_below`).
+    Finished,
+    /// Stopped after `step` on request, with that step's checkpoint when checkpoints are on.
+    Interrupted {
+        /// The last step trained.
+        step: u64,
+        /// Its checkpoint.
+        checkpoint: Option<PathBuf>,
+    },
+}
+
+fn stop_flag(stop: &AtomicBool) -> bool {
+    stop.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Index of the `i`-th example drawn: a seeded permutation per epoch.

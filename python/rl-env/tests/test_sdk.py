@@ -221,14 +221,21 @@ class ToolEnvTests(unittest.TestCase):
         self.assertTrue(env.is_completed([{"role": "assistant", "content": "done"}], {}))
         self.assertFalse(env.is_completed([{"role": "assistant", "content": "", "tool_calls": [self.call("add", "{}")]}], {}))
 
+    def test_a_plain_reply_ends_the_episode_unless_the_env_answers_it(self):
+        class Retry(rl_env.ToolEnv):
+            async def on_plain_reply(self, messages, state):
+                return [{"role": "user", "content": "again"}]
+
+        plain = [{"role": "assistant", "content": "done"}]
+        retry = Retry(dataset=[{"question": "q"}], tools=[])
+        self.assertFalse(retry.is_completed(plain, {}), "the env answers plain replies")
+        self.assertEqual(run(retry.env_response(plain, {})), [{"role": "user", "content": "again"}])
+        self.assertIsNone(run(self.env().env_response(plain, {})), "the default ends the episode")
+
     def test_described_tools(self):
         described = json.loads(json.dumps(self.env().describe()))
         self.assertEqual([t["name"] for t in described["tools"]], ["add", "hang"])
         self.assertFalse(described["single_turn"])
-
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class ModelTests(unittest.TestCase):
@@ -247,3 +254,6 @@ class ModelTests(unittest.TestCase):
         self.assertIn(f"127.0.0.1:{port}", message)
         self.assertIn("judge-model", message)
         self.assertIn("unreachable", message)
+
+if __name__ == "__main__":
+    unittest.main()

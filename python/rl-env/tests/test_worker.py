@@ -75,6 +75,43 @@ class WorkerTests(unittest.TestCase):
         self.assertEqual(named["result"]["results"], [{"value": 0.5}, {"error": "no reward function named 'nope'"}])
         self.assertEqual(env["prompts"]["train"][0], prompt, "prompts are formatted once, at load")
 
+    def test_a_tool_env_that_also_replies_ends_when_its_reply_is_none(self):
+        path = user_file('''
+            import rl_env
+            def lookup(key: str) -> str:
+                """Looks a key up.
+
+                Args:
+                    key: The key.
+                """
+                return {"a": "42"}.get(key, "missing")
+            class Quiz(rl_env.ToolEnv):
+                def on_plain_reply(self, messages, state):
+                    if "42" in messages[-1]["content"]:
+                        return None
+                    state["tries"] = state.get("tries", 0) + 1
+                    return [{"role": "user", "content": "Not yet: try again."}]
+            def load_environment():
+                return Quiz(dataset=[{"question": "What is a?", "answer": "42"}], tools=[lookup], max_turns=6)
+        ''')
+        self.addCleanup(os.unlink, path)
+        w = Worker("--file", path)
+        self.addCleanup(w.close)
+        task = w.ready["env"]["splits"]["train"][0]
+        self.assertEqual([t["name"] for t in w.ready["env"]["tools"]], ["lookup"])
+        messages = w.call("prompt", {"task": task})["result"]["messages"]
+        call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "a"}'}}
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        r = w.call("env_response", {"task": task, "messages": messages, "state": {}, "turn": 1})["result"]
+        self.assertEqual((r["done"], r["messages"]), (False, [{"role": "tool", "tool_call_id": "c1", "content": "42"}]))
+        messages += r["messages"] + [{"role": "assistant", "content": "I do not know."}]
+        r = w.call("env_response", {"task": task, "messages": messages, "state": r["state"], "turn": 2})["result"]
+        self.assertEqual((r["done"], r["messages"][0]["content"]), (False, "Not yet: try again."))
+        self.assertEqual(r["state"], {"tries": 1})
+        messages += r["messages"] + [{"role": "assistant", "content": "It is 42."}]
+        r = w.call("env_response", {"task": task, "messages": messages, "state": r["state"], "turn": 3})["result"]
+        self.assertEqual((r["done"], r["messages"]), (True, []), "returning None ends the episode")
+
     def test_prints_go_to_stderr_and_failures_are_per_request(self):
         path = user_file('''
             import rl_env

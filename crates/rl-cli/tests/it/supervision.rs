@@ -303,3 +303,43 @@ fn a_spent_restart_budget_ends_the_run_saying_so() {
     let err = stderr_of(&mut child);
     assert!(err.contains("env-reverse-text exited with") && err.contains("launcher.max_restarts spent"), "{err}");
 }
+
+/// Ctrl-C on `rl sft`: the step under way finishes, is checkpointed and written as the model, the
+/// command exits non-zero saying how to continue, and `--resume` goes on from that step.
+#[test]
+fn ctrl_c_stops_sft_after_a_checkpointed_step_and_resume_continues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "5");
+    let args = |extra: &[&str]| {
+        let mut a = vec!["sft", "@", "configs/reverse_text/sft.toml", "--output-dir", tmp.path().to_str().unwrap()];
+        a.extend(["--model.path", model.to_str().unwrap(), "--max-steps", "100000", "--batch-size", "2"]);
+        a.extend(["--ckpt.interval", "100000", "--scheduler.warmup-steps", "1"]);
+        a.extend(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(args(&[]))
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().starts_with("step 2/") {}
+    signal("-INT", &[child.id().to_string()]);
+    let status = exit_within(&mut child, Duration::from_secs(60), "rl sft did not stop");
+    assert!(!status.success());
+    let err = stderr_of(&mut child);
+    assert!(err.contains("interrupted after step") && err.contains("--resume"), "{err}");
+    let run = RunDir::new(tmp.path().join("reverse-text-sft"));
+    let step = run.checkpoint_steps().into_iter().max().expect("the interrupted step was checkpointed");
+    assert!(step >= 2 && err.contains(&format!("step {step}/")), "{err}");
+    rl_model::load_model(&run.model(), &candle_core::Device::Cpu).expect("the model of that step is written");
+    let o = Command::new(env!("CARGO_BIN_EXE_rl"))
+        .args(args(&["--resume", "--max-steps", &(step + 1).to_string()]))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("step {}/{}", step + 1, step + 1)), "{}", stdout(&o));
+}

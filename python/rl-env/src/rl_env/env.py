@@ -1,6 +1,7 @@
 """Environments: a dataset, how a row becomes a prompt, replies between model turns, tools, a rubric."""
 
 import asyncio
+import inspect
 import json
 
 from .data import DatasetError, load_dataset, split_rows
@@ -109,7 +110,8 @@ class Environment:
         return False
 
     async def env_response(self, messages, state):
-        """The messages answering the model's last turn (a list, or `(list, state)` like verifiers)."""
+        """The messages answering the model's last turn (a list, or `(list, state)` like verifiers);
+        `None` (or `(None, state)`) ends the episode there."""
         raise EnvError(f"{type(self).__name__} takes more than one turn but does not define env_response")
 
     def single_turn(self):
@@ -159,7 +161,9 @@ class MultiTurnEnv(Environment):
 
 
 class ToolEnv(MultiTurnEnv):
-    """The model calls `tools` (plain or async functions); the episode ends at a reply without calls.
+    """The model calls `tools` (plain or async functions); the episode ends at a reply without calls,
+    unless `on_plain_reply` is defined: then the environment answers such a reply too (a user
+    message such as "try again"), and the episode ends when it returns `None` (or at `max_turns`).
 
     A tool that raises answers the model with the error text (the model may recover); a tool that
     does not return within `tool_timeout_s` fails the episode with an env error on the trace.
@@ -180,7 +184,14 @@ class ToolEnv(MultiTurnEnv):
 
     def is_completed(self, messages, state):
         last = messages[-1] if messages else {}
-        return last.get("role") == "assistant" and not last.get("tool_calls")
+        plain = last.get("role") == "assistant" and not last.get("tool_calls")
+        return plain and type(self).on_plain_reply is ToolEnv.on_plain_reply
+
+    async def on_plain_reply(self, messages, state):
+        """The environment's answer to a model turn without tool calls: messages to go on with
+        (e.g. `[{"role": "user", "content": "Not yet: try again."}]`), or `None` to end the
+        episode. Plain or async; the default ends it."""
+        return None
 
     async def call_tool(self, call):
         """The tool message answering one call."""
@@ -210,4 +221,7 @@ class ToolEnv(MultiTurnEnv):
 
     async def env_response(self, messages, state):
         calls = messages[-1].get("tool_calls") or []
+        if not calls:
+            reply = self.on_plain_reply(messages, state)
+            return await reply if inspect.isawaitable(reply) else reply
         return list(await asyncio.gather(*(self.call_tool(c) for c in calls)))
