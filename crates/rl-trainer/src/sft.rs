@@ -221,13 +221,13 @@ impl SftTrainer {
     }
 
     /// Trains `max_steps` steps of `batch_size` examples each (in a seeded order, reshuffled every
-    /// epoch), validating every `val.interval` steps; writes `<run>/metrics.jsonl`. Once `stop` is
+    /// epoch), validating every `val.interval` steps; writes `<run>/metrics.jsonl`. Once `interrupt` is
     /// set (Ctrl-C), ends after the step under way, checkpointing it when checkpoints are on.
     pub fn run(
         &mut self,
         train: &[SftExample],
         val: &[SftExample],
-        stop: &AtomicBool,
+        interrupt: &AtomicBool,
         mut on_step: impl FnMut(&SftReport),
     ) -> Result<SftEnd> {
         if train.is_empty() {
@@ -281,7 +281,7 @@ impl SftTrainer {
                 (Some(SftValConfig { stop_below: Some(t), .. }), Some(v)) => v <= *t,
                 _ => false,
             };
-            let interrupted = stop_flag(stop);
+            let interrupted = stop_flag(interrupt);
             if let Some(c) = &self.cfg.ckpt
                 && (self.step.is_multiple_of(c.interval) || self.step == self.cfg.max_steps || stop || interrupted)
             {
