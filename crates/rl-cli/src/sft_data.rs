@@ -165,7 +165,7 @@ mod tests {
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}});
         let row = json!({"tools": [tool], "prompt": "find x", "completion": "ok"});
         let c = conversation(&row).unwrap();
-        assert_eq!(c.tools, vec![tool.clone()]);
+        assert_eq!(c.tools, vec![tool]);
         let mask = rl_configs::LossMaskConfig::default();
         let with = rl_trainer::tokenize(&tok, &template, &c.messages, &c.tools, c.first_trained, &mask).unwrap();
         let without = rl_trainer::tokenize(&tok, &template, &c.messages, &[], c.first_trained, &mask).unwrap();
