@@ -5,9 +5,13 @@ at batch 1 (128 new tokens) and batch 32 (32 new tokens), and for 4 prompts of 2
 samples each (32 new tokens). Decode time = generate(N) - generate(1),
 so the prompt's prefill is not counted (as in our benchmark). Prints one JSON line per case.
 
-Usage: python3 scripts/bench_hf_generate.py
+With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), 32 new tokens after 64-token
+prompts at batch 1 and 8 (the best of two runs).
+
+Usage: python3 scripts/bench_hf_generate.py [qwen3-0.6b]
 """
 import json
+import sys
 import time
 
 import torch
@@ -24,6 +28,25 @@ def timed(model, ids, new):
                        do_sample=False, pad_token_id=0)
     return time.perf_counter() - start
 
+
+def qwen3_0_6b():
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                      rope_theta=1_000_000.0, tie_word_embeddings=True, attn_implementation="sdpa")
+    model = Qwen3ForCausalLM(cfg).float().eval()
+    for batch in (1, 8):
+        ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
+        timed(model, ids, 2)
+        prefill = min(timed(model, ids, 1) for _ in range(2))
+        total = min(timed(model, ids, 32) for _ in range(2))
+        tps = batch * 31 / max(total - prefill, 1e-9)
+        print(json.dumps({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": round(tps, 2),
+                          "torch": torch.__version__}), flush=True)
+
+
+if sys.argv[1:] == ["qwen3-0.6b"]:
+    qwen3_0_6b()
+    sys.exit(0)
 
 for name, (hidden, layers, heads, kv, inter) in PRESETS.items():
     cfg = Qwen3Config(vocab_size=128, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,

@@ -1,6 +1,7 @@
 //! Benchmark: decode (and prefill) tokens/s of the CPU runtime at batch 1 and 32 for the `tiny` and
 //! `small` presets (random weights, f32), one JSON line per case (`cargo xtask bench generate` prints
-//! them next to HF `generate`'s).
+//! them next to HF `generate`'s). With the argument `qwen3-0.6b`: that shape's greedy decode after
+//! 64-token prompts at batch 1 and 8 (`cargo xtask bench train-0.6b` prints it).
 
 // The printed table is this benchmark's output.
 #![allow(clippy::print_stdout)]
@@ -13,7 +14,7 @@ use candle_nn::VarBuilder;
 use rl_model::{CausalLm, CpuRuntime, ModelConfig, Preset, SeqCache, random_weights};
 
 fn model(preset: Preset) -> CpuRuntime {
-    let cfg = ModelConfig::preset(preset, 128);
+    let cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(128));
     let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
     let m = CausalLm::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model");
     CpuRuntime::new(&m).expect("runtime")
@@ -68,8 +69,23 @@ fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -
     caches
 }
 
+/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two).
+fn qwen3_0_6b() {
+    let m = model(Preset::Qwen3_0_6B);
+    let _ = decode(&m, &prefilled(&m, 1, 2), 2);
+    for batch in [1usize, 8] {
+        let caches = prefilled(&m, batch, 32);
+        let d = (0..2).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
+        println!("{}", serde_json::json!({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": d}));
+    }
+}
+
 fn main() {
     rl_kernels::tune_process();
+    if std::env::args().any(|a| a == "qwen3-0.6b") {
+        qwen3_0_6b();
+        return;
+    }
     // `cargo bench -p rl-model --bench generate -- small 32` runs one case (for profiling; batches
     // 1, 32, 4x8).
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

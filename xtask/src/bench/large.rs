@@ -1,6 +1,7 @@
 //! `cargo xtask bench train-0.6b`: the Qwen3-0.6B shape's full and LoRA (r = 16, every
 //! projection) train steps, ours next to PyTorch and PyTorch + PEFT measured in the same run, with
-//! each side's peak memory; then our LoRA step against our full step.
+//! each side's peak memory; then our LoRA step against our full step; then greedy decode at batch 1
+//! and 8 next to HF `generate`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,6 +48,33 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
             lora / full,
             100.0 * lora_mb / full_mb
         ));
+    }
+    print_out(&out);
+    decode(python)
+}
+
+/// Greedy decode at the 0.6B shape, ours and HF `generate`'s, by batch.
+fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
+    cargo.args(["bench", "--locked", "-p", "rl-model", "--bench", "generate", "--", "qwen3-0.6b"]);
+    let by_batch = |lines: &[Value]| -> BTreeMap<u64, f64> {
+        lines.iter().filter_map(|v| Some((v["batch"].as_u64()?, v["tokens_per_s"].as_f64()?))).collect()
+    };
+    let ours = by_batch(&json_lines(&mut cargo, "our decode benchmark")?);
+    let theirs = match python {
+        Some(p) => by_batch(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?),
+        None => BTreeMap::new(),
+    };
+    let mut out = String::from("
+greedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts)
+");
+    out.push_str(&format!("{:<8} {:>10} {:>12} {:>7}
+", "batch", "ours", "HF generate", "ratio"));
+    for (batch, tps) in &ours {
+        let hf = theirs.get(batch).copied().unwrap_or(0.0);
+        let ratio = if hf > 0.0 { format!("{:.2}x", tps / hf) } else { String::from("-") };
+        out.push_str(&format!("{batch:<8} {tps:>10.1} {hf:>12.1} {ratio:>7}
+"));
     }
     print_out(&out);
     Ok(())
