@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs a recipe from nothing to a trained model on CPU:
 #   rl model init (tiny preset) -> rl sft @ configs/<dir>/sft.toml -> rl rl @ configs/<dir>/rl.toml.
-# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N]
+# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N] [--lora]
 # Outputs land under ./outputs; --clean starts over; --seed N changes the model's initialisation,
 # the SFT order and the RL task order (the data and the eval set stay the same);
-# --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters.
+# --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters;
+# --lora trains LoRA adapters in the RL stage (configs/<dir>/lora.toml layered on rl.toml), from
+# the same SFT model, into a run named <prefix>-rl-lora-seedN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="$1"
@@ -13,12 +15,15 @@ shift 2
 clean=()
 seed=0
 tokenizer=()
+lora=()
+suffix=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clean) clean=(--clean) ;;
     --seed) seed="$2"; shift ;;
     --tokenizer-task) tokenizer=(--tokenizer-task "$2"); shift ;;
-    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N]" >&2; exit 2 ;;
+    --lora) lora=(@ "configs/$dir/lora.toml"); suffix="-lora" ;;
+    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N] [--lora]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -32,6 +37,9 @@ sft=$prefix-sft-seed$seed
 if [[ ${#clean[@]} -gt 0 || ! -e $model/config.json ]]; then
   "$rl" model init --out "$model" --preset tiny --seed "$seed" --force "${tokenizer[@]}"
 fi
-"$rl" sft @ "configs/$dir/sft.toml" --model.path "$model" --seed "$seed" --run.name "$sft" "${clean[@]}"
-"$rl" rl @ "configs/$dir/rl.toml" --model.path "outputs/$sft/model" --orchestrator.seed "$seed" \
-  --run.name "$prefix-rl-seed$seed" "${clean[@]}"
+# The SFT model is reused when it exists (a --lora run after a full one starts from the same one).
+if [[ ${#clean[@]} -gt 0 || ! -e outputs/$sft/model/config.json ]]; then
+  "$rl" sft @ "configs/$dir/sft.toml" --model.path "$model" --seed "$seed" --run.name "$sft" "${clean[@]}"
+fi
+"$rl" rl @ "configs/$dir/rl.toml" "${lora[@]}" --model.path "outputs/$sft/model" --orchestrator.seed "$seed" \
+  --run.name "$prefix-rl$suffix-seed$seed" "${clean[@]}"

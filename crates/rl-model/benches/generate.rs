@@ -76,7 +76,10 @@ fn qwen3_0_6b() {
     for batch in [1usize, 8] {
         let caches = prefilled(&m, batch, 32);
         let d = (0..2).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
-        println!("{}", serde_json::json!({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": d}));
+        println!(
+            "{}",
+            serde_json::json!({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": d})
+        );
     }
 }
 

@@ -62,19 +62,28 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
     };
     let ours = by_batch(&json_lines(&mut cargo, "our decode benchmark")?);
     let theirs = match python {
-        Some(p) => by_batch(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?),
+        Some(p) => {
+            by_batch(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?)
+        }
         None => BTreeMap::new(),
     };
-    let mut out = String::from("
+    let mut out = String::from(
+        "
 greedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts)
-");
-    out.push_str(&format!("{:<8} {:>10} {:>12} {:>7}
-", "batch", "ours", "HF generate", "ratio"));
+",
+    );
+    out.push_str(&format!(
+        "{:<8} {:>10} {:>12} {:>7}
+",
+        "batch", "ours", "HF generate", "ratio"
+    ));
     for (batch, tps) in &ours {
         let hf = theirs.get(batch).copied().unwrap_or(0.0);
         let ratio = if hf > 0.0 { format!("{:.2}x", tps / hf) } else { String::from("-") };
-        out.push_str(&format!("{batch:<8} {tps:>10.1} {hf:>12.1} {ratio:>7}
-"));
+        out.push_str(&format!(
+            "{batch:<8} {tps:>10.1} {hf:>12.1} {ratio:>7}
+"
+        ));
     }
     print_out(&out);
     Ok(())

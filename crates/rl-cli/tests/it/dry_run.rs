@@ -29,7 +29,15 @@ fn every_shipped_config_dry_runs() {
     let out = tempfile::tempdir().unwrap();
     for file in &files {
         let rel = file.strip_prefix(root()).unwrap().display().to_string();
-        let o = rl(&[command_for(file), "@", &rel, "--dry-run", "--output-dir", out.path().to_str().unwrap()]);
+        // A variant that opens by saying it is layered on its directory's rl.toml runs on top of it.
+        let first = std::fs::read_to_string(file).unwrap().lines().next().unwrap_or("").to_owned();
+        let base = file.with_file_name("rl.toml").strip_prefix(root()).unwrap().display().to_string();
+        let mut args = vec![command_for(file)];
+        if first.contains("layered on rl.toml") {
+            args.extend(["@", &base]);
+        }
+        args.extend(["@", &rel, "--dry-run", "--output-dir", out.path().to_str().unwrap()]);
+        let o = rl(&args);
         assert!(o.status.success(), "{rel} failed to dry-run:\n{}", stderr(&o));
         assert!(stdout(&o).contains("config is valid"), "{rel}: {}", stdout(&o));
     }
