@@ -79,7 +79,10 @@ fn qwen3_0_6b() {
         reset_peak_rss();
         let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
         let vars = if mode == "full" {
-            Trainable::from_tensors(&cfg, &map).expect("vars")
+            // The trainer drops the tensors it read once they are variables: so does this.
+            let vars = Trainable::from_tensors(&cfg, &map).expect("vars");
+            drop(map);
+            vars
         } else {
             let lora = Lora::from_config(&rl_configs::LoraConfig::default());
             let adapters = rl_model::init_adapters(&cfg, &lora, 0, &Device::Cpu).expect("adapters");
