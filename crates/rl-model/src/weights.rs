@@ -207,7 +207,18 @@ pub struct Trainable {
     layers: Vec<usize>,
     /// With LoRA: the adapters' shape and the frozen base weights (plain tensors, no gradient,
     /// no optimizer state); the variables are then the adapters, one flat buffer per layer.
-    frozen: Option<(Lora, HashMap<String, Tensor>)>,
+    frozen: Option<Frozen>,
+}
+
+/// Frozen base weights under adapters: each layer's weights are one flat tensor, as the fused
+/// layer op takes them (built once, not at every forward), and the HF-named tensors are views of it.
+#[derive(Debug, Clone)]
+struct Frozen {
+    lora: Lora,
+    /// Every base weight by HF name (layer weights: views of `layers`).
+    base: HashMap<String, Tensor>,
+    /// Each layer's flat weights, in [`layer_part_shapes`] order.
+    layers: Vec<Tensor>,
 }
 
 impl Trainable {
@@ -269,17 +280,39 @@ impl Trainable {
             layers.push(vars.len());
             vars.push((format!("model.layers.{i}.lora"), Var::from_tensor(&Tensor::cat(&flat, 0)?)?));
         }
-        let base = base.into_iter().map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?.detach()))).collect::<Result<_>>()?;
-        Ok(Trainable { vars, parts, layers, frozen: Some((lora.clone(), base)) })
+        let mut base: HashMap<String, Tensor> =
+            base.into_iter().map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?.detach()))).collect::<Result<_>>()?;
+        let mut flats = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let shapes = layer_part_shapes(cfg, i);
+            let mut parts = Vec::with_capacity(shapes.len());
+            for (name, shape) in &shapes {
+                let t = base.get(name).ok_or_else(|| Error::Input(format!("missing weight {name}")))?;
+                if t.dims() != shape.as_slice() {
+                    return Err(Error::Input(format!("{name} is {:?}, expected {shape:?}", t.dims())));
+                }
+                parts.push(t.flatten_all()?);
+            }
+            let flat = Tensor::cat(&parts, 0)?;
+            drop(parts);
+            let mut offset = 0;
+            for (name, shape) in shapes {
+                let len: usize = shape.iter().product();
+                base.insert(name, flat.narrow(0, offset, len)?.reshape(shape.as_slice())?);
+                offset += len;
+            }
+            flats.push(flat);
+        }
+        Ok(Trainable { vars, parts, layers, frozen: Some(Frozen { lora: lora.clone(), base, layers: flats }) })
     }
 
     /// Every weight under its HF name, detached: with adapters, merged into the base weights.
     pub fn merged(&self, cfg: &ModelConfig) -> Result<Vec<(String, Tensor)>> {
         let mut out: Vec<(String, Tensor)> = match &self.frozen {
             None => self.tensors(),
-            Some((lora, base)) => {
+            Some(f) => {
                 let adapters: HashMap<String, Tensor> = self.tensors().into_iter().collect();
-                crate::lora::merge_adapters(cfg, lora, base, &adapters)?.into_iter().collect()
+                crate::lora::merge_adapters(cfg, &f.lora, &f.base, &adapters)?.into_iter().collect()
             }
         };
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -288,7 +321,7 @@ impl Trainable {
 
     /// The adapters, when these are adapters over frozen weights.
     pub fn lora(&self) -> Option<&Lora> {
-        self.frozen.as_ref().map(|(l, _)| l)
+        self.frozen.as_ref().map(|f| &f.lora)
     }
 
     /// Every HF weight and the variable elements that hold it, in [`weight_names`] order.
@@ -323,12 +356,13 @@ impl Trainable {
     /// A model whose weights are these variables (gradients flow to them), in their dtype; with
     /// adapters, the frozen base weights carrying them.
     pub fn model(&self, cfg: &ModelConfig, device: &Device) -> Result<CausalLm> {
-        if let Some((lora, base)) = &self.frozen {
-            let mut model = CausalLm::new(cfg, &VarBuilder::from_tensors(base.clone(), DType::F32, device))?;
-            for (layer, &v) in model.layers.iter_mut().zip(&self.layers) {
+        if let Some(f) = &self.frozen {
+            let mut model = CausalLm::new(cfg, &VarBuilder::from_tensors(f.base.clone(), DType::F32, device))?;
+            for ((layer, &v), flat) in model.layers.iter_mut().zip(&self.layers).zip(&f.layers) {
                 layer.lora = Some(self.vars[v].1.as_tensor().clone());
+                layer.flat = Some(flat.clone());
             }
-            model.lora = Some(lora.shape);
+            model.lora = Some(f.lora.shape);
             return Ok(model);
         }
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());
