@@ -117,7 +117,8 @@ fn main() {
         return;
     }
     let peak = matmul_gflops();
-    // `cargo bench -p rl-trainer --bench train_step -- small 512` runs one case (for profiling).
+    // `cargo bench -p rl-trainer --bench train_step -- small 512` runs one case (for profiling);
+    // `-- lora` trains adapters instead of every weight.
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let wanted = |what: &str| only.is_empty() || only.iter().any(|o| o == what);
     for (name, preset) in [("tiny", Preset::Tiny), ("small", Preset::Small)] {
@@ -126,7 +127,15 @@ fn main() {
         }
         let cfg = ModelConfig::preset(preset, 128);
         let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
-        let vars = Trainable::from_tensors(&cfg, &map).expect("vars");
+        // `-- lora`: the same cases training LoRA adapters (r = 16, every projection) instead.
+        let lora = only.iter().any(|o| o == "lora");
+        let vars = if lora {
+            let l = Lora::from_config(&rl_configs::LoraConfig::default());
+            let adapters = rl_model::init_adapters(&cfg, &l, 0, &Device::Cpu).expect("adapters");
+            Trainable::with_adapters(&cfg, map, &l, &adapters).expect("vars")
+        } else {
+            Trainable::from_tensors(&cfg, &map).expect("vars")
+        };
         let model = vars.model(&cfg, &Device::Cpu).expect("model");
         let mut opt = Optimizer::new(&OptimConfig::default());
         for tokens in [512usize, 2048] {
@@ -155,6 +164,7 @@ fn main() {
                 .fold(0.0, f64::max);
             let gflops = flops_per_token(&cfg, tokens / 4) * tps / 1e9;
             let note = format!("machine: f32 matmul 1024x1024 {peak:.1} GFLOP/s");
+            let name = if lora { format!("{name} (LoRA)") } else { name.to_owned() };
             let line = serde_json::json!({"bench": "train-step", "preset": name, "tokens": tokens, "tokens_per_s": tps, "gflops": gflops, "note": note});
             println!("{line}");
         }
