@@ -75,7 +75,10 @@ fn peak_rss_mb() -> f64 {
 /// of one 512-token row, each timed over two steps after a warm-up one, with its peak memory.
 fn qwen3_0_6b() {
     let cfg = ModelConfig::preset(Preset::Qwen3_0_6B, 151_936);
-    for mode in ["full", "lora"] {
+    // `-- qwen3-0.6b lora` (or `full`) runs one of the two (for profiling).
+    let args: Vec<String> = std::env::args().collect();
+    let one = ["full", "lora"].into_iter().find(|m| args.iter().any(|a| a == m));
+    for mode in ["full", "lora"].into_iter().filter(|m| one.is_none_or(|o| o == *m)) {
         reset_peak_rss();
         let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
         let vars = if mode == "full" {
