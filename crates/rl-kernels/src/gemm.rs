@@ -126,9 +126,10 @@ fn row_split(m: usize, k: usize, n: usize, threads: usize) -> Option<usize> {
 
 /// Columns per block when a product of `n` columns is split across `threads`: each thread then
 /// packs only its own columns of `rhs`, where row blocks each pack all of it (at a 512 x 1024 x
-/// 3072 product on two threads, 262 GFLOP/s against 179). `None` below 1024 columns.
+/// 3072 product on two threads, 262 GFLOP/s against 179). Only when `rhs` is the larger operand
+/// (`n > m`: row blocks share the packing of the smaller one) and from 1024 columns.
 fn col_split(m: usize, k: usize, n: usize, threads: usize) -> Option<usize> {
-    if threads < 2 || n < 1024 || m * k * n < PARALLEL_MIN_MACS {
+    if threads < 2 || n < 1024 || n <= m || m * k * n < PARALLEL_MIN_MACS {
         return None;
     }
     Some(n.div_ceil(threads).next_multiple_of(16))
