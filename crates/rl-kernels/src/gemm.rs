@@ -127,9 +127,10 @@ fn row_split(m: usize, k: usize, n: usize, threads: usize) -> Option<usize> {
 /// Columns per block when a product of `n` columns is split across `threads`: each thread then
 /// packs only its own columns of `rhs`, where row blocks each pack all of it (at a 512 x 1024 x
 /// 3072 product on two threads, 262 GFLOP/s against 179). Only when `rhs` is the larger operand
-/// (`n > m`: row blocks share the packing of the smaller one) and from 1024 columns.
+/// (`n > m`: row blocks share the packing of the smaller one) and too large for the caches
+/// (a million elements: the 0.6B shape's weights, not the `small` preset's 256 x 1536).
 fn col_split(m: usize, k: usize, n: usize, threads: usize) -> Option<usize> {
-    if threads < 2 || n < 1024 || n <= m || m * k * n < PARALLEL_MIN_MACS {
+    if threads < 2 || n < 1024 || n <= m || k * n < 1 << 20 || m * k * n < PARALLEL_MIN_MACS {
         return None;
     }
     Some(n.div_ceil(threads).next_multiple_of(16))
@@ -441,7 +442,7 @@ mod tests {
     #[test]
     fn wide_products_split_by_columns_match_the_definition() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-        let (m, k, n) = (70, 40, 2100);
+        let (m, k, n) = (70, 520, 2100);
         let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
         let bt: Vec<f64> = (0..n * k).map(|i| (i as f64 * 0.11).cos()).collect();
         let b: Vec<f64> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect();
