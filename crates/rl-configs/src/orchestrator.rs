@@ -148,6 +148,12 @@ pub struct PolicyModelConfig {
     pub admin_key_env: Option<String>,
     /// Extra HTTP headers on every request to the endpoint (e.g. routing hints for a gateway).
     pub headers: std::collections::BTreeMap<String, String>,
+    /// With `[trainer.lora]` against vLLM: the name each step's adapter is loaded under through
+    /// vLLM's LoRA API (`POST /v1/load_lora_adapter`, in place), and the model requests name from
+    /// the first trained step on (step 0 samples the base, served as `name`). Unset: adapters go
+    /// through `/update_weights` (`rl inference` merges them into its base).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_name: Option<String>,
 }
 
 impl Default for PolicyModelConfig {
@@ -160,6 +166,7 @@ impl Default for PolicyModelConfig {
             api_key_env: None,
             admin_key_env: None,
             headers: std::collections::BTreeMap::new(),
+            lora_name: None,
         }
     }
 }
@@ -401,6 +408,18 @@ impl OrchestratorConfig {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
         http_url(&k("model.base_url"), &self.model.base_url)?;
         positive(&k("model.timeout_s"), self.model.timeout_s)?;
+        if let Some(lora) = &self.model.lora_name {
+            if lora.trim().is_empty() || lora.chars().any(char::is_whitespace) {
+                return Err(ConfigError::invalid(k("model.lora_name"), "must be a name without spaces"));
+            }
+            if self.model.name.as_deref() == Some(lora.as_str()) {
+                return Err(ConfigError::invalid(
+                    k("model.lora_name"),
+                    "must differ from `model.name`: vLLM serves the base under `name` and the adapter under \
+                     `lora_name`",
+                ));
+            }
+        }
         for (name, m) in &self.models {
             if name == POLICY_KEY {
                 return Err(ConfigError::invalid(

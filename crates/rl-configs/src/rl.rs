@@ -352,6 +352,7 @@ impl RlConfig {
                 ));
             }
         }
+        self.validate_lora_route()?;
         if self.trainer.model.seq_len < self.orchestrator.seq_len {
             return Err(ConfigError::invalid(
                 "trainer.model.seq_len",
@@ -392,6 +393,29 @@ impl RlConfig {
             return Err(ConfigError::invalid(
                 "resume",
                 "trainer and orchestrator must resume from the same step: use the shared [resume] section",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `orchestrator.model.lora_name` (vLLM's LoRA API) needs adapters to load and a vLLM to load
+    /// them into.
+    fn validate_lora_route(&self) -> Result<()> {
+        if self.orchestrator.model.lora_name.is_none() {
+            return Ok(());
+        }
+        if self.trainer.lora.is_none() {
+            return Err(ConfigError::invalid(
+                "orchestrator.model.lora_name",
+                "loads LoRA adapters through vLLM's LoRA API, but there is no [trainer.lora]: the trainer \
+                 broadcasts full weights (remove lora_name, or add [trainer.lora])",
+            ));
+        }
+        if self.inference.is_some() {
+            return Err(ConfigError::invalid(
+                "orchestrator.model.lora_name",
+                "is for an external vLLM; the embedded [inference] server takes adapters through \
+                 /update_weights (remove lora_name, or remove [inference] and serve the policy with vLLM)",
             ));
         }
         Ok(())

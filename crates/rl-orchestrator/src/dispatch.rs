@@ -80,7 +80,7 @@ pub(crate) fn runtime(models: &Models, key: &str, s: &SamplingConfig, version: u
     let ep = models.endpoint(key)?;
     Ok(ModelRuntime {
         base_url: ep.base_url.clone(),
-        model: ep.model.clone(),
+        model: if key == POLICY_KEY { ep.model_at(version) } else { &ep.model }.to_owned(),
         sampling: Sampling {
             temperature: Some(s.temperature),
             top_p: Some(s.top_p),

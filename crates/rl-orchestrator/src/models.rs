@@ -28,9 +28,20 @@ pub struct Endpoint {
     pub admin_key: Option<rl_serve::ApiKey>,
     /// Extra headers on every request.
     pub headers: BTreeMap<String, String>,
+    /// The policy's adapters are loaded under this name through vLLM's LoRA API.
+    pub lora_name: Option<String>,
 }
 
 impl Endpoint {
+    /// The model name requests carry while the server holds policy `version`: the adapter's name
+    /// once one is loaded through vLLM's LoRA API (version 0 is the base, served as `model`).
+    pub fn model_at(&self, version: u64) -> &str {
+        match &self.lora_name {
+            Some(lora) if version > 0 => lora,
+            _ => &self.model,
+        }
+    }
+
     /// The server root (admin and `/tokenize` routes live there, beside `/v1`).
     pub fn root(&self) -> String {
         root_url(&self.base_url)
@@ -97,6 +108,7 @@ impl Models {
                 api_key: secret("model.api_key_env", cfg.model.api_key_env.as_deref())?,
                 admin_key: secret("model.admin_key_env", cfg.model.admin_key_env.as_deref())?,
                 headers: cfg.model.headers.clone(),
+                lora_name: cfg.model.lora_name.clone(),
             },
         );
         for (key, m) in &cfg.models {
@@ -110,6 +122,7 @@ impl Models {
                     api_key: secret(&format!("models.{key}.api_key_env"), m.api_key_env.as_deref())?,
                     admin_key: None,
                     headers: m.headers.clone(),
+                    lora_name: None,
                 },
             );
         }
@@ -162,37 +175,52 @@ impl Models {
         self.http.get(&health).timeout(Duration::from_secs(5)).send().await.is_ok()
     }
 
-    /// Tells the policy's server to load the weights in `dir`.
+    /// Tells the policy's server to load the weights in `dir`: `/update_weights` (`rl inference`,
+    /// `python -m rl_env.vllm_server`, prime-rl's server), or with `lora_name` vLLM's LoRA API,
+    /// replacing the adapter of that name in place.
     pub async fn update_weights(&self, dir: &Path) -> Result<()> {
-        let url = format!("{}/update_weights", self.endpoint(POLICY_KEY)?.root());
-        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
-        let fail = |message: String| Error::Policy { url: url.clone(), message };
         let policy = self.endpoint(POLICY_KEY)?;
-        // As prime-rl's admin client: 5xx answers and transport errors are retried (backoff 1, 2,
-        // 4, 8, 10 s), 4xx answers are not.
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+        match &policy.lora_name {
+            None => {
+                let url = format!("{}/update_weights", policy.root());
+                // Plain `vllm serve` has no such route.
+                let hint = " (the server has no /update_weights route: serve vLLM with `python -m \
+                            rl_env.vllm_server`, see docs/guide-vllm.md)";
+                self.admin_post(&url, &json!({"weight_dir": dir}), hint).await
+            }
+            Some(name) => {
+                let url = format!("{}/load_lora_adapter", policy.base_url.trim_end_matches('/'));
+                // vLLM serves the route only with runtime LoRA updates allowed.
+                let hint = " (vLLM serves this route only when started with \
+                            VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora, see docs/guide-vllm.md)";
+                let body = json!({"lora_name": name, "lora_path": dir, "load_inplace": true});
+                self.admin_post(&url, &body, hint).await
+            }
+        }
+    }
+
+    /// Posts an admin request to the policy's server. As prime-rl's admin client: 5xx answers and
+    /// transport errors are retried (backoff 1, 2, 4, 8, 10 s), 4xx answers are not; a 404 gets
+    /// `hint_404` appended.
+    async fn admin_post(&self, url: &str, body: &Value, hint_404: &str) -> Result<()> {
+        let policy = self.endpoint(POLICY_KEY)?;
+        let route = url.rsplit('/').next().unwrap_or(url);
+        let fail = |message: String| Error::Policy { url: url.to_owned(), message };
         let mut attempt = 0u32;
         loop {
-            let request = self.http.post(&url).json(&json!({"weight_dir": dir}));
-            let (why, retryable) =
-                match authorized(with_headers(request, policy), policy.admin_key.as_ref().or(policy.api_key.as_ref()))
-                    .send()
-                    .await
-                {
-                    Ok(r) if r.status().is_success() => return Ok(()),
-                    Ok(r) => {
-                        let status = r.status();
-                        let body = r.text().await.unwrap_or_default();
-                        // Plain `vllm serve` has no such route.
-                        let hint = if status == reqwest::StatusCode::NOT_FOUND {
-                            " (the server has no /update_weights route: serve vLLM with `python -m \
-                             rl_env.vllm_server`, see docs/guide-vllm.md)"
-                        } else {
-                            ""
-                        };
-                        (format!("update_weights answered {status}: {body}{hint}"), status.is_server_error())
-                    }
-                    Err(e) => (e.to_string(), true),
-                };
+            let request = with_headers(self.http.post(url).json(body), policy);
+            let key = policy.admin_key.as_ref().or(policy.api_key.as_ref());
+            let (why, retryable) = match authorized(request, key).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.unwrap_or_default();
+                    let hint = if status == reqwest::StatusCode::NOT_FOUND { hint_404 } else { "" };
+                    (format!("{route} answered {status}: {text}{hint}"), status.is_server_error())
+                }
+                Err(e) => (e.to_string(), true),
+            };
             if !retryable || attempt >= ADMIN_RETRIES {
                 return Err(fail(why));
             }
@@ -217,14 +245,16 @@ impl Models {
     }
 
     /// Logprob of every token of `ids` given the tokens before it (the first token gets 0).
-    /// `cache_salt` keeps prefix-cache entries of one policy version apart from another's.
-    pub async fn score(&self, key: &str, ids: &[u32], cache_salt: Option<&str>) -> Result<Vec<f32>> {
+    /// `policy_version` (requests to the policy) is their `cache_salt`, which keeps prefix-cache
+    /// entries of one version apart from another's, and picks the model name (the base or its adapter).
+    pub async fn score(&self, key: &str, ids: &[u32], policy_version: Option<u64>) -> Result<Vec<f32>> {
         let ep = self.endpoint(key)?;
         let url = format!("{}/completions", ep.base_url.trim_end_matches('/'));
+        let model = policy_version.map_or(ep.model.as_str(), |v| ep.model_at(v));
         let mut body =
-            json!({"model": ep.model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0});
-        if let Some(salt) = cache_salt {
-            body["cache_salt"] = json!(salt);
+            json!({"model": model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0});
+        if let Some(version) = policy_version {
+            body["cache_salt"] = json!(version.to_string());
         }
         let resp = self.post(key, url.clone(), body).await?;
         let fail = |message: String| Error::Scoring { model: key.to_owned(), url: url.clone(), message };

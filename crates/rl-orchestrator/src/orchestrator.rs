@@ -366,7 +366,6 @@ impl Orchestrator {
     async fn training_samples(&mut self, step: u64, groups: &[Group]) -> Result<(Vec<TrainingSample>, StepTally)> {
         let mut out = Vec::new();
         let mut tally = StepTally::default();
-        let salt = self.policy.get().to_string();
         for g in groups {
             let env = &mut self.envs[g.env];
             let runtimes = runtimes(&self.models, &env.sampling, self.policy.get())?;
@@ -374,7 +373,7 @@ impl Orchestrator {
                 models: &self.models,
                 env: &env.client,
                 runtimes: &runtimes,
-                policy_salt: &salt,
+                policy_version: self.policy.get(),
                 step,
                 greedy: g.greedy.as_ref(),
             };

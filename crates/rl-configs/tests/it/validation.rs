@@ -286,3 +286,18 @@ fn rft_fields_are_checked() {
     assert_eq!(invalid_key(with(r#"[{"id": "rft", "top": 0}]"#).unwrap_err()), "orchestrator.algorithms.0.top");
     assert_eq!(invalid_key(with(r#"[{"id": "rft", "weight": -1}]"#).unwrap_err()), "orchestrator.algorithms.0.weight");
 }
+
+#[test]
+fn vllms_lora_route_needs_adapters_an_external_server_and_its_own_name() {
+    let lora = ["--orchestrator.model.lora-name", "policy-lora"];
+    let err = rl_with(&lora).unwrap_err().to_string();
+    assert!(err.contains("orchestrator.model.lora_name") && err.contains("[trainer.lora]"), "{err}");
+    let with_adapters = [&lora[..], &["--trainer.lora.rank", "8"]].concat();
+    let c = rl_with(&with_adapters).unwrap();
+    assert_eq!(c.orchestrator.model.lora_name.as_deref(), Some("policy-lora"));
+    let embedded = [&with_adapters[..], &["--inference.port", "8123"]].concat();
+    let err = rl_with(&embedded).unwrap_err();
+    assert!(err.to_string().contains("embedded [inference]"), "{err}");
+    let same = [&with_adapters[..], &["--orchestrator.model.name", "policy-lora"]].concat();
+    assert_eq!(invalid_key(rl_with(&same).unwrap_err()), "orchestrator.model.lora_name");
+}

@@ -79,8 +79,8 @@ pub struct Scoring<'a> {
     pub env: &'a EnvClient,
     /// Every model as a wire runtime, by key.
     pub runtimes: &'a BTreeMap<String, pb::ModelRuntime>,
-    /// `cache_salt` for requests to the policy (its version).
-    pub policy_salt: &'a str,
+    /// The policy version the server holds (the cache salt and model name of its requests).
+    pub policy_version: u64,
     /// The training step the channels are for (1-based).
     pub step: u64,
     /// The group's greedy rollout, when an algorithm of its env asked for one
@@ -91,8 +91,8 @@ pub struct Scoring<'a> {
 impl Scoring<'_> {
     /// Logprobs of `ids` under model `key` (the policy's requests carry its cache salt).
     pub(crate) async fn score(&self, key: &str, ids: &[u32]) -> Result<Vec<f32>> {
-        let salt = (key == rl_configs::POLICY_KEY).then_some(self.policy_salt);
-        self.models.score(key, ids, salt).await
+        let version = (key == rl_configs::POLICY_KEY).then_some(self.policy_version);
+        self.models.score(key, ids, version).await
     }
 }
 
@@ -232,7 +232,7 @@ pub(crate) mod tests {
         let models = Models::new(&rl_configs::OrchestratorConfig::default()).unwrap();
         let env = EnvClient::new("http://127.0.0.1:9", rl_serve::ClientOptions::default()).unwrap();
         let runtimes = BTreeMap::new();
-        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_salt: "0", step, greedy };
+        let ctx = Scoring { models: &models, env: &env, runtimes: &runtimes, policy_version: 0, step, greedy };
         runtime.block_on(a.channels(group, ctx)).unwrap()
     }
 

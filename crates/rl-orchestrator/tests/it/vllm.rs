@@ -34,6 +34,11 @@ struct Fake {
     seen: Arc<Mutex<Vec<Seen>>>,
     /// Serve `/update_weights` as `python -m rl_env.vllm_server` does (plain vLLM lacks it).
     with_update_route: bool,
+    /// Serve `/v1/load_lora_adapter`, as vLLM does when started with
+    /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora`.
+    with_lora_route: bool,
+    /// Adapters loaded through the LoRA API, by name.
+    loras: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Fake {
@@ -106,7 +111,8 @@ async fn chat(State(fake): State<Fake>, headers: HeaderMap, axum::Json(body): ax
         }
         _ => {}
     }
-    if body["model"] != "policy" {
+    let model = body["model"].as_str().unwrap_or("");
+    if model != "policy" && !fake.loras.lock().unwrap().contains_key(model) {
         let msg = format!("The model `{}` does not exist.", body["model"].as_str().unwrap_or(""));
         return vllm_error(StatusCode::NOT_FOUND, "NotFoundError", &msg, Some("model"));
     }
@@ -171,10 +177,47 @@ async fn update_weights(State(fake): State<Fake>, headers: HeaderMap, axum::Json
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
+/// `/v1/load_lora_adapter` as vLLM's `OpenAIServingModels` answers it: both fields required, a
+/// name already loaded refused unless `load_inplace`, a path without an adapter a 404, success a
+/// plain-text sentence.
+async fn load_lora_adapter(
+    State(fake): State<Fake>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    fake.record("/v1/load_lora_adapter", &headers, &body);
+    if !fake.with_lora_route {
+        return (StatusCode::NOT_FOUND, axum::Json(json!({"detail": "Not Found"}))).into_response();
+    }
+    let (Some(name), Some(path)) = (body["lora_name"].as_str(), body["lora_path"].as_str()) else {
+        let msg = "Both 'lora_name' and 'lora_path' must be provided.";
+        return vllm_error(StatusCode::BAD_REQUEST, "InvalidUserInput", msg, None);
+    };
+    let mut loras = fake.loras.lock().unwrap();
+    if loras.contains_key(name) && body["load_inplace"] != json!(true) {
+        let msg = format!(
+            "The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, set \
+             'load_inplace' to True."
+        );
+        return vllm_error(StatusCode::BAD_REQUEST, "InvalidUserInput", &msg, None);
+    }
+    if !std::path::Path::new(path).join("adapter_config.json").is_file() {
+        let msg = format!("Loading lora {name} failed: No adapter found for {path}");
+        return vllm_error(StatusCode::NOT_FOUND, "NotFoundError", &msg, None);
+    }
+    loras.insert(name.to_owned(), path.to_owned());
+    format!("Success: LoRA adapter '{name}' added successfully.").into_response()
+}
+
 /// A fake vLLM on 127.0.0.1; returns its `/v1` base URL and what it saw.
 async fn start(with_update_route: bool) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    start_with(with_update_route, false).await
+}
+
+/// A fake vLLM, with or without its runtime LoRA route.
+async fn start_with(with_update_route: bool, with_lora_route: bool) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let fake = Fake { seen: Arc::clone(&seen), with_update_route };
+    let fake = Fake { seen: Arc::clone(&seen), with_update_route, with_lora_route, loras: Arc::default() };
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
@@ -182,6 +225,7 @@ async fn start(with_update_route: bool) -> (String, Arc<Mutex<Vec<Seen>>>) {
         // vLLM's `/health` answers 200 with an empty body.
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/update_weights", post(update_weights))
+        .route("/v1/load_lora_adapter", post(load_lora_adapter))
         .with_state(fake);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
@@ -205,9 +249,14 @@ fn runtime(base_url: &str, model: &str) -> ModelRuntime {
 }
 
 fn models(base_url: &str) -> Models {
+    models_with_lora(base_url, None)
+}
+
+fn models_with_lora(base_url: &str, lora_name: Option<&str>) -> Models {
     let mut cfg = OrchestratorConfig::default();
     cfg.model.base_url = base_url.to_owned();
     cfg.model.name = Some(String::from("policy"));
+    cfg.model.lora_name = lora_name.map(str::to_owned);
     Models::new(&cfg).unwrap()
 }
 
@@ -288,7 +337,7 @@ async fn scoring_tokenize_and_health_read_vllm_shapes() {
     let m = models(&url);
     m.wait_healthy("policy", Duration::from_secs(5)).await.unwrap();
     assert_eq!(m.policy_boot_id().await, None, "vLLM's /health has no body");
-    let lps = m.score("policy", &[5, 6, 7], Some("2")).await.unwrap();
+    let lps = m.score("policy", &[5, 6, 7], Some(2)).await.unwrap();
     assert_eq!(lps, vec![0.0, -0.5, -1.0]);
     let req = seen.lock().unwrap().iter().find(|s| s.path == "/v1/completions").cloned().unwrap();
     assert_eq!(req.body["prompt"], json!([5, 6, 7]));
@@ -314,4 +363,52 @@ async fn weight_updates_use_the_rl_env_vllm_server_route_and_plain_vllm_says_wha
     let (plain, _) = start(false).await;
     let e = models(&plain).update_weights(dir.path()).await.unwrap_err().to_string();
     assert!(e.contains("404") && e.contains("rl_env.vllm_server"), "{e}");
+}
+
+#[tokio::test]
+async fn lora_adapters_load_through_vllms_lora_api_and_requests_name_the_adapter_once_loaded() {
+    let (url, seen) = start_with(true, true).await;
+    let m = models_with_lora(&url, Some("policy-lora"));
+    let policy = m.endpoint("policy").unwrap();
+    // Step 0 samples the base (no adapter is loaded yet); every later version names the adapter.
+    assert_eq!(policy.model_at(0), "policy");
+    assert_eq!(policy.model_at(3), "policy-lora");
+
+    let broadcasts = tempfile::tempdir().unwrap();
+    for step in 1..=2 {
+        let dir = broadcasts.path().join(format!("step_{step}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("adapter_config.json"), "{}").unwrap();
+        // The second load replaces the first under the same name (vLLM refuses it without
+        // `load_inplace`).
+        m.update_weights(&dir).await.unwrap();
+    }
+    let loads: Vec<Seen> = seen.lock().unwrap().iter().filter(|s| s.path == "/v1/load_lora_adapter").cloned().collect();
+    assert_eq!(loads.len(), 2);
+    assert_eq!(loads[1].body["lora_name"], "policy-lora");
+    assert_eq!(loads[1].body["load_inplace"], true);
+    let sent = std::path::PathBuf::from(loads[1].body["lora_path"].as_str().unwrap());
+    assert!(sent.is_absolute() && sent.ends_with("step_2"), "{sent:?}");
+    assert!(!seen.lock().unwrap().iter().any(|s| s.path == "/update_weights"), "full-weight route unused");
+
+    // Sampling and scoring at version 2 reach the adapter.
+    ModelClient::new()
+        .chat(&runtime(&url, policy.model_at(2)), &[Message::user("hello")], &[], None, 2, None)
+        .await
+        .unwrap();
+    m.score("policy", &[5, 6, 7], Some(2)).await.unwrap();
+    let scored = seen.lock().unwrap().iter().rev().find(|s| s.path == "/v1/completions").cloned().unwrap();
+    assert_eq!(scored.body["model"], "policy-lora");
+    assert_eq!(scored.body["cache_salt"], "2");
+
+    // A vLLM started without runtime LoRA updates lacks the route: the error says how to start it.
+    let (plain, _) = start_with(true, false).await;
+    let dir = broadcasts.path().join("step_1");
+    let e = models_with_lora(&plain, Some("policy-lora")).update_weights(&dir).await.unwrap_err().to_string();
+    assert!(e.contains("404") && e.contains("VLLM_ALLOW_RUNTIME_LORA_UPDATING") && e.contains("--enable-lora"), "{e}");
+    // A directory without an adapter: vLLM's own message, not retried.
+    let (url, _) = start_with(true, true).await;
+    let empty = tempfile::tempdir().unwrap();
+    let e = models_with_lora(&url, Some("policy-lora")).update_weights(empty.path()).await.unwrap_err().to_string();
+    assert!(e.contains("No adapter found"), "{e}");
 }

@@ -58,8 +58,8 @@ def is_adapter_dir(weight_dir: str) -> bool:
 
 ADAPTER_REFUSED = (
     "weight_dir holds a LoRA adapter (adapter_config.json): /update_weights on vLLM loads full weights only. "
-    "Train without [trainer.lora] against vLLM, serve the policy with `rl inference` (which merges adapters), "
-    "or merge the adapter with `rl model merge`"
+    "Load adapters through vLLM's LoRA API instead: set orchestrator.model.lora_name and start vLLM with "
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True --enable-lora --max-lora-rank <rank> (docs/guide-vllm.md)"
 )
 
 
