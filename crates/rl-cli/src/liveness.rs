@@ -28,8 +28,8 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// Looks at every child and, when given (`host:port`), the inference server's `/health`.
-    pub(crate) fn look(&mut self, children: &[Child<'_>], inference: Option<&str>) -> Report {
+    /// Looks at every child and the `/health` of each inference server (name, `host:port`).
+    pub(crate) fn look(&mut self, children: &[Child<'_>], inference: &[(String, String)]) -> Report {
         let mut report = Report { lines: Vec::new(), suspects: Vec::new() };
         for c in children {
             let Some((state, ticks)) = proc_stat(c.pid) else {
@@ -49,12 +49,12 @@ impl Watch {
             };
             report.lines.push(format!("{} (pid {}): {what}{}", c.name, c.pid, cpu.unwrap_or_default()));
         }
-        if let Some(addr) = inference {
+        for (name, addr) in inference {
             match health(addr) {
-                Ok(()) => report.lines.push(String::from("inference /health: ok")),
+                Ok(()) => report.lines.push(format!("{name} /health: ok")),
                 Err(why) => {
-                    report.suspects.push(String::from("inference"));
-                    report.lines.push(format!("inference /health: {why}"));
+                    report.suspects.push(name.clone());
+                    report.lines.push(format!("{name} /health: {why}"));
                 }
             }
         }
@@ -110,7 +110,7 @@ mod tests {
         let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = sleeper.id();
         let mut watch = Watch::default();
-        let look = |w: &mut Watch| w.look(&[Child { name: "worker", pid }], None);
+        let look = |w: &mut Watch| w.look(&[Child { name: "worker", pid }], &[]);
         let first = look(&mut watch);
         assert!(first.suspects.is_empty(), "{:?}", first.lines);
         assert!(std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
@@ -127,7 +127,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
-        let report = Watch::default().look(&[], Some(&addr));
+        let report = Watch::default().look(&[], &[(String::from("inference"), addr)]);
         assert_eq!(report.suspects, ["inference"]);
         assert_eq!(host_port("http://127.0.0.1:8000/v1"), Some("127.0.0.1:8000"));
     }

@@ -48,7 +48,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     prepare_run_dir(&run_dir, config)?;
     let run = RunDir::new(&run_dir);
     // The resolved config next to the run's output (what tracking sends as the run's config).
-    rl_configs::write_json_atomic(&run.config("sft.json"), &rl_configs::to_json(config))?;
+    rl_configs::write_json_atomic(&run.config(rl_configs::run_dir::ConfigPart::Sft), &rl_configs::to_json(config))?;
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;

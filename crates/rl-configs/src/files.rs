@@ -1,6 +1,6 @@
 //! `ConfigFile` for every command's config type: how each resolves and what a dry run writes.
 
-use crate::run_dir::RunDir;
+use crate::run_dir::{ConfigPart, RunDir};
 use std::path::PathBuf;
 
 use serde_json::Value;
@@ -29,16 +29,18 @@ impl ConfigFile for RlConfig {
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
         let parts = self.parts();
         let mut files = vec![
-            (PathBuf::from("rl.json"), to_json(self)),
-            (PathBuf::from("trainer.json"), to_json(&parts.trainer)),
-            (PathBuf::from("orchestrator.json"), to_json(&parts.orchestrator)),
+            (RunDir::config_name(ConfigPart::Rl), to_json(self)),
+            (RunDir::config_name(ConfigPart::Trainer), to_json(&parts.trainer)),
+            (RunDir::config_name(ConfigPart::Orchestrator), to_json(&parts.orchestrator)),
         ];
         if let Some(inference) = &parts.inference {
-            files.push((PathBuf::from("inference.json"), to_json(inference)));
+            files.push((RunDir::config_name(ConfigPart::Inference), to_json(inference)));
         }
         for env in &parts.env_servers {
-            files
-                .push((PathBuf::from("envs").join(env.split).join(format!("{}.json", env.name)), to_json(&env.config)));
+            files.push((
+                RunDir::config_name(ConfigPart::EnvServer { split: env.split, name: &env.name }),
+                to_json(&env.config),
+            ));
         }
         Ok((RunDir::new(self.run_dir()).configs(), files))
     }
@@ -53,7 +55,10 @@ impl ConfigFile for OrchestratorConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("orchestrator.json"), to_json(self))]))
+        Ok((
+            RunDir::new(&self.output_dir).configs(),
+            vec![(RunDir::config_name(ConfigPart::Orchestrator), to_json(self))],
+        ))
     }
 }
 
@@ -63,7 +68,7 @@ impl ConfigFile for TrainerConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("trainer.json"), to_json(self))]))
+        Ok((RunDir::new(&self.output_dir).configs(), vec![(RunDir::config_name(ConfigPart::Trainer), to_json(self))]))
     }
 }
 
@@ -73,7 +78,7 @@ impl ConfigFile for InferenceConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((RunDir::new(&self.output_dir).configs(), vec![(PathBuf::from("inference.json"), to_json(self))]))
+        Ok((RunDir::new(&self.output_dir).configs(), vec![(RunDir::config_name(ConfigPart::Inference), to_json(self))]))
     }
 }
 
@@ -86,7 +91,7 @@ impl ConfigFile for EnvServerConfig {
         let name = self.env.name.clone().unwrap_or_else(|| self.env.id.clone());
         Ok((
             RunDir::new(&self.output_dir).configs(),
-            vec![(PathBuf::from(format!("env-server-{name}.json")), to_json(self))],
+            vec![(RunDir::config_name(ConfigPart::EnvServerAlone { name: &name }), to_json(self))],
         ))
     }
 }
@@ -100,6 +105,6 @@ impl ConfigFile for SftConfig {
     }
 
     fn resolved_files(&self) -> Result<(PathBuf, Vec<(PathBuf, Value)>)> {
-        Ok((RunDir::new(self.run_dir()).configs(), vec![(PathBuf::from("sft.json"), to_json(self))]))
+        Ok((RunDir::new(self.run_dir()).configs(), vec![(RunDir::config_name(ConfigPart::Sft), to_json(self))]))
     }
 }

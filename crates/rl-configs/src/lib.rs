@@ -45,7 +45,7 @@ pub use orchestrator::{
 };
 pub use rl::{EnvServerPart, LauncherConfig, RlConfig, RlParts, RunConfig};
 pub use rng::SplitMix64;
-pub use run_dir::{RunDir, write_json_atomic};
+pub use run_dir::{ConfigPart, RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
     CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MIN_TEMPERATURE, ModelConfig,

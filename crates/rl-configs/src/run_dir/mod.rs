@@ -34,6 +34,27 @@ pub use metrics::{MetricsRow, RolloutMetrics, SftRow, TrainerRow};
 /// `stat` every 5 ms costs nothing measurable.
 pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// A part of a run with a resolved config under `<run>/configs/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigPart<'a> {
+    /// `rl.json`: the whole `rl rl` config.
+    Rl,
+    /// `sft.json`: an `rl sft` run's config.
+    Sft,
+    Trainer,
+    Orchestrator,
+    Inference,
+    /// `envs/<split>/<name>.json`: an env server `rl rl` starts.
+    EnvServer {
+        split: &'a str,
+        name: &'a str,
+    },
+    /// `env-server-<name>.json`: `rl env-server` run on its own.
+    EnvServerAlone {
+        name: &'a str,
+    },
+}
+
 /// The run directory of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDir {
@@ -68,9 +89,22 @@ impl RunDir {
         self.root.join("configs")
     }
 
-    /// The resolved config of one part (`trainer.json`, ...).
-    pub fn config(&self, file: &str) -> PathBuf {
-        self.configs().join(file)
+    /// The resolved config of one part, relative to [`RunDir::configs`].
+    pub fn config_name(part: ConfigPart<'_>) -> PathBuf {
+        match part {
+            ConfigPart::Rl => PathBuf::from("rl.json"),
+            ConfigPart::Sft => PathBuf::from("sft.json"),
+            ConfigPart::Trainer => PathBuf::from("trainer.json"),
+            ConfigPart::Orchestrator => PathBuf::from("orchestrator.json"),
+            ConfigPart::Inference => PathBuf::from("inference.json"),
+            ConfigPart::EnvServer { split, name } => PathBuf::from("envs").join(split).join(format!("{name}.json")),
+            ConfigPart::EnvServerAlone { name } => PathBuf::from(format!("env-server-{name}.json")),
+        }
+    }
+
+    /// The resolved config of one part.
+    pub fn config(&self, part: ConfigPart<'_>) -> PathBuf {
+        self.configs().join(Self::config_name(part))
     }
 
     /// Logs of the child processes.
@@ -221,7 +255,7 @@ mod tests {
     fn the_layout_is_the_documented_one() {
         let run = RunDir::new("r");
         let rel = |p: PathBuf| p.strip_prefix("r").unwrap().to_str().unwrap().to_owned();
-        assert_eq!(rel(run.config("trainer.json")), "configs/trainer.json");
+        assert_eq!(rel(run.config(ConfigPart::Trainer)), "configs/trainer.json");
         assert_eq!(rel(run.log("env/a")), "logs/env-a.log");
         assert_eq!(rel(run.metrics()), "metrics.jsonl");
         assert_eq!(rel(run.trainer_metrics()), "trainer/metrics.jsonl");
@@ -259,7 +293,7 @@ mod tests {
         let run = RunDir::new(&tmp);
         assert!(!run.has_run_output(), "missing");
         std::fs::create_dir_all(run.configs()).unwrap();
-        std::fs::write(run.config("rl.json"), b"{}").unwrap();
+        std::fs::write(run.config(ConfigPart::Rl), b"{}").unwrap();
         assert!(!run.has_run_output(), "only a dry run's configs");
         std::fs::write(run.metrics(), b"").unwrap();
         assert!(run.has_run_output());
