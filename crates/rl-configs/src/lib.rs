@@ -7,6 +7,7 @@
 //! axum, reqwest or hyper (`cargo xtask ci` checks this with `cargo tree`).
 
 mod algorithms;
+mod base_urls;
 mod cli;
 mod curriculum;
 mod deprecated;
@@ -32,6 +33,7 @@ mod tree;
 pub use algorithms::{
     AlgorithmConfig, BUILTIN_IDS, Baseline, BuiltinAlgorithm, Credit, EchoRole, LossChannel, RewardScaling,
 };
+pub use base_urls::BaseUrls;
 pub use curriculum::{CurriculumConfig, DifficultyPool};
 pub use deprecated::Deprecation;
 pub use env_server::{EnvServerConfig, EnvSpec};

@@ -132,9 +132,10 @@ pub struct PolicyModelConfig {
     /// Served model name (default: the directory's last component).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// OpenAI-compatible base URL of the inference server (ends in `/v1`). Admin calls
-    /// (`/update_weights`) go to the same host.
-    pub base_url: String,
+    /// OpenAI-compatible base URL of the inference server (ends in `/v1`), or a list of them
+    /// (replicas: groups go to the least loaded, weights are loaded into each). Admin calls
+    /// (`/update_weights`) go to the same hosts.
+    pub base_url: crate::BaseUrls,
     /// Request timeout, in seconds.
     pub timeout_s: f64,
     /// Name of the environment variable holding the server's API key (sent as a bearer token by
@@ -161,7 +162,7 @@ impl Default for PolicyModelConfig {
         PolicyModelConfig {
             path: None,
             name: None,
-            base_url: String::from("http://127.0.0.1:8000/v1"),
+            base_url: crate::BaseUrls::from("http://127.0.0.1:8000/v1"),
             timeout_s: 600.0,
             api_key_env: None,
             admin_key_env: None,
@@ -406,7 +407,7 @@ impl OrchestratorConfig {
     /// Checks every rule that involves only the orchestrator; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
-        http_url(&k("model.base_url"), &self.model.base_url)?;
+        self.model.base_url.validate(&k("model.base_url"))?;
         positive(&k("model.timeout_s"), self.model.timeout_s)?;
         if let Some(lora) = &self.model.lora_name {
             if lora.trim().is_empty() || lora.chars().any(char::is_whitespace) {

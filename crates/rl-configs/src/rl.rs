@@ -113,18 +113,33 @@ pub struct LauncherConfig {
     /// times each (backoff 1, 2, 4 ... s); the orchestrator reconnects, and groups that failed
     /// meanwhile are run again or dropped. The trainer or the orchestrator dying stops the run.
     pub max_restarts: u32,
+    /// How many copies of the embedded `[inference]` server to start (the first on
+    /// `inference.port`, the others on free ports). The orchestrator spreads groups over them,
+    /// least loaded first, and loads every step's weights into each; one that dies is taken out
+    /// of service and comes back with the current weights once restarted.
+    pub inference_servers: usize,
 }
+
+/// The most embedded inference servers one launcher starts.
+const MAX_INFERENCE_SERVERS: usize = 16;
 
 impl Default for LauncherConfig {
     fn default() -> Self {
-        LauncherConfig { stall_timeout_s: 3600.0, max_restarts: 3 }
+        LauncherConfig { stall_timeout_s: 3600.0, max_restarts: 3, inference_servers: 1 }
     }
 }
 
 impl LauncherConfig {
     /// Checks ranges; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
-        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)
+        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)?;
+        if !(1..=MAX_INFERENCE_SERVERS).contains(&self.inference_servers) {
+            return Err(ConfigError::invalid(
+                format!("{key}.inference_servers"),
+                format!("must be between 1 and {MAX_INFERENCE_SERVERS}, got {}", self.inference_servers),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -296,8 +311,8 @@ impl RlConfig {
             let default_url = PolicyModelConfig::default().base_url;
             let current = &self.orchestrator.model.base_url;
             if *current == default_url || inference.port == 0 {
-                self.orchestrator.model.base_url = served;
-            } else if *current != served {
+                self.orchestrator.model.base_url = served.into();
+            } else if *current != served.as_str() {
                 return Err(ConfigError::invalid(
                     "orchestrator.model.base_url",
                     format!(
@@ -353,6 +368,13 @@ impl RlConfig {
             }
         }
         self.validate_lora_route()?;
+        if self.launcher.inference_servers > 1 && self.inference.is_none() {
+            return Err(ConfigError::invalid(
+                "launcher.inference_servers",
+                "starts copies of the embedded [inference] server, and there is none: add [inference], or list \
+                 external servers in orchestrator.model.base_url",
+            ));
+        }
         if self.trainer.model.seq_len < self.orchestrator.seq_len {
             return Err(ConfigError::invalid(
                 "trainer.model.seq_len",

@@ -75,11 +75,18 @@ pub(crate) struct Collected {
     pub last_drop: Option<String>,
 }
 
-/// The runtime env servers sample model `key` with.
-pub(crate) fn runtime(models: &Models, key: &str, s: &SamplingConfig, version: u64) -> Result<ModelRuntime> {
+/// The runtime env servers sample model `key` with; the policy's requests go to `policy_url`
+/// (the replica picked for the group).
+pub(crate) fn runtime(
+    models: &Models,
+    key: &str,
+    s: &SamplingConfig,
+    version: u64,
+    policy_url: &str,
+) -> Result<ModelRuntime> {
     let ep = models.endpoint(key)?;
     Ok(ModelRuntime {
-        base_url: ep.base_url.clone(),
+        base_url: if key == POLICY_KEY { policy_url } else { &ep.base_url }.to_owned(),
         model: if key == POLICY_KEY { ep.model_at(version) } else { &ep.model }.to_owned(),
         sampling: Sampling {
             temperature: Some(s.temperature),
@@ -103,8 +110,9 @@ pub(crate) fn runtimes(
     models: &Models,
     s: &SamplingConfig,
     version: u64,
+    policy_url: &str,
 ) -> Result<BTreeMap<String, pb::ModelRuntime>> {
-    models.endpoints().keys().map(|k| Ok((k.clone(), runtime(models, k, s, version)?.to_wire()))).collect()
+    models.endpoints().keys().map(|k| Ok((k.clone(), runtime(models, k, s, version, policy_url)?.to_wire()))).collect()
 }
 
 /// How one run of a group ended.
@@ -117,7 +125,7 @@ enum Attempt {
 }
 
 impl Dispatch<'_> {
-    fn request(&self, job: &GroupJob<'_>, version: u64) -> Result<pb::RunGroupRequest> {
+    fn request(&self, job: &GroupJob<'_>, version: u64, policy_url: &str) -> Result<pb::RunGroupRequest> {
         Ok(pb::RunGroupRequest {
             example: Some(pb::ExampleRef {
                 source: Some(pb::example_ref::Source::Dataset(pb::DatasetIndex {
@@ -126,19 +134,19 @@ impl Dispatch<'_> {
                 })),
             }),
             group_size: job.group_size,
-            actor: Some(runtime(self.models, self.actor, job.sampling, version)?.to_wire()),
+            actor: Some(runtime(self.models, self.actor, job.sampling, version, policy_url)?.to_wire()),
             training_context: Some(pb::TrainingContext {
                 step: self.step,
                 ckpt_step: self.ckpt_step,
                 policy_version: version,
                 extra: Default::default(),
             }),
-            models: runtimes(self.models, job.sampling, version)?.into_iter().collect(),
+            models: runtimes(self.models, job.sampling, version, policy_url)?.into_iter().collect(),
         })
     }
 
-    async fn attempt(&self, job: &GroupJob<'_>, version: u64) -> Result<Attempt> {
-        let resp = match job.client.run_group(self.request(job, version)?).await {
+    async fn attempt(&self, job: &GroupJob<'_>, version: u64, policy_url: &str) -> Result<Attempt> {
+        let resp = match job.client.run_group(self.request(job, version, policy_url)?).await {
             Ok(resp) => resp,
             // The env server itself failed (down, overloaded, timed out) after the client's own retries.
             Err(e) if e.retryable() => return Ok(Attempt::Retry(vec![kind_name(e.kind() as i32)], e.to_string())),
@@ -172,11 +180,13 @@ impl Dispatch<'_> {
         let mut runs = vec![0u32; jobs.len()];
         while !pending.is_empty() {
             if out.retried.values().sum::<usize>() > 0 {
-                // Before running failed groups again: a policy server that is down (restarting)
-                // is waited for without spending their runs, then given its weights back.
-                if !self.models.policy_reachable().await {
-                    tracing::warn!("the policy's inference server does not answer; waiting for it");
-                    self.models.wait_healthy(POLICY_KEY, self.ready_timeout).await?;
+                // Before running failed groups again: replicas that stopped answering leave
+                // service; when none is left, one is waited for (restarting) without spending the
+                // groups' runs, then given its weights back.
+                policy.check_replicas_now(self.models).await?;
+                if !policy.serving() {
+                    tracing::warn!("no policy inference server answers; waiting for one");
+                    policy.wait_serving(self.models, self.ready_timeout).await?;
                 }
                 // Likewise an env server that is down (the launcher restarts it, after a backoff
                 // that can outlast the groups' runs): wait for it before running them again.
@@ -187,12 +197,29 @@ impl Dispatch<'_> {
                         client.wait_for_health(self.ready_timeout).await?;
                     }
                 }
-                policy.reload_after_restart(self.models).await?;
                 tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            if !policy.serving() {
+                policy.wait_serving(self.models, self.ready_timeout).await?;
             }
             let version = policy.get();
             let stale = self.oldest_version.is_some_and(|oldest| version < oldest);
-            let attempts = futures::future::join_all(pending.iter().map(|&j| self.attempt(&jobs[j], version))).await;
+            // Each group goes to the least loaded replica (its multi-turn requests stay there).
+            let mut leases = Vec::with_capacity(pending.len());
+            for _ in &pending {
+                let lease = policy.lease().ok_or_else(|| Error::Policy {
+                    url: String::from("policy"),
+                    message: String::from("no inference server is in service"),
+                })?;
+                leases.push((lease, policy.base_url(lease).to_owned()));
+            }
+            let attempts = futures::future::join_all(
+                pending.iter().zip(&leases).map(|(&j, (_, url))| self.attempt(&jobs[j], version, url)),
+            )
+            .await;
+            for (lease, _) in leases {
+                policy.release(lease);
+            }
             let mut again = Vec::new();
             for (&j, attempt) in pending.iter().zip(attempts) {
                 runs[j] += 1;

@@ -30,6 +30,8 @@ pub struct Endpoint {
     pub headers: BTreeMap<String, String>,
     /// The policy's adapters are loaded under this name through vLLM's LoRA API.
     pub lora_name: Option<String>,
+    /// Every replica's base URL (the policy's; others have just `base_url`).
+    pub replicas: Vec<String>,
 }
 
 impl Endpoint {
@@ -101,7 +103,7 @@ impl Models {
         endpoints.insert(
             POLICY_KEY.to_owned(),
             Endpoint {
-                base_url: cfg.model.base_url.clone(),
+                base_url: cfg.model.base_url.first().to_owned(),
                 model: policy.served_name(),
                 tokens: true,
                 timeout: Duration::from_secs_f64(cfg.model.timeout_s),
@@ -109,6 +111,7 @@ impl Models {
                 admin_key: secret("model.admin_key_env", cfg.model.admin_key_env.as_deref())?,
                 headers: cfg.model.headers.clone(),
                 lora_name: cfg.model.lora_name.clone(),
+                replicas: cfg.model.base_url.all().to_vec(),
             },
         );
         for (key, m) in &cfg.models {
@@ -123,12 +126,15 @@ impl Models {
                     admin_key: None,
                     headers: m.headers.clone(),
                     lora_name: None,
+                    replicas: vec![m.base_url.clone()],
                 },
             );
         }
         for (key, ep) in &endpoints {
-            rl_serve::http::check_reachable_scheme(&ep.base_url)
-                .map_err(|m| Error::Config(format!("{key} ({}): {m}", ep.base_url)))?;
+            for url in &ep.replicas {
+                rl_serve::http::check_reachable_scheme(url)
+                    .map_err(|m| Error::Config(format!("{key} ({url}): {m}")))?;
+            }
         }
         Ok(Models { http, endpoints })
     }
@@ -143,54 +149,53 @@ impl Models {
         self.endpoints.get(key).ok_or_else(|| Error::Config(format!("no model `{key}` is configured")))
     }
 
-    /// Waits until `key`'s `/health` answers 200, at most `wait`.
+    /// Waits until every replica of `key` answers `/health` with 200, at most `wait` in all.
     pub async fn wait_healthy(&self, key: &str, wait: Duration) -> Result<()> {
-        let health = format!("{}/health", self.endpoint(key)?.root());
         let start = Instant::now();
-        loop {
-            match self.http.get(&health).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                other if start.elapsed() > wait => {
-                    let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
-                    return Err(Error::Policy { url: health, message: format!("not healthy after {wait:?}: {why}") });
+        for url in &self.endpoint(key)?.replicas {
+            let health = format!("{}/health", root_url(url));
+            loop {
+                match self.http.get(&health).send().await {
+                    Ok(r) if r.status().is_success() => break,
+                    other if start.elapsed() > wait => {
+                        let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
+                        let message = format!("not healthy after {wait:?}: {why}");
+                        return Err(Error::Policy { url: health, message });
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
-                _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
+        Ok(())
     }
 
-    /// The policy server's `boot_id` from `/health` (changes when it restarts); `None` when it
-    /// does not answer or does not report one (external servers).
-    pub async fn policy_boot_id(&self) -> Option<String> {
-        let health = format!("{}/health", self.endpoint(POLICY_KEY).ok()?.root());
+    /// `/health` of the policy server at `base_url`: `None` when it does not answer 200, else its
+    /// `boot_id` (changes when it restarts; empty for servers that report none, such as vLLM).
+    pub async fn policy_health(&self, base_url: &str) -> Option<String> {
+        let health = format!("{}/health", root_url(base_url));
         let r = self.http.get(&health).timeout(Duration::from_secs(5)).send().await.ok()?;
-        let v: Value = r.error_for_status().ok()?.json().await.ok()?;
-        v.get("boot_id").and_then(Value::as_str).map(str::to_owned)
-    }
-
-    /// Whether the policy's server answers `/health` at all.
-    pub async fn policy_reachable(&self) -> bool {
-        let Ok(ep) = self.endpoint(POLICY_KEY) else { return false };
-        let health = format!("{}/health", ep.root());
-        self.http.get(&health).timeout(Duration::from_secs(5)).send().await.is_ok()
+        let r = r.error_for_status().ok()?;
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        Some(v.get("boot_id").and_then(Value::as_str).unwrap_or_default().to_owned())
     }
 
     /// Tells the policy's server to load the weights in `dir`: `/update_weights` (`rl inference`,
     /// `python -m rl_env.vllm_server`, prime-rl's server), or with `lora_name` vLLM's LoRA API,
     /// replacing the adapter of that name in place.
-    pub async fn update_weights(&self, dir: &Path) -> Result<()> {
+    /// `base_url` is the replica's.
+    pub async fn update_weights(&self, base_url: &str, dir: &Path) -> Result<()> {
         let policy = self.endpoint(POLICY_KEY)?;
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
         match &policy.lora_name {
             None => {
-                let url = format!("{}/update_weights", policy.root());
+                let url = format!("{}/update_weights", root_url(base_url));
                 // Plain `vllm serve` has no such route.
                 let hint = " (the server has no /update_weights route: serve vLLM with `python -m \
                             rl_env.vllm_server`, see docs/guide-vllm.md)";
                 self.admin_post(&url, &json!({"weight_dir": dir}), hint).await
             }
             Some(name) => {
-                let url = format!("{}/load_lora_adapter", policy.base_url.trim_end_matches('/'));
+                let url = format!("{}/load_lora_adapter", base_url.trim_end_matches('/'));
                 // vLLM serves the route only with runtime LoRA updates allowed.
                 let hint = " (vLLM serves this route only when started with \
                             VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora, see docs/guide-vllm.md)";
@@ -247,9 +252,16 @@ impl Models {
     /// Logprob of every token of `ids` given the tokens before it (the first token gets 0).
     /// `policy_version` (requests to the policy) is their `cache_salt`, which keeps prefix-cache
     /// entries of one version apart from another's, and picks the model name (the base or its adapter).
-    pub async fn score(&self, key: &str, ids: &[u32], policy_version: Option<u64>) -> Result<Vec<f32>> {
+    /// `server` overrides the endpoint's base URL (the policy replica picked for the group).
+    pub async fn score(
+        &self,
+        key: &str,
+        ids: &[u32],
+        policy_version: Option<u64>,
+        server: Option<&str>,
+    ) -> Result<Vec<f32>> {
         let ep = self.endpoint(key)?;
-        let url = format!("{}/completions", ep.base_url.trim_end_matches('/'));
+        let url = format!("{}/completions", server.unwrap_or(&ep.base_url).trim_end_matches('/'));
         let model = policy_version.map_or(ep.model.as_str(), |v| ep.model_at(v));
         let mut body =
             json!({"model": model, "prompt": ids, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0});

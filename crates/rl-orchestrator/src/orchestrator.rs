@@ -110,7 +110,7 @@ impl Orchestrator {
         let run = RunDir::new(&cfg.output_dir);
         Ok(Orchestrator {
             cfg: cfg.clone(),
-            policy: PolicyVersion::new(run.clone(), 0),
+            policy: PolicyVersion::new(run.clone(), cfg.model.base_url.all(), 0),
             run,
             envs,
             eval_envs,
@@ -168,7 +168,7 @@ impl Orchestrator {
                 // orchestrator started on its own (a trainer beside it must start after this).
                 checkpoint::clean_after(&self.run, s)?;
                 // The trainer broadcasts its checkpoint's weights first; the policy must serve them.
-                self.policy = PolicyVersion::new(self.run.clone(), s.saturating_sub(1));
+                self.policy = PolicyVersion::new(self.run.clone(), self.cfg.model.base_url.all(), s.saturating_sub(1));
                 let limit = Duration::from_secs_f64(self.cfg.wait_for_ready_s);
                 self.policy.wait_for(&self.models, s, limit).await?;
                 s + 1
@@ -231,6 +231,7 @@ impl Orchestrator {
             m.step_s = started.elapsed().as_secs_f64();
         });
         keyed.extend(members);
+        keyed.extend(self.policy.take_metrics());
         for e in &self.envs {
             keyed.extend(e.curriculum.metrics(e.name()));
         }
@@ -368,7 +369,8 @@ impl Orchestrator {
         let mut tally = StepTally::default();
         for g in groups {
             let env = &mut self.envs[g.env];
-            let runtimes = runtimes(&self.models, &env.sampling, self.policy.get())?;
+            let policy_url = self.policy.any_base_url();
+            let runtimes = runtimes(&self.models, &env.sampling, self.policy.get(), &policy_url)?;
             let ctx = Scoring {
                 models: &self.models,
                 env: &env.client,

@@ -42,8 +42,10 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         orchestrator.resume = Some(ResumeConfig { step: Some(step) });
     }
     let mut sup = Supervisor::new(run.clone(), config.launcher.max_restarts);
-    let inference =
-        if config.inference.is_some() { start_inference(&mut sup, &run, &mut orchestrator)? } else { vec![] };
+    let inference = match config.inference {
+        Some(_) => start_inference(&mut sup, &run, config.launcher.inference_servers, &mut orchestrator)?,
+        None => vec![],
+    };
     if !start_env_servers(&mut sup, &run, &parts.env_servers, &mut orchestrator)? {
         return interrupted(sup, &run);
     }
@@ -115,30 +117,38 @@ fn prepare_run_dir(run: &RunDir, config: &RlConfig) -> anyhow::Result<Option<u64
     Ok(resume)
 }
 
-/// Starts the embedded inference server and points the orchestrator at it; returns its name and
-/// `host:port` for health checks.
+/// Starts the embedded inference servers (`launcher.inference_servers`: the first on the
+/// configured port, the others on free ones) and points the orchestrator at them; returns each
+/// one's name and `host:port` for health checks.
 fn start_inference(
     sup: &mut Supervisor,
     run: &RunDir,
+    count: usize,
     orchestrator: &mut OrchestratorConfig,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let cfg = run.config(ConfigPart::Inference).display().to_string();
-    let mut args = vec![String::from("inference"), String::from("@"), cfg];
-    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let role = Role::Inference { index: 0, count: 1 };
-    let (mut p, event) = spawn(run, role, None, &arg_refs, true)?;
-    let base_url = event
-        .and_then(|e| e["base_url"].as_str().map(str::to_owned))
-        .with_context(|| format!("{} did not report base_url", p.name))?;
-    let host = crate::liveness::host_port(&base_url).map(str::to_owned);
-    // Restarted on its port; the orchestrator sees the new boot id and loads its weights again.
-    if let Some((_, port)) = host.as_deref().and_then(|h| h.rsplit_once(':')) {
-        args.extend([String::from("--port"), port.to_owned()]);
-        p.restart = Some(Restart::new(None, args));
+    let (mut urls, mut health) = (Vec::new(), Vec::new());
+    for index in 0..count {
+        let mut args = vec![String::from("inference"), String::from("@"), cfg.clone()];
+        if index > 0 {
+            args.extend([String::from("--port"), String::from("0")]);
+        }
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (mut p, event) = spawn(run, Role::Inference { index, count }, None, &arg_refs, true)?;
+        let base_url = event
+            .and_then(|e| e["base_url"].as_str().map(str::to_owned))
+            .with_context(|| format!("{} did not report base_url", p.name))?;
+        let host = crate::liveness::host_port(&base_url).map(str::to_owned);
+        // Restarted on its port; the orchestrator sees the new boot id and loads its weights again.
+        if let Some((_, port)) = host.as_deref().and_then(|h| h.rsplit_once(':')) {
+            args.extend([String::from("--port"), port.to_owned()]);
+            p.restart = Some(Restart::new(None, args));
+        }
+        health.extend(host.map(|h| (p.name.clone(), h)));
+        urls.push(base_url);
+        sup.add(p);
     }
-    let health = host.map(|h| (p.name.clone(), h)).into_iter().collect();
-    orchestrator.model.base_url = base_url;
-    sup.add(p);
+    orchestrator.model.base_url = rl_configs::BaseUrls::many(urls);
     Ok(health)
 }
 

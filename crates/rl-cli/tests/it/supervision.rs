@@ -218,7 +218,7 @@ fn a_killed_inference_server_is_restarted_with_the_current_weights() {
     let (rest, run) = kill_a_server_mid_run(tmp.path(), "reinference", "inference.json", 3);
     assert!(rest.iter().any(|l| l.starts_with("inference exited with")), "{rest:?}");
     let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
-    assert!(log.contains("restarted; loading its weights again"), "{log}");
+    assert!(log.contains("restarted or came back; loading its weights again"), "{log}");
 }
 
 /// Crash at arbitrary points, then `--resume`: every process of the run is killed with SIGKILL at
@@ -342,4 +342,39 @@ fn ctrl_c_stops_sft_after_a_checkpointed_step_and_resume_continues() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(&format!("step {}/{}", step + 1, step + 1)), "{}", stdout(&o));
+}
+
+/// Two embedded inference servers (`launcher.inference_servers = 2`), one killed with `kill -9`
+/// mid-run: groups go to both, the dead one is taken out of service (its groups run again on the
+/// other), restarted, given the current weights, and the run finishes with every step.
+#[test]
+fn two_inference_servers_share_the_groups_and_one_killed_mid_run_costs_no_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "4");
+    let (mut child, mut lines) =
+        launch(tmp.path(), &model, "replicas", &["--max-steps", "30", "--launcher.inference-servers", "2"]);
+    for _ in 0..3 {
+        next_step_line(&mut lines);
+    }
+    let run = tmp.path().join("replicas");
+    let servers = pids_naming(&run.join("configs/inference.json"));
+    assert_eq!(servers.len(), 2, "{servers:?}");
+    signal("-KILL", &servers[..1]);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}\n{}", rest.join("\n"), stderr_of(&mut child));
+    assert!(rest.iter().any(|l| l.contains("exited with") && l.contains("restarting it (1/3)")), "{rest:?}");
+    assert!(rest.iter().any(|l| l.starts_with("step 30/30")), "{rest:?}");
+    let rows: Vec<serde_json::Value> = read_jsonl(&RunDir::new(&run).metrics()).unwrap();
+    let steps: Vec<u64> = rows.iter().filter_map(|r| r["step"].as_u64()).collect();
+    assert_eq!(steps, (1..=30).collect::<Vec<_>>(), "every step once");
+    for i in 0..2 {
+        let groups: u64 = rows.iter().filter_map(|r| r[format!("inference/{i}/groups")].as_u64()).sum();
+        assert!(groups > 0, "server {i} got no group: {rows:?}");
+    }
+    let last = rows.last().unwrap();
+    assert_eq!((last["inference/0/in_service"].as_u64(), last["inference/1/in_service"].as_u64()), (Some(1), Some(1)));
+    assert!(pids_naming(&run.join("configs/inference.json")).is_empty(), "both servers were stopped at the end");
+    let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
+    assert!(log.contains("came back; loading its weights again"), "{log}");
 }

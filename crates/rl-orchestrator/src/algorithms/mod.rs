@@ -91,8 +91,11 @@ pub struct Scoring<'a> {
 impl Scoring<'_> {
     /// Logprobs of `ids` under model `key` (the policy's requests carry its cache salt).
     pub(crate) async fn score(&self, key: &str, ids: &[u32]) -> Result<Vec<f32>> {
-        let version = (key == rl_configs::POLICY_KEY).then_some(self.policy_version);
-        self.models.score(key, ids, version).await
+        let policy = key == rl_configs::POLICY_KEY;
+        let version = policy.then_some(self.policy_version);
+        // The policy replica the group's runtimes name.
+        let server = self.runtimes.get(key).filter(|_| policy).map(|r| r.base_url.as_str());
+        self.models.score(key, ids, version, server).await
     }
 }
 

@@ -84,7 +84,7 @@ fn config(run: &Path, model: &FakeModel, env_address: String, steps: u64) -> Orc
         seq_len: 256,
         ..Default::default()
     };
-    cfg.model.base_url = model.base_url.clone();
+    cfg.model.base_url = model.base_url.clone().into();
     cfg.model.name = Some(String::from("fake"));
     cfg.train.sampling.temperature = 0.8;
     cfg.train.sampling.seed = Some(0);
@@ -730,15 +730,15 @@ fn scripted_endpoint(codes: Vec<u16>) -> (String, Arc<std::sync::atomic::AtomicU
 async fn weight_updates_retry_server_errors_and_not_client_errors() {
     let models = |base: String| {
         let mut cfg = OrchestratorConfig::default();
-        cfg.model.base_url = base;
+        cfg.model.base_url = base.into();
         cfg.model.name = Some(String::from("m"));
         rl_orchestrator::Models::new(&cfg).unwrap()
     };
     let (base, count) = scripted_endpoint(vec![503, 502]);
-    models(base).update_weights(Path::new("/tmp/w")).await.expect("the third try succeeds");
+    models(base.clone()).update_weights(&base, Path::new("/tmp/w")).await.expect("the third try succeeds");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
     let (base, count) = scripted_endpoint(vec![400]);
-    let err = models(base).update_weights(Path::new("/tmp/w")).await.unwrap_err().to_string();
+    let err = models(base.clone()).update_weights(&base, Path::new("/tmp/w")).await.unwrap_err().to_string();
     assert!(err.contains("400"), "{err}");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1, "no retry of a client error");
 }

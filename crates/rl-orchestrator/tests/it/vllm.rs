@@ -254,7 +254,7 @@ fn models(base_url: &str) -> Models {
 
 fn models_with_lora(base_url: &str, lora_name: Option<&str>) -> Models {
     let mut cfg = OrchestratorConfig::default();
-    cfg.model.base_url = base_url.to_owned();
+    cfg.model.base_url = base_url.into();
     cfg.model.name = Some(String::from("policy"));
     cfg.model.lora_name = lora_name.map(str::to_owned);
     Models::new(&cfg).unwrap()
@@ -336,8 +336,8 @@ async fn scoring_tokenize_and_health_read_vllm_shapes() {
     let (url, seen) = start(true).await;
     let m = models(&url);
     m.wait_healthy("policy", Duration::from_secs(5)).await.unwrap();
-    assert_eq!(m.policy_boot_id().await, None, "vLLM's /health has no body");
-    let lps = m.score("policy", &[5, 6, 7], Some(2)).await.unwrap();
+    assert_eq!(m.policy_health(&url).await.as_deref(), Some(""), "vLLM's /health has no body");
+    let lps = m.score("policy", &[5, 6, 7], Some(2), None).await.unwrap();
     assert_eq!(lps, vec![0.0, -0.5, -1.0]);
     let req = seen.lock().unwrap().iter().find(|s| s.path == "/v1/completions").cloned().unwrap();
     assert_eq!(req.body["prompt"], json!([5, 6, 7]));
@@ -353,7 +353,7 @@ async fn scoring_tokenize_and_health_read_vllm_shapes() {
 async fn weight_updates_use_the_rl_env_vllm_server_route_and_plain_vllm_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let (url, seen) = start(true).await;
-    models(&url).update_weights(dir.path()).await.unwrap();
+    models(&url).update_weights(&url, dir.path()).await.unwrap();
     let req = seen.lock().unwrap().iter().find(|s| s.path == "/update_weights").cloned().unwrap();
     let sent = std::path::PathBuf::from(req.body["weight_dir"].as_str().unwrap());
     assert!(sent.is_absolute() && sent == std::path::absolute(dir.path()).unwrap(), "{sent:?}");
@@ -361,7 +361,7 @@ async fn weight_updates_use_the_rl_env_vllm_server_route_and_plain_vllm_says_wha
     // Plain `vllm serve` has no such route: the error says so and what to run instead (and a
     // 404 is not retried).
     let (plain, _) = start(false).await;
-    let e = models(&plain).update_weights(dir.path()).await.unwrap_err().to_string();
+    let e = models(&plain).update_weights(&plain, dir.path()).await.unwrap_err().to_string();
     assert!(e.contains("404") && e.contains("rl_env.vllm_server"), "{e}");
 }
 
@@ -381,7 +381,7 @@ async fn lora_adapters_load_through_vllms_lora_api_and_requests_name_the_adapter
         std::fs::write(dir.join("adapter_config.json"), "{}").unwrap();
         // The second load replaces the first under the same name (vLLM refuses it without
         // `load_inplace`).
-        m.update_weights(&dir).await.unwrap();
+        m.update_weights(&url, &dir).await.unwrap();
     }
     let loads: Vec<Seen> = seen.lock().unwrap().iter().filter(|s| s.path == "/v1/load_lora_adapter").cloned().collect();
     assert_eq!(loads.len(), 2);
@@ -396,7 +396,7 @@ async fn lora_adapters_load_through_vllms_lora_api_and_requests_name_the_adapter
         .chat(&runtime(&url, policy.model_at(2)), &[Message::user("hello")], &[], None, 2, None)
         .await
         .unwrap();
-    m.score("policy", &[5, 6, 7], Some(2)).await.unwrap();
+    m.score("policy", &[5, 6, 7], Some(2), None).await.unwrap();
     let scored = seen.lock().unwrap().iter().rev().find(|s| s.path == "/v1/completions").cloned().unwrap();
     assert_eq!(scored.body["model"], "policy-lora");
     assert_eq!(scored.body["cache_salt"], "2");
@@ -404,11 +404,12 @@ async fn lora_adapters_load_through_vllms_lora_api_and_requests_name_the_adapter
     // A vLLM started without runtime LoRA updates lacks the route: the error says how to start it.
     let (plain, _) = start_with(true, false).await;
     let dir = broadcasts.path().join("step_1");
-    let e = models_with_lora(&plain, Some("policy-lora")).update_weights(&dir).await.unwrap_err().to_string();
+    let e = models_with_lora(&plain, Some("policy-lora")).update_weights(&plain, &dir).await.unwrap_err().to_string();
     assert!(e.contains("404") && e.contains("VLLM_ALLOW_RUNTIME_LORA_UPDATING") && e.contains("--enable-lora"), "{e}");
     // A directory without an adapter: vLLM's own message, not retried.
     let (url, _) = start_with(true, true).await;
     let empty = tempfile::tempdir().unwrap();
-    let e = models_with_lora(&url, Some("policy-lora")).update_weights(empty.path()).await.unwrap_err().to_string();
+    let e =
+        models_with_lora(&url, Some("policy-lora")).update_weights(&url, empty.path()).await.unwrap_err().to_string();
     assert!(e.contains("No adapter found"), "{e}");
 }
