@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+pub(crate) use self::reference::reference_python;
+use self::reference::{json_lines, print_out};
+
 mod gpu;
 mod large;
+mod reference;
 mod rl_step;
-
-/// The reference packages, pinned to the versions the README's figures were measured with.
-const REFERENCE_PACKAGES: &[&str] =
-    &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "peft==0.21.*", "datasets"];
 
 /// Runs every benchmark (or the one named).
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
@@ -35,7 +35,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if only == Some("gpu") {
         return gpu::run(args);
     }
-    crate::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
+    crate::workspace::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
     let python = if reference && only.is_none_or(|o| ["generate", "train-step", "train-0.6b", "rl-step"].contains(&o)) {
         Some(reference_python()?)
     } else {
@@ -68,34 +68,21 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         rl_step::run(python.as_ref())?;
     }
     if wants("env-server") {
-        crate::cargo(&["bench", "--locked", "-p", "rl-serve", "--features", "fake-model", "--bench", "run_group"])?;
+        crate::workspace::cargo(&[
+            "bench",
+            "--locked",
+            "-p",
+            "rl-serve",
+            "--features",
+            "fake-model",
+            "--bench",
+            "run_group",
+        ])?;
     }
     if wants("python-env") {
-        crate::cargo(&["bench", "--locked", "-p", "rl-envs", "--bench", "python_env"])?;
+        crate::workspace::cargo(&["bench", "--locked", "-p", "rl-envs", "--bench", "python_env"])?;
     }
     Ok(())
-}
-
-/// The reference interpreter: `RL_BENCH_PYTHON`, or `target/bench-venv` (created and filled from
-/// PyPI the first time).
-pub(crate) fn reference_python() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("RL_BENCH_PYTHON") {
-        return Ok(PathBuf::from(p));
-    }
-    crate::venv::ensure(
-        &crate::project_root().join("target/bench-venv"),
-        REFERENCE_PACKAGES,
-        "the benchmark references",
-    )
-}
-
-/// JSON lines of a command's stdout.
-pub(crate) fn json_lines(cmd: &mut Command, what: &str) -> anyhow::Result<Vec<Value>> {
-    let out = cmd.output().with_context(|| format!("cannot run {what}"))?;
-    if !out.status.success() {
-        bail!("{what} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
 }
 
 /// A row key from the fields `keys` of a result line.
@@ -142,17 +129,10 @@ fn side_by_side(
     Ok(())
 }
 
-pub(crate) fn print_out(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
 /// `rl rl @ configs/reverse_text/rl.toml --dry-run` as a whole process; target: under 20 ms.
 fn dry_run() -> anyhow::Result<()> {
     let out = std::env::temp_dir().join(format!("rl-bench-dry-run-{}", std::process::id()));
-    let exe = crate::project_root().join("target/release/rl");
+    let exe = crate::workspace::project_root().join("target/release/rl");
     let mut times = Vec::new();
     for i in 0..60 {
         let start = Instant::now();

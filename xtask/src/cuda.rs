@@ -42,7 +42,7 @@ struct Toolkit {
 impl Toolkit {
     /// Installs `packages` (once) and finds the toolkit they form.
     fn install(packages: &[&str]) -> anyhow::Result<Self> {
-        let venv = crate::project_root().join(TARGET_DIR).join("toolkit");
+        let venv = crate::workspace::project_root().join(TARGET_DIR).join("toolkit");
         crate::venv::ensure(&venv, packages, "the CUDA toolchain")?;
         let lib = venv.join("lib");
         let root = std::fs::read_dir(&lib)
@@ -101,7 +101,7 @@ const LIBS: &[(&str, &str)] = &[
 pub(crate) fn build() -> anyhow::Result<()> {
     let packages: Vec<&str> = COMPILER.iter().chain(RUNTIME).copied().collect();
     let tk = Toolkit::install(&packages)?;
-    let target = crate::project_root().join(TARGET_DIR);
+    let target = crate::workspace::project_root().join(TARGET_DIR);
     let link = target.join("link");
     std::fs::create_dir_all(&link).with_context(|| format!("cannot create {}", link.display()))?;
     driver_stub(&tk, &link)?;
@@ -151,7 +151,7 @@ pub(crate) fn build() -> anyhow::Result<()> {
     let mut perms = std::fs::metadata(&launcher)?.permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&launcher, perms)?;
-    crate::eprintln_flush(&format!(
+    crate::workspace::eprintln_flush(&format!(
         "xtask build-cuda: {} (run it; copy the whole {} directory to a GPU machine)",
         launcher.display(),
         dist.display()

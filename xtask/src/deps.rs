@@ -23,7 +23,7 @@ const RULES: &[(&str, &[&str])] = &[
 pub(crate) fn check() -> anyhow::Result<()> {
     let mut problems = Vec::new();
     for (krate, forbidden) in RULES {
-        if !crate::project_root().join("crates").join(krate).exists() {
+        if !crate::workspace::project_root().join("crates").join(krate).exists() {
             continue;
         }
         let out = Command::new("cargo")

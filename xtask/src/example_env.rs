@@ -10,15 +10,15 @@ const MANIFEST: &str = "examples/rust-env/Cargo.toml";
 
 /// Tests the example crate and trains on its env for two steps.
 pub(crate) fn check() -> anyhow::Result<()> {
-    let root = crate::project_root();
+    let root = crate::workspace::project_root();
     let target = root.join("target");
     // The workspace's target dir: the example reuses the workspace's compiled dependencies.
     let env = [("CARGO_TARGET_DIR", target.as_path())];
-    crate::cargo(&["fmt", "--manifest-path", MANIFEST, "--", "--check"])?;
+    crate::workspace::cargo(&["fmt", "--manifest-path", MANIFEST, "--", "--check"])?;
     let clippy = ["clippy", "--locked", "--all-targets", "--manifest-path", MANIFEST, "--", "-D", "warnings"];
-    crate::cargo_env(&clippy, &env)?;
-    crate::cargo_env(&["test", "--locked", "--manifest-path", MANIFEST], &env)?;
-    crate::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    crate::workspace::cargo_env(&clippy, &env)?;
+    crate::workspace::cargo_env(&["test", "--locked", "--manifest-path", MANIFEST], &env)?;
+    crate::workspace::cargo(&["build", "--locked", "-p", "rl-cli"])?;
     let rl = target.join("debug/rl");
     let out = target.join("example-env");
     let model = out.join("tiny");
@@ -41,7 +41,8 @@ pub(crate) fn check() -> anyhow::Result<()> {
 }
 
 fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
-    let status = cmd.current_dir(crate::project_root()).status().with_context(|| format!("cannot run {what}"))?;
+    let status =
+        cmd.current_dir(crate::workspace::project_root()).status().with_context(|| format!("cannot run {what}"))?;
     if !status.success() {
         bail!("{what} failed ({status}); logs under {}", Path::new("target/example-env").display());
     }

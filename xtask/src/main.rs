@@ -6,17 +6,20 @@ mod bench;
 mod cuda;
 mod deps;
 mod example_env;
+mod module_graph;
 mod peft;
 mod python;
 mod tidy;
 mod unused_deps;
 mod venv;
 mod verifiers;
+mod workspace;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
+
+use crate::workspace::{cargo, eprintln_flush, project_root};
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -95,33 +98,4 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
 
 fn has_nextest() -> bool {
     Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
-}
-
-/// Runs cargo with `args`, failing on a non-zero exit.
-pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    cargo_env(args, &[])
-}
-
-/// Runs cargo with `args` and extra environment variables, failing on a non-zero exit.
-pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &Path)]) -> anyhow::Result<()> {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")))
-        .args(args)
-        .envs(env.iter().copied())
-        .status()
-        .with_context(|| format!("cannot run cargo {}", args.join(" ")))?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
-}
-
-/// The workspace root (the parent of this crate's directory).
-pub(crate) fn project_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace root").to_path_buf()
-}
-
-fn eprintln_flush(line: &str) {
-    use std::io::Write;
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
 }

@@ -10,7 +10,7 @@ const SDK: &str = "python/rl-env";
 
 /// Installs the SDK (editable) into `target/sdk-venv` and runs its tests.
 pub(crate) fn test() -> anyhow::Result<()> {
-    let root = crate::project_root();
+    let root = crate::workspace::project_root();
     let sdk = root.join(SDK);
     // With the W&B extra: the tracking sidecar's test writes an offline run.
     let spec = format!("--editable={}[wandb]", sdk.display());

@@ -1,9 +1,12 @@
-//! Tidy rules checked on the source tree: every `.rs` file opens with a `//!` doc line, and member
-//! manifests take every dependency version and the lints from the workspace.
+//! Tidy rules checked on the source tree: every `.rs` file opens with a `//!` doc line, no source
+//! file is long without saying why, no circle between the files of a crate, and member manifests
+//! take every dependency version and the lints from the workspace.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
+
+use crate::module_graph;
 
 /// The files allowed to hold `unsafe` code: a checked call into the `gemm` crate, and the
 /// process-wide settings made while single-threaded (environment, `mallopt`).
@@ -34,6 +37,7 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
             problems.push(format!("{}: must open with a `//!` line saying what the file is for", rel(root, &file)));
         }
     }
+    problems.extend(layering_problems(root)?);
     // Workspace members only: `examples/` holds crates with workspaces of their own (a user's
     // crate cannot inherit this workspace's versions or lints).
     let member = |p: &PathBuf| {
@@ -47,6 +51,49 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
         bail!("tidy found {} problem(s):\n  {}", problems.len(), problems.join("\n  "));
     }
     Ok(())
+}
+
+/// Long files without a reason, and circles between the files of each crate's `src/`.
+fn layering_problems(root: &Path) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let mut src_dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))?
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    src_dirs.push(root.join("xtask/src"));
+    src_dirs.sort();
+    for src in src_dirs {
+        let mut modules = std::collections::BTreeMap::new();
+        for file in files(&src, "rs") {
+            let text = std::fs::read_to_string(&file)?;
+            let lines = module_graph::non_test(&text).lines().count();
+            let header: String = text.lines().take_while(|l| l.starts_with("//!")).collect();
+            if lines > module_graph::MAX_LINES && !header.to_lowercase().contains("long because") {
+                problems.push(format!(
+                    "{}: {lines} lines before its tests (more than {}): split it, or say why in its `//!` header (\"long because ...\")",
+                    rel(root, &file),
+                    module_graph::MAX_LINES
+                ));
+            }
+            if let Some(module) = file.strip_prefix(&src).ok().and_then(module_graph::module_of) {
+                modules.insert(module, text);
+            }
+        }
+        let graph = module_graph::edges(&modules);
+        let name = |m: &str| if m.is_empty() { String::from("(root)") } else { m.to_owned() };
+        for circle in module_graph::circles(&graph) {
+            let crate_dir = rel(root, src.parent().unwrap_or(&src));
+            let arrows: Vec<String> = circle
+                .iter()
+                .flat_map(|a| {
+                    graph[a].iter().filter(|b| circle.contains(b)).map(move |b| format!("{} -> {}", name(a), name(b)))
+                })
+                .collect();
+            problems.push(format!("{crate_dir}: files that name each other in a circle: {}", arrows.join(", ")));
+        }
+    }
+    Ok(problems)
 }
 
 /// Problems of one member manifest: versions pinned outside the root, lints not inherited.
@@ -109,7 +156,7 @@ mod tests {
 
     #[test]
     fn the_tree_is_tidy() {
-        check(&crate::project_root()).unwrap();
+        check(&crate::workspace::project_root()).unwrap();
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub(crate) fn ensure(dir: &Path, packages: &[&str], purpose: &str) -> anyhow::Re
     if std::fs::read_to_string(&marker).is_ok_and(|have| have == wanted) {
         return Ok(python);
     }
-    crate::eprintln_flush(&format!(
+    crate::workspace::eprintln_flush(&format!(
         "xtask: installing {purpose} into {} from PyPI: {}",
         dir.display(),
         packages.join(" ")

@@ -8,7 +8,7 @@ use rl_configs::EnvServerConfig;
 pub(crate) fn run(_command: &str, config: &EnvServerConfig) -> anyhow::Result<()> {
     let EnvServerConfig { env: spec, serve, log, .. } = config;
     crate::logging::init(log);
-    let runtime = crate::runtime()?;
+    let runtime = crate::async_runtime::runtime()?;
     runtime.block_on(async {
         let args: serde_json::Map<String, serde_json::Value> = spec.args.clone().into_iter().collect();
         let env = rl_envs::load(&spec.id, &args).await.with_context(|| format!("cannot build env `{}`", spec.id))?;

@@ -1,6 +1,7 @@
 //! The `rl` command: parses the subcommand, loads its config, and runs it (or, with `--dry-run`,
 //! writes the resolved configs and exits).
 
+mod async_runtime;
 mod commands;
 mod env_server;
 mod help;
@@ -21,12 +22,6 @@ mod training;
 
 use std::io::Write;
 use std::process::ExitCode;
-
-/// The multi-threaded async runtime the server and orchestrator commands run on.
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    use anyhow::Context;
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
-}
 
 fn main() -> ExitCode {
     // Before any thread exists (the orphan watch below starts one).

@@ -10,7 +10,7 @@ use rl_configs::OrchestratorConfig;
 /// Runs the orchestrator until `max_steps`.
 pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let runtime = crate::runtime()?;
+    let runtime = crate::async_runtime::runtime()?;
     runtime.block_on(async {
         let mut orch = rl_orchestrator::Orchestrator::connect(config).await.context("cannot start the orchestrator")?;
         let started = std::time::Instant::now();
@@ -37,7 +37,7 @@ pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyho
 /// Evaluates the policy endpoint once on every `[[orchestrator.eval.env]]` (running servers).
 pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
-    let runtime = crate::runtime()?;
+    let runtime = crate::async_runtime::runtime()?;
     let metrics = runtime.block_on(async {
         let mut orch =
             rl_orchestrator::Orchestrator::connect_for_eval(config).await.context("cannot start the evaluation")?;

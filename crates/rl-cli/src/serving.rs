@@ -13,7 +13,7 @@ pub(crate) fn inference(_command: &str, config: &InferenceConfig) -> anyhow::Res
     crate::logging::init(&config.log);
     let server = rl_inference::Server::build(config).context("cannot start the inference server")?;
     let InferenceConfig { host, port, .. } = config;
-    let runtime = crate::runtime()?;
+    let runtime = crate::async_runtime::runtime()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind((host.as_str(), *port))
             .await

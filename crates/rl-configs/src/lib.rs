@@ -11,10 +11,12 @@ mod base_urls;
 mod cli;
 mod curriculum;
 mod deprecated;
+mod env_config;
 mod env_server;
 mod error;
 mod files;
 mod inference;
+mod launcher;
 mod load;
 mod lora;
 mod orchestrator;
@@ -36,16 +38,15 @@ pub use algorithms::{
 pub use base_urls::BaseUrls;
 pub use curriculum::{CurriculumConfig, DifficultyPool};
 pub use deprecated::Deprecation;
+pub use env_config::{EvalConfig, EvalEnvConfig, TrainConfig, TrainEnvConfig};
 pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};
 pub use inference::{InferenceConfig, TOOL_CALL_PARSERS};
+pub use launcher::LauncherConfig;
 pub use load::{ConfigFile, Loaded, load, to_json};
 pub use lora::{LORA_MODULES, LoraConfig};
-pub use orchestrator::{
-    EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig, TrainConfig,
-    TrainEnvConfig,
-};
-pub use rl::{EnvServerPart, LauncherConfig, RlConfig, RlParts, RunConfig};
+pub use orchestrator::{ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig};
+pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};
 pub use rng::SplitMix64;
 pub use run_dir::{ConfigPart, RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};

@@ -10,9 +10,9 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Value, json};
 
 use crate::api::Sampling;
-use crate::engine::{GenOutput, TokenLogprob};
 use crate::error::{ApiJson, Error, Result};
-use crate::http::{AppState, finish_reason, usage};
+use crate::generation::{GenOutput, TokenLogprob};
+use crate::state::{AppState, finish_reason, usage};
 
 /// The request body, read field by field (the token ids stream into a `Vec<u32>`).
 #[derive(Debug)]

@@ -10,8 +10,11 @@ mod auth;
 mod engine;
 mod error;
 mod generate;
+mod generation;
 mod http;
 mod prefix_cache;
+mod prompt;
+mod state;
 mod stats;
 mod stream;
 mod tool_calls;
@@ -28,8 +31,9 @@ use rl_model::{ChatTemplate, Tok, load_model};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-pub use engine::{Completion, Engine, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
+pub use engine::Engine;
 pub use error::{Error, Result};
+pub use generation::{Completion, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
 
 /// An id for this start of the server: pid and start time.
 fn boot_id() -> String {
@@ -85,7 +89,7 @@ impl Server {
         let engine =
             Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(dir.clone());
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
-        let state = http::AppState {
+        let state = state::AppState {
             engine: engine.clone(),
             tok: Arc::new(tok),
             template: Arc::new(template),

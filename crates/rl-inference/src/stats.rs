@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::engine::GenOutput;
+use crate::generation::GenOutput;
 
 /// Request and token counters since the server started.
 #[derive(Debug, Default)]

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::api::Sampling;
-use crate::engine::{GenOutput, GenRequest, TokenLogprob};
 use crate::error::Error;
-use crate::http::{AppState, finish_reason, now, usage};
+use crate::generation::{GenOutput, GenRequest, TokenLogprob};
+use crate::state::{AppState, finish_reason, now, usage};
 use crate::tool_calls::parse_hermes;
 
 /// Chat chunks or text-completion chunks.

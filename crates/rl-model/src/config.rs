@@ -402,11 +402,6 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Number of parameters.
-    pub fn num_params(&self) -> usize {
-        crate::weights::weight_shapes(self).iter().map(|(_, shape)| shape.iter().product::<usize>()).sum()
-    }
-
     /// Whether the q, k and v projections have biases (Qwen2 always; the others with
     /// `attention_bias`).
     pub fn qkv_bias(&self) -> bool {

@@ -9,9 +9,10 @@ use candle_core::{DType, Device, Tensor};
 use crate::chat::write_tokenizer_config;
 use crate::config::{Family, ModelConfig, Preset, RopeScaling};
 use crate::error::{Error, Result};
+use crate::layout::weight_shapes;
 use crate::rng::SplitMix64;
 use crate::tokenizer::{SPECIAL_TOKENS, write_bpe_tokenizer, write_char_tokenizer};
-use crate::weights::{weight_shapes, write_model_dir};
+use crate::weights::write_model_dir;
 
 /// Which tokenizer a new model directory gets.
 #[derive(Debug, Clone)]

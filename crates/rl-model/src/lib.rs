@@ -11,11 +11,13 @@ mod config;
 mod device;
 mod error;
 mod init;
+mod layout;
 mod lora;
 mod model;
 mod rng;
 pub mod runtime;
 mod sampling;
+mod tensor_file;
 mod tokenizer;
 mod weights;
 
@@ -28,17 +30,21 @@ pub use error::{Error, Result};
 pub use init::{
     NewTokenizer, init_model, init_model_with, micro_config, micro_config_of, random_weights, scaled_random_weights,
 };
+pub use layout::{
+    EMBED, FINAL_NORM, LM_HEAD, LayerWeight, layer_part_shapes, layer_shape, module_path, weight_names, weight_shapes,
+};
 pub use lora::{
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_name, adapter_shapes, check_adapters, init_adapters, is_adapter_dir,
-    layer_shape, merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
+    merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
 };
 pub use model::CausalLm;
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Penalties, Sampler, log_softmax};
+pub use tensor_file::write_safetensors;
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
-    Part, Trainable, layer_part_shapes, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
-    read_weights, weight_names, weight_shapes, write_model_dir, write_safetensors,
+    Part, Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config, read_weights,
+    write_model_dir,
 };

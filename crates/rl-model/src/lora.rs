@@ -9,11 +9,12 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use rl_configs::LoraConfig;
 use rl_configs::run_dir::{persist, temp_path};
-use rl_kernels::{LayerShape, LoraShape, Proj};
+use rl_kernels::{LoraShape, Proj};
 use serde_json::json;
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::layout::{layer_shape, module_path};
 use crate::rng::SplitMix64;
 
 /// The adapter directory's config file (PEFT's name).
@@ -48,32 +49,9 @@ impl Lora {
     }
 }
 
-/// The HF path of a projection module of layer `i` (`model.layers.3.self_attn.q_proj`).
-fn module_path(i: usize, p: Proj) -> String {
-    let block = if p.in_attention() { "self_attn" } else { "mlp" };
-    format!("model.layers.{i}.{block}.{}", p.module())
-}
-
 /// PEFT's name of an adapter matrix (`base_model.model.<module>.lora_A.weight`).
 pub fn adapter_name(i: usize, p: Proj, which: char) -> String {
     format!("base_model.model.{}.lora_{which}.weight", module_path(i, p))
-}
-
-/// The fused layer's shape of `cfg`'s decoder layers.
-pub fn layer_shape(cfg: &ModelConfig) -> LayerShape {
-    LayerShape {
-        hidden: cfg.hidden_size,
-        attn: rl_kernels::AttnShape {
-            q_heads: cfg.num_attention_heads,
-            kv_heads: cfg.num_key_value_heads,
-            head_dim: cfg.head_dim,
-        },
-        intermediate: cfg.intermediate_size,
-        eps: cfg.rms_norm_eps,
-        qkv_bias: cfg.qkv_bias(),
-        qk_norm: cfg.qk_norm(),
-        o_bias: cfg.o_bias(),
-    }
 }
 
 /// Layer `i`'s adapter matrices (PEFT name, shape) in the fused layer's flat order: A `[r, in]`
@@ -169,7 +147,7 @@ pub fn write_adapter_files(dir: &Path, lora: &Lora, base: &str, tensors: &[(Stri
     });
     let text = serde_json::to_string_pretty(&config).expect("json values serialize");
     rl_configs::run_dir::write_atomic(&dir.join(ADAPTER_CONFIG), text.as_bytes())?;
-    crate::write_safetensors(&dir.join(ADAPTER_WEIGHTS), tensors)
+    crate::tensor_file::write_safetensors(&dir.join(ADAPTER_WEIGHTS), tensors)
 }
 
 /// Whether `dir` holds an adapter (rather than full weights).

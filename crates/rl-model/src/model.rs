@@ -13,6 +13,7 @@ use rl_kernels::{LayerShape, RowLayout};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::layout::{EMBED, FINAL_NORM, LM_HEAD, LayerWeight};
 
 /// One decoder layer's weights (HF layout: projections are `[out, in]`).
 #[derive(Debug, Clone)]
@@ -158,42 +159,40 @@ impl CausalLm {
     /// Builds the model from weights named as in HF (`model.layers.0.self_attn.q_proj.weight`, ...).
     pub fn new(cfg: &ModelConfig, vb: &VarBuilder<'_>) -> Result<Self> {
         cfg.check().map_err(Error::Input)?;
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let (q_dim, kv_dim, inter) =
-            (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd, cfg.intermediate_size);
-        let m = vb.pp("model");
-        let embed = m.get((cfg.vocab_size, h), "embed_tokens.weight")?;
+        let h = cfg.hidden_size;
+        let embed = vb.get((cfg.vocab_size, h), EMBED)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
-            let l = m.pp("layers").pp(i.to_string());
-            let (a, p) = (l.pp("self_attn"), l.pp("mlp"));
-            let qkv_bias = if cfg.qkv_bias() {
-                Some([a.get(q_dim, "q_proj.bias")?, a.get(kv_dim, "k_proj.bias")?, a.get(kv_dim, "v_proj.bias")?])
-            } else {
-                None
+            let get = |w: LayerWeight| vb.get(w.shape(cfg), &w.name(i));
+            let maybe = |w: LayerWeight| w.present(cfg).then(|| get(w)).transpose();
+            use LayerWeight as W;
+            let qkv_bias = match (maybe(W::QBias)?, maybe(W::KBias)?, maybe(W::VBias)?) {
+                (Some(q), Some(k), Some(v)) => Some([q, k, v]),
+                _ => None,
             };
-            let qk_norm =
-                if cfg.qk_norm() { Some([a.get(hd, "q_norm.weight")?, a.get(hd, "k_norm.weight")?]) } else { None };
+            let qk_norm = match (maybe(W::QNorm)?, maybe(W::KNorm)?) {
+                (Some(q), Some(k)) => Some([q, k]),
+                _ => None,
+            };
             layers.push(Layer {
                 qkv_bias,
-                o_bias: if cfg.o_bias() { Some(a.get(h, "o_proj.bias")?) } else { None },
+                o_bias: maybe(W::OBias)?,
                 qk_norm,
-                q: a.get((q_dim, h), "q_proj.weight")?,
-                k: a.get((kv_dim, h), "k_proj.weight")?,
-                v: a.get((kv_dim, h), "v_proj.weight")?,
-                o: a.get((h, q_dim), "o_proj.weight")?,
-                gate: p.get((inter, h), "gate_proj.weight")?,
-                up: p.get((inter, h), "up_proj.weight")?,
-                down: p.get((h, inter), "down_proj.weight")?,
-                ln1: l.get(h, "input_layernorm.weight")?,
-                ln2: l.get(h, "post_attention_layernorm.weight")?,
+                q: get(W::Q)?,
+                k: get(W::K)?,
+                v: get(W::V)?,
+                o: get(W::O)?,
+                gate: get(W::Gate)?,
+                up: get(W::Up)?,
+                down: get(W::Down)?,
+                ln1: get(W::InputNorm)?,
+                ln2: get(W::PostNorm)?,
                 flat: None,
                 lora: None,
             });
         }
-        let norm = m.get(h, "norm.weight")?;
-        let lm_head =
-            if cfg.tie_word_embeddings { embed.clone() } else { vb.get((cfg.vocab_size, h), "lm_head.weight")? };
+        let norm = vb.get(h, FINAL_NORM)?;
+        let lm_head = if cfg.tie_word_embeddings { embed.clone() } else { vb.get((cfg.vocab_size, h), LM_HEAD)? };
         let rope = Rope::from_inv_freq(&cfg.inv_freq(), cfg.max_position_embeddings, embed.dtype(), vb.device())?;
         let compute = embed.dtype();
         Ok(CausalLm {
@@ -242,7 +241,7 @@ impl CausalLm {
 
     /// The decoder layers' sizes and parts.
     fn layer_shape(&self) -> LayerShape {
-        crate::lora::layer_shape(&self.cfg)
+        crate::layout::layer_shape(&self.cfg)
     }
 
     pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {

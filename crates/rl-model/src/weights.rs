@@ -11,49 +11,10 @@ use rl_configs::run_dir::{persist, temp_path};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::layout::{EMBED, FINAL_NORM, LM_HEAD, layer_part_shapes, weight_names};
 use crate::lora::Lora;
 use crate::model::CausalLm;
-
-/// The HF name and shape of every weight the model reads, in a stable order (the one owner of
-/// the families' weight layouts).
-pub fn weight_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
-    let (h, hd, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-    let mut out = vec![(String::from("model.embed_tokens.weight"), vec![cfg.vocab_size, h])];
-    for i in 0..cfg.num_hidden_layers {
-        let l = format!("model.layers.{i}");
-        let mut push = |name: String, shape: &[usize]| out.push((name, shape.to_vec()));
-        for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-            push(format!("{l}.self_attn.{p}.weight"), &[rows, h]);
-            if cfg.qkv_bias() {
-                push(format!("{l}.self_attn.{p}.bias"), &[rows]);
-            }
-        }
-        push(format!("{l}.self_attn.o_proj.weight"), &[h, q]);
-        if cfg.o_bias() {
-            push(format!("{l}.self_attn.o_proj.bias"), &[h]);
-        }
-        if cfg.qk_norm() {
-            push(format!("{l}.self_attn.q_norm.weight"), &[hd]);
-            push(format!("{l}.self_attn.k_norm.weight"), &[hd]);
-        }
-        push(format!("{l}.mlp.gate_proj.weight"), &[inter, h]);
-        push(format!("{l}.mlp.up_proj.weight"), &[inter, h]);
-        push(format!("{l}.mlp.down_proj.weight"), &[h, inter]);
-        push(format!("{l}.input_layernorm.weight"), &[h]);
-        push(format!("{l}.post_attention_layernorm.weight"), &[h]);
-    }
-    out.push((String::from("model.norm.weight"), vec![h]));
-    if !cfg.tie_word_embeddings {
-        out.push((String::from("lm_head.weight"), vec![cfg.vocab_size, h]));
-    }
-    out
-}
-
-/// The HF names of every weight the model reads, in a stable order.
-pub fn weight_names(cfg: &ModelConfig) -> Vec<String> {
-    weight_shapes(cfg).into_iter().map(|(name, _)| name).collect()
-}
+use crate::tensor_file::write_safetensors;
 
 /// Reads every tensor of `model.safetensors` (or the shards listed in
 /// `model.safetensors.index.json`) as f32 on `device`.
@@ -148,37 +109,6 @@ pub fn model_from_weights(
         .map_err(|e| Error::bad_dir(dir, format!("weights do not fit the served model: {e}")))
 }
 
-/// One decoder layer's weights (HF names and shapes) in the order of the fused layer op's flat
-/// vector (`rl_kernels::LayerShape::parts`): input norm, q/k/v projections, their biases, the q/k
-/// norms, the output projection and its bias, the post-attention norm, gate, up, down.
-pub fn layer_part_shapes(cfg: &ModelConfig, i: usize) -> Vec<(String, Vec<usize>)> {
-    let (h, hd, inter) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-    let l = format!("model.layers.{i}");
-    let mut out = vec![(format!("{l}.input_layernorm.weight"), vec![h])];
-    for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-        out.push((format!("{l}.self_attn.{p}.weight"), vec![rows, h]));
-    }
-    if cfg.qkv_bias() {
-        for (p, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-            out.push((format!("{l}.self_attn.{p}.bias"), vec![rows]));
-        }
-    }
-    if cfg.qk_norm() {
-        out.push((format!("{l}.self_attn.q_norm.weight"), vec![hd]));
-        out.push((format!("{l}.self_attn.k_norm.weight"), vec![hd]));
-    }
-    out.push((format!("{l}.self_attn.o_proj.weight"), vec![h, q]));
-    if cfg.o_bias() {
-        out.push((format!("{l}.self_attn.o_proj.bias"), vec![h]));
-    }
-    out.push((format!("{l}.post_attention_layernorm.weight"), vec![h]));
-    out.push((format!("{l}.mlp.gate_proj.weight"), vec![inter, h]));
-    out.push((format!("{l}.mlp.up_proj.weight"), vec![inter, h]));
-    out.push((format!("{l}.mlp.down_proj.weight"), vec![h, inter]));
-    out
-}
-
 /// One HF weight inside a trainable variable: elements `offset..offset + len` of `vars[var]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Part {
@@ -232,7 +162,7 @@ impl Trainable {
             vars.push((name.to_owned(), Var::from_tensor(t)?));
             Ok(())
         };
-        single("model.embed_tokens.weight", &mut vars, &mut parts)?;
+        single(EMBED, &mut vars, &mut parts)?;
         for i in 0..cfg.num_hidden_layers {
             let mut flat = Vec::new();
             let mut offset = 0;
@@ -248,9 +178,9 @@ impl Trainable {
             layers.push(vars.len());
             vars.push((format!("model.layers.{i}"), Var::from_tensor(&Tensor::cat(&flat, 0)?)?));
         }
-        single("model.norm.weight", &mut vars, &mut parts)?;
+        single(FINAL_NORM, &mut vars, &mut parts)?;
         if !cfg.tie_word_embeddings {
-            single("lm_head.weight", &mut vars, &mut parts)?;
+            single(LM_HEAD, &mut vars, &mut parts)?;
         }
         let order: HashMap<String, usize> = weight_names(cfg).into_iter().enumerate().map(|(i, n)| (n, i)).collect();
         parts.sort_by_key(|p| order.get(&p.name).copied().unwrap_or(usize::MAX));
@@ -397,21 +327,6 @@ pub fn load_trainable(dir: &Path, device: &Device) -> Result<(ModelConfig, Train
     let tensors = read_weights(dir, device)?;
     check_names(dir, &cfg, &tensors)?;
     Ok((cfg.clone(), Trainable::from_tensors(&cfg, &tensors)?))
-}
-
-/// Writes `tensors` to `path` as safetensors, atomically and durably (temp file, fsync, rename).
-pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
-    let map: HashMap<String, Tensor> = tensors.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
-    let tmp = temp_path(path);
-    if let Err(e) = candle_core::safetensors::save(&map, &tmp) {
-        let _ = std::fs::remove_file(&tmp);
-        // candle's error does not say which file: a full disk must name it.
-        return Err(match e {
-            candle_core::Error::Io(source) => Error::io(path, source),
-            other => Error::Input(format!("cannot write {}: {other}", path.display())),
-        });
-    }
-    Ok(persist(&tmp, path)?)
 }
 
 /// Writes a complete model directory at `out`: `config.json`, `model.safetensors`, and the

@@ -19,6 +19,7 @@ mod orchestrator;
 mod policy;
 mod rollout;
 mod sampler;
+mod seq_len;
 mod sink;
 mod writer;
 

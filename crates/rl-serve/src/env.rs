@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::episode::State;
 use crate::error::Result;
 use crate::pb;
 use crate::rubric::RubricGroup;
@@ -18,17 +19,6 @@ pub enum EnvReply {
     Done,
     /// Continue: these messages (user feedback, tool results) go to the model next.
     Continue(Vec<Message>),
-}
-
-/// Mutable state of one episode, owned by that episode only.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct State {
-    /// The conversation so far, prompt included.
-    pub messages: Vec<Message>,
-    /// Model turns taken.
-    pub turns: u32,
-    /// Free-form data an environment keeps between turns.
-    pub data: BTreeMap<String, Value>,
 }
 
 /// An environment: tasks, how an episode unfolds, and how it is scored.
@@ -97,7 +87,7 @@ pub trait EpisodeRunner: Send + Sync {
     /// The traces of one episode of `req.task`: at least one, every failure recorded on a trace
     /// (kind and retryable), never an empty list. The server fills `task_json`, `task_key` and
     /// `scored_with`.
-    async fn run_episode(&self, req: crate::rollout::RolloutRequest<'_>) -> Vec<pb::Trace>;
+    async fn run_episode(&self, req: crate::episode::RolloutRequest<'_>) -> Vec<pb::Trace>;
 }
 
 /// Looks up `index` in a split of `len` tasks, with the errors every env gives.

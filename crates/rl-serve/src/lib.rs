@@ -8,6 +8,7 @@
 mod algorithms;
 mod client;
 mod env;
+mod episode;
 mod error;
 #[cfg(feature = "fake-model")]
 pub mod fake_model;
@@ -24,13 +25,14 @@ mod types;
 
 pub use algorithms::{BranchOutput, EnvAlgorithm, Rloo, default_algorithms, on_sampled_tokens};
 pub use client::{ClientOptions, EnvClient};
-pub use env::{EnvReply, Environment, EpisodeRunner, State, check_index};
+pub use env::{EnvReply, Environment, EpisodeRunner, check_index};
+pub use episode::{RolloutRequest, State};
 pub use error::{Error, Result};
 pub use model_client::{ChatResponse, Choice, ModelClient};
 pub use multi_agent::{Kernel, MARScore, MultiAgent, ProtocolError, Turn, split_channels};
 pub use multi_rollout::run_multi_agent_episode;
 pub use rl_proto::env::v1 as pb;
-pub use rollout::{RolloutRequest, run_episode};
+pub use rollout::run_episode;
 pub use rubric::{
     BatchFunction, BatchRewardFn, FnReward, NO_MODELS, RewardFn, Rubric, RubricGroup, Scored, Scores, ScoringContext,
     TurnRewardFn, reward_fn, turn_reward_fn,

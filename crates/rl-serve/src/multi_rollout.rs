@@ -8,10 +8,11 @@ use std::time::Instant;
 use futures::future::join_all;
 use rl_proto::env::v1 as pb;
 
+use crate::episode::RolloutRequest;
 use crate::error::Error;
 use crate::model_client::ModelClient;
 use crate::multi_agent::{Kernel, MultiAgent, Turn};
-use crate::rollout::{RolloutRequest, new_id};
+use crate::rollout::new_id;
 use crate::trace::TraceBuilder;
 use crate::types::{ModelRuntime, TrainingContext};
 

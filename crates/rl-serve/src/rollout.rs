@@ -6,27 +6,13 @@ use std::time::Instant;
 
 use rl_proto::env::v1 as pb;
 
-use crate::env::{EnvReply, Environment, State};
+use crate::env::{EnvReply, Environment};
+use crate::episode::{RolloutRequest, State};
 use crate::error::Error;
 use crate::model_client::ModelClient;
 use crate::rubric::ScoringContext;
 use crate::trace::TraceBuilder;
-use crate::types::{ModelRuntime, Task, TrainingContext, tool_spec};
-
-/// Everything one episode needs besides the environment.
-#[derive(Debug, Clone, Copy)]
-pub struct RolloutRequest<'a> {
-    /// The task.
-    pub task: &'a Task,
-    /// The acting model.
-    pub actor: &'a ModelRuntime,
-    /// Position in its group (offsets the sampling seed).
-    pub index: u32,
-    /// The request's training context (the wire form is echoed back on the trace).
-    pub training_context: Option<&'a pb::TrainingContext>,
-    /// The request's extra models by key (for judges in the rubric).
-    pub models: &'a BTreeMap<String, ModelRuntime>,
-}
+use crate::types::{TrainingContext, tool_spec};
 
 /// Runs one single-agent episode and scores it. Model and env failures are recorded on the trace.
 pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: RolloutRequest<'_>) -> pb::Trace {

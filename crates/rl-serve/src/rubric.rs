@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::env::State;
+use crate::episode::State;
 use crate::model_client::ModelClient;
 use crate::types::{Message, ModelRuntime, Role, Task, TrainingContext};
 

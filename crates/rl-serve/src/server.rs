@@ -19,10 +19,11 @@ use tonic::{Request, Response, Status};
 
 use crate::algorithms::{EnvAlgorithm, check_outputs, default_algorithms};
 use crate::env::Environment;
+use crate::episode::RolloutRequest;
 use crate::error::{Error, Result};
 use crate::model_client::ModelClient;
 use crate::multi_rollout::run_multi_agent_episode;
-use crate::rollout::{RolloutRequest, new_id, run_episode};
+use crate::rollout::{new_id, run_episode};
 
 /// The request's extra model runtimes by key, validated.
 fn runtimes(models: &std::collections::HashMap<String, pb::ModelRuntime>) -> Result<BTreeMap<String, ModelRuntime>> {

@@ -35,7 +35,7 @@ struct Options {
 }
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
-    let root = crate::project_root();
+    let root = crate::workspace::project_root();
     let mut o = Options {
         rl: root.join("target/cuda/dist/rl"),
         device: String::from("cuda"),
@@ -204,7 +204,7 @@ fn mismatch_kl(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
         .args(["--inference.device", &o.device, "--inference.dtype", &o.dtype, "--clean"])
         .arg("--output-dir")
         .arg(work)
-        .current_dir(crate::project_root())
+        .current_dir(crate::workspace::project_root())
         .stdout(Stdio::null());
     run_ok(&mut cmd, "rl rl (mismatch KL)")?;
     let rows = jsonl(&work.join("gpu-kl/trainer/metrics.jsonl"))?;
@@ -222,7 +222,7 @@ fn mismatch_kl(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let o = parse(args)?;
-    let work = crate::project_root().join("target/bench/gpu");
+    let work = crate::workspace::project_root().join("target/bench/gpu");
     std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     let model = work.join(&o.preset);
     let mut init = Command::new(&o.rl);
@@ -247,6 +247,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         o.tokens,
         train / PRIME_RL_TOKENS_PER_S,
     );
-    super::print_out(&text);
+    super::reference::print_out(&text);
     Ok(())
 }

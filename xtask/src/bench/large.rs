@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use super::{json_lines, print_out};
+use super::reference::{json_lines, print_out};
 
 /// Runs both sides once (each case takes a minute or more on 2 cores) and prints the table.
 pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {

@@ -45,7 +45,7 @@ fn tree(root: u32) -> Vec<u32> {
 
 /// Runs our RL steps; returns (mean seconds per step after the first two, peak summed RSS MiB).
 fn ours(model: &Path, out: &Path) -> anyhow::Result<(f64, f64, usize)> {
-    let exe = crate::project_root().join("target/release/rl");
+    let exe = crate::workspace::project_root().join("target/release/rl");
     let mut child = Command::new(&exe)
         .args(["rl", "@", "configs/bench/rl_step.toml", "--clean", "--model.path"])
         .arg(model)
@@ -84,9 +84,9 @@ fn ours(model: &Path, out: &Path) -> anyhow::Result<(f64, f64, usize)> {
 }
 
 pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
-    let root = crate::project_root().join("target/bench/rl-step");
+    let root = crate::workspace::project_root().join("target/bench/rl-step");
     let model = root.join("tiny");
-    let exe = crate::project_root().join("target/release/rl");
+    let exe = crate::workspace::project_root().join("target/release/rl");
     let status = Command::new(&exe)
         .args(["model", "init", "--preset", "tiny", "--seed", "0", "--force", "--out"])
         .arg(&model)
@@ -101,7 +101,7 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
         "\nRL step, tiny, 8 prompts x 8 samples, <= 32 completion tokens, on-policy\n  rl (4 processes): {s:.2} s/step (mean of {n}), peak memory {mem:.0} MiB (sum)\n"
     );
     if let Some(python) = python {
-        let lines = super::json_lines(
+        let lines = super::reference::json_lines(
             Command::new(python).arg("scripts/bench_trl_grpo.py").arg(&model).arg("8"),
             "the TRL reference",
         )?;
@@ -114,6 +114,6 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
             mem / tm.max(1e-9)
         ));
     }
-    super::print_out(&text);
+    super::reference::print_out(&text);
     Ok(())
 }

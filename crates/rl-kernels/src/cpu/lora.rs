@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::cpu::layer::LayerShape;
+use crate::cpu::layer_shape::LayerShape;
 use crate::float::Real;
 use crate::gemm::{MatMut, MatRef, matmul_par, product_new};
 

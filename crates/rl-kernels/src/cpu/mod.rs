@@ -3,9 +3,12 @@
 
 pub mod adamw;
 pub mod attention;
+mod attention_blocks;
 pub mod decode;
 mod flash;
+mod flash_tiles;
 pub mod layer;
+mod layer_shape;
 pub mod linear;
 pub mod logprobs;
 pub mod lora;

@@ -1,36 +1,9 @@
-//! Vectorised elementwise math and reductions. `exp_f32` is a Cephes-style polynomial (about 1 ulp, exact 0 for
-//! inputs below -87.3, -inf included) written as straight-line arithmetic so loops over slices
-//! vectorise; `vectorized` runs a loop under the best instruction set the CPU has (AVX2 + FMA
+//! Vectorised reductions, and `exp_f32` shown here from `float.rs` (where it is f32's
+//! `Real::exp`). `vectorized` runs a loop under the best instruction set the CPU has (AVX2 + FMA
 //! where present, chosen at run time by `pulp`), so the portable binary still gets wide SIMD.
 
 use crate::float::Real;
-
-/// `e^x` for f32, vectorisable.
-#[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // Round to nearest by adding and subtracting 1.5 * 2^23 (no call to `floorf`).
-    const ROUND: f32 = 12_582_912.0;
-    // 2^23 + 127.
-    const BIAS_MAGIC: f32 = 8_388_735.0;
-    let xc = x.clamp(-87.0, 88.0);
-    let n = (xc * LOG2E + ROUND) - ROUND;
-    let r = xc - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    // 2^n without a float-to-int cast (whose saturating semantics compile to per-lane scalar
-    // code): n + 127 is an integer in 1..=254, so adding 2^23 puts it in the low mantissa bits,
-    // and shifting those into the exponent field gives 2^n.
-    let scale = f32::from_bits((n + BIAS_MAGIC).to_bits() << 23);
-    if x < -87.0 { 0.0 } else { y * scale }
-}
+pub use crate::float::exp_f32;
 
 /// Runs `f` compiled for the widest instruction set available at run time. Pass a closure marked
 /// `#[inline(always)]` whose helpers are `#[inline(always)]` too: only code inlined into the

@@ -8,7 +8,7 @@ use candle_core::{D, DType, Device, Tensor};
 use crate::cpu::attention::AttnShape;
 use crate::cpu::logprobs::Targets;
 use crate::layout::RowLayout;
-use crate::ops::norm::Rope;
+use crate::ops::rope::Rope;
 
 /// Scores held at once by [`attention`] (heads x query block x keys): 2^26 f32 values, 256 MiB.
 const MAX_SCORES: usize = 1 << 26;

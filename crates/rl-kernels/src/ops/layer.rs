@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
-use super::norm::Rope;
+use super::rope::Rope;
 use crate::cpu::layer::{Adapters, LayerCtx, LayerShape, Saved, Wanted, layer_backward, layer_forward};
 use crate::cpu::lora::LoraShape;
 use crate::cpu::norm::RopeTables;

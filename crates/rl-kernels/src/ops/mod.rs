@@ -12,6 +12,7 @@ mod layer;
 mod linear;
 mod logprobs;
 mod norm;
+mod rope;
 
 pub use adamw::{adamw_step, sum_squares};
 pub use attention::attention;
@@ -19,7 +20,8 @@ pub use elementwise::swiglu;
 pub use layer::{LayerWeights, decoder_layer, decoder_layer_adapted};
 pub use linear::linear;
 pub use logprobs::token_logprobs;
-pub use norm::{Rope, head_norm_rope, rms_norm, rope};
+pub use norm::{head_norm_rope, rms_norm, rope};
+pub use rope::Rope;
 
 /// Whether `t` runs on the fused CPU kernels (f32/f64 on CPU); anything else (CUDA, half
 /// precision) runs the same math composed of candle's differentiable ops.

@@ -8,6 +8,7 @@ mod best_of;
 mod distill;
 mod echo;
 mod env_owned;
+mod group_math;
 mod hierarchical_grpo;
 mod rae;
 mod reward;

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use rl_configs::LossChannel;
 
-use super::reward::clean_mean;
+use super::group_math::clean_mean;
 use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;

@@ -12,7 +12,7 @@
 use rl_configs::{LossChannel, RewardScaling};
 
 use super::Channel;
-use super::reward::group_advantages;
+use super::group_math::group_advantages;
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 

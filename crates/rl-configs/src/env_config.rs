@@ -1,0 +1,186 @@
+//! `[orchestrator.train]` and `[orchestrator.eval]`: the training and evaluation envs (id, args,
+//! the env server that runs them: an address, a custom command or a spawned `rl env-server`),
+//! their sampling overrides, group sizes, curricula and eval splits.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::algorithms::AlgorithmConfig;
+use crate::curriculum::CurriculumConfig;
+use crate::error::{ConfigError, Result};
+use crate::shared::{SamplingConfig, SamplingOverride, ServeConfig, Table};
+
+/// `[orchestrator.train]`: training envs and their shared sampling.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Sampling arguments for every env, unless the env overrides them.
+    pub sampling: SamplingConfig,
+    /// The training environments.
+    pub env: Vec<TrainEnvConfig>,
+}
+
+/// One training environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrainEnvConfig {
+    /// Environment id (e.g. `reverse-text`, `alphabet-sort`).
+    pub id: String,
+    /// Name of this env in metrics and paths (default: the id). Must be unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Environment arguments (dataset size, seed, turns, ...), passed to the env unchanged.
+    #[serde(default)]
+    pub args: Table,
+    /// Rollouts per example for this env (default: `orchestrator.group_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u32>,
+    /// Relative sampling weight among envs.
+    #[serde(default = "default_ratio")]
+    pub ratio: f64,
+    /// Sampling fields that replace the group's `train.sampling` for this env.
+    #[serde(default)]
+    pub sampling: SamplingOverride,
+    /// Algorithms for this env (default: `orchestrator.algorithms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithms: Option<Vec<AlgorithmConfig>>,
+    /// Which tasks are drawn (default: uniform).
+    #[serde(default)]
+    pub curriculum: CurriculumConfig,
+    /// Address of an already running env server (`host:port`); unset: the launcher spawns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The program (and its first arguments) the launcher runs instead of `rl env-server` for this
+    /// env: a user's own env-server binary (built with `rl_serve::env_server_main`). It is given
+    /// `@ <the env-server config>` and must print the `listening` line. Not with `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Settings of the spawned env server.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+fn default_ratio() -> f64 {
+    1.0
+}
+
+impl TrainEnvConfig {
+    /// A training env with defaults for everything but the id.
+    pub fn new(id: &str) -> Self {
+        TrainEnvConfig {
+            id: id.to_owned(),
+            name: None,
+            args: Table::new(),
+            group_size: None,
+            ratio: 1.0,
+            sampling: SamplingOverride::default(),
+            algorithms: None,
+            curriculum: CurriculumConfig::default(),
+            address: None,
+            command: None,
+            serve: ServeConfig::default(),
+        }
+    }
+
+    /// The env's name (its id unless set).
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}
+
+/// `[orchestrator.eval]`: online evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Evaluate every this many steps.
+    pub interval: u64,
+    /// Also evaluate before the first step.
+    pub eval_on_start: bool,
+    /// Examples per env (unset: the whole split; more than an env's split holds is refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_examples: Option<u32>,
+    /// Samples per example, for avg@k and pass@k.
+    pub k: u32,
+    /// Sampling for evaluation (default: greedy-ish temperature 0.0 is not assumed; same as training).
+    pub sampling: SamplingOverride,
+    /// Evaluation envs.
+    pub env: Vec<EvalEnvConfig>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            interval: 10,
+            eval_on_start: false,
+            num_examples: None,
+            k: 1,
+            sampling: SamplingOverride::default(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// One evaluation environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalEnvConfig {
+    /// Environment id.
+    pub id: String,
+    /// Name in metrics (default: the id). Must be unique among eval envs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Environment arguments.
+    #[serde(default)]
+    pub args: Table,
+    /// Dataset split to evaluate on.
+    #[serde(default = "default_eval_split")]
+    pub split: String,
+    /// Examples (default: `eval.num_examples`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_examples: Option<u32>,
+    /// Samples per example (default: `eval.k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<u32>,
+    /// Sampling fields that replace the eval sampling for this env.
+    #[serde(default)]
+    pub sampling: SamplingOverride,
+    /// Address of an already running env server; unset: the launcher spawns one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The program (and its first arguments) the launcher runs instead of `rl env-server` (see
+    /// `orchestrator.train.env.command`). Not with `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Settings of the spawned env server.
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// A custom env-server command: a non-empty program, and not together with `address`.
+pub(crate) fn validate_command(ek: &str, command: Option<&[String]>, address: Option<&str>) -> Result<()> {
+    let Some(command) = command else { return Ok(()) };
+    if command.first().is_none_or(|p| p.trim().is_empty()) {
+        return Err(ConfigError::invalid(
+            format!("{ek}.command"),
+            "must name a program first, e.g. [\"./target/release/my-env-server\"]",
+        ));
+    }
+    if address.is_some() {
+        return Err(ConfigError::invalid(
+            format!("{ek}.command"),
+            "an env is either started by the launcher (`command`) or already running (`address`), not both",
+        ));
+    }
+    Ok(())
+}
+
+fn default_eval_split() -> String {
+    String::from("test")
+}
+
+impl EvalEnvConfig {
+    /// The env's name (its id unless set).
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}

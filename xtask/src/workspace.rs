@@ -1,0 +1,36 @@
+//! Where the workspace is and how to run cargo in it: what every xtask command shares.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// Runs cargo with `args`, failing on a non-zero exit.
+pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    cargo_env(args, &[])
+}
+
+/// Runs cargo with `args` and extra environment variables, failing on a non-zero exit.
+pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")))
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .with_context(|| format!("cannot run cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace root").to_path_buf()
+}
+
+/// Prints a line to stderr at once (progress between long steps).
+pub(crate) fn eprintln_flush(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
