@@ -28,6 +28,7 @@ mod sft;
 mod shared;
 mod suggest;
 mod tagged;
+mod temperature;
 mod tracking;
 mod trainer;
 mod tree;
@@ -51,10 +52,10 @@ pub use rng::SplitMix64;
 pub use run_dir::{ConfigPart, RunDir, write_json_atomic};
 pub use sft::{LossMaskConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
-    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MIN_TEMPERATURE, ModelConfig,
-    RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, check_temperature,
-    secret_from_env,
+    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, ModelConfig, RESERVED_REQUEST_FIELDS,
+    ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, secret_from_env,
 };
+pub use temperature::Temperature;
 pub use tracking::{TensorboardConfig, WandbConfig, WandbMode};
 pub use trainer::{LossConfig, OptimConfig, SchedulerConfig, TrainerConfig, TrainerModelConfig};
 

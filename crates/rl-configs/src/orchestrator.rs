@@ -348,7 +348,7 @@ impl OrchestratorConfig {
         let sampling = self.env_sampling(env);
         sampling.validate(&format!("{ek}.sampling"))?;
         // The trainer divides logits by the sampling temperature: greedy rollouts cannot be trained.
-        if sampling.temperature <= 0.0 {
+        if sampling.temperature.is_greedy() {
             // Resolved configs copy the group's temperature into every env: blame the group's key
             // when the env's value is the group's.
             let inherited = sampling.temperature == self.train.sampling.temperature;

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, Result};
+use crate::temperature::Temperature;
 
 /// Free-form table of values (environment args, extra sampling args, env-owned algorithm fields).
 pub type Table = BTreeMap<String, serde_json::Value>;
@@ -90,27 +91,13 @@ pub struct LogConfig {
     pub json: bool,
 }
 
-/// The lowest non-zero sampling temperature. Below it `logits / T` overflows f32 for ordinary
-/// logits (1e-40 gives NaN log-probabilities), so configs, the inference server and the trainer
-/// refuse such temperatures; 0 means greedy.
-pub const MIN_TEMPERATURE: f64 = 0.01;
-
-/// Checks a sampling temperature: 0 (greedy) or in [`MIN_TEMPERATURE`], 2].
-pub fn check_temperature(t: f64) -> std::result::Result<(), String> {
-    if t == 0.0 || (MIN_TEMPERATURE..=2.0).contains(&t) {
-        Ok(())
-    } else {
-        Err(format!("must be 0 (greedy) or in [{MIN_TEMPERATURE}, 2], got {t}"))
-    }
-}
-
 /// Sampling arguments for rollouts (the OpenAI request fields we send).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SamplingConfig {
     /// Sampling temperature: 0 (greedy) or in [0.01, 2]. The trainer divides logits by the same
     /// value per token.
-    pub temperature: f64,
+    pub temperature: Temperature,
     /// Nucleus sampling threshold, in (0, 1].
     pub top_p: f64,
     /// Top-k sampling; unset or -1 disables it.
@@ -153,7 +140,7 @@ pub const RESERVED_REQUEST_FIELDS: &[&str] = &[
 impl Default for SamplingConfig {
     fn default() -> Self {
         SamplingConfig {
-            temperature: 1.0,
+            temperature: Temperature::ONE,
             top_p: 1.0,
             top_k: None,
             max_completion_tokens: None,
@@ -167,7 +154,6 @@ impl Default for SamplingConfig {
 impl SamplingConfig {
     /// Checks ranges; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
-        check_temperature(self.temperature).map_err(|m| ConfigError::invalid(format!("{key}.temperature"), m))?;
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(ConfigError::invalid(format!("{key}.top_p"), format!("must be in (0, 1], got {}", self.top_p)));
         }
@@ -212,7 +198,7 @@ impl SamplingConfig {
 pub struct SamplingOverride {
     /// Sampling temperature: 0 (greedy) or in [0.01, 2].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f64>,
+    pub temperature: Option<Temperature>,
     /// Nucleus sampling threshold, in (0, 1].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
+use rl_configs::Temperature;
 use rl_model::Penalties;
 
 use crate::error::{Error, Result};
@@ -278,9 +279,8 @@ impl Sampling {
         if self.n == 0 || self.n > limits.max_n {
             return Err(Error::BadRequest(format!("n must be in 1..={}, got {}", limits.max_n, self.n)));
         }
-        let temperature = self.temperature.unwrap_or(1.0);
-        rl_configs::check_temperature(temperature).map_err(|m| Error::BadRequest(format!("temperature {m}")))?;
-        let temperature = temperature as f32;
+        let temperature = Temperature::new(self.temperature.unwrap_or(1.0))
+            .map_err(|m| Error::BadRequest(format!("temperature {m}")))?;
         let top_p = self.top_p.unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(Error::BadRequest(format!("top_p must be in (0, 1], got {top_p}")));

@@ -379,7 +379,7 @@ impl<R: Runtime> EngineLoop<R> {
                 continue;
             }
             let top = if req.top_logprobs > 0 {
-                top_k(&log_softmax(row, req.temperature), req.top_logprobs as usize)
+                top_k(&log_softmax(row, req.temperature.logprob_divisor()), req.top_logprobs as usize)
             } else {
                 Vec::new()
             };
@@ -470,7 +470,7 @@ impl<R: Runtime> EngineLoop<R> {
                 let _ = tx.send(Err(non_finite()));
                 return;
             }
-            let top = top_k(&log_softmax(last, req.temperature), req.top_logprobs as usize);
+            let top = top_k(&log_softmax(last, req.temperature.logprob_divisor()), req.top_logprobs as usize);
             if let Some(stream) = &req.stream {
                 let token = TokenLogprob { id, logprob, top: top.clone() };
                 let _ = stream.send(TokenEvent { choice, token });

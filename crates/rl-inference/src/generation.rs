@@ -2,6 +2,7 @@
 //! and what it gets back (completions with their tokens and logprobs, prompt logprobs, usage
 //! counts, the weights version that produced them).
 
+use rl_configs::Temperature;
 use rl_model::Penalties;
 
 /// What to generate.
@@ -13,8 +14,8 @@ pub struct GenRequest {
     pub n: u32,
     /// Most tokens per completion.
     pub max_tokens: u32,
-    /// Temperature (0 = greedy).
-    pub temperature: f32,
+    /// Temperature (greedy or a scale).
+    pub temperature: Temperature,
     /// Nucleus threshold.
     pub top_p: f32,
     /// Top-k (None = off).

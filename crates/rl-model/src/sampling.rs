@@ -1,12 +1,14 @@
 //! Sampling one token from logits with temperature, top-k and top-p, reporting the log-probability
 //! under the temperature-scaled distribution (what the trainer recomputes as `log_softmax(z / T)`).
 
+use rl_configs::Temperature;
+
 use crate::rng::SplitMix64;
 
 /// A seeded sampler (SplitMix64, so a seed gives the same sample everywhere).
 #[derive(Debug, Clone)]
 pub struct Sampler {
-    temperature: f32,
+    temperature: Temperature,
     top_p: f32,
     top_k: Option<usize>,
     min_p: f32,
@@ -74,9 +76,9 @@ impl Penalties {
     }
 }
 
-/// `log_softmax(logits / t)` (t = 1 when `temperature` is 0).
-pub fn log_softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
-    let t = if temperature > 0.0 { temperature } else { 1.0 };
+/// `log_softmax(logits / t)` for a divisor `t > 0` (a [`Temperature`]'s
+/// [`Temperature::logprob_divisor`], or a trained token's temperature).
+pub fn log_softmax(logits: &[f32], t: f32) -> Vec<f32> {
     let scaled: Vec<f32> = logits.iter().map(|z| z / t).collect();
     let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = scaled.iter().map(|z| f64::from(z - max).exp()).sum();
@@ -85,8 +87,8 @@ pub fn log_softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
 }
 
 impl Sampler {
-    /// A sampler; `temperature` 0 is greedy.
-    pub fn new(temperature: f32, top_p: f32, top_k: Option<usize>, seed: u64) -> Self {
+    /// A sampler at `temperature` (greedy picks the most likely token).
+    pub fn new(temperature: Temperature, top_p: f32, top_k: Option<usize>, seed: u64) -> Self {
         Sampler {
             temperature,
             top_p,
@@ -104,8 +106,8 @@ impl Sampler {
 
     /// Picks a token; returns it with its log-probability under `softmax(logits / T)`.
     pub fn sample(&mut self, logits: &[f32]) -> (u32, f32) {
-        if self.temperature <= 0.0 {
-            let logp = log_softmax(logits, self.temperature);
+        if self.temperature.is_greedy() {
+            let logp = log_softmax(logits, self.temperature.logprob_divisor());
             let (best, _) = logp
                 .iter()
                 .enumerate()
@@ -114,7 +116,7 @@ impl Sampler {
         }
         // One pass of exponentials gives both the probabilities and (for the drawn token only)
         // the log-probability, computed as `log_softmax` computes it.
-        let t = self.temperature;
+        let t = self.temperature.logprob_divisor();
         let scaled: Vec<f32> = logits.iter().map(|z| z / t).collect();
         let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut p: Vec<f64> = scaled.iter().map(|&z| f64::from(z - max).exp()).collect();
@@ -221,9 +223,9 @@ mod tests {
         assert!(Penalties::default().is_off() && !p.is_off());
         // Probabilities ~0.64, 0.24, 0.09, 0.03: min_p 0.3 keeps the first two only.
         let logits = [3.0f32, 2.0, 1.0, 0.0];
-        let mut s = Sampler::new(1.0, 1.0, None, 5).with_min_p(0.3);
+        let mut s = Sampler::new(Temperature::ONE, 1.0, None, 5).with_min_p(0.3);
         assert!((0..200).all(|_| s.sample(&logits).0 <= 1));
-        let mut s = Sampler::new(1.0, 1.0, None, 5);
+        let mut s = Sampler::new(Temperature::ONE, 1.0, None, 5);
         assert!((0..200).any(|_| s.sample(&logits).0 >= 2), "without min_p the tail is sampled");
     }
 
@@ -242,7 +244,7 @@ mod tests {
         let p: Vec<f64> = log_softmax(&logits, 1.0).iter().map(|l| f64::from(*l).exp()).collect();
         // The reported log-probability is exactly `log_softmax`'s, on every path.
         for (top_p, top_k) in [(1.0, None), (0.9, None), (1.0, Some(2))] {
-            let mut s = Sampler::new(0.7, top_p, top_k, 4);
+            let mut s = Sampler::new(Temperature::new(0.7).unwrap(), top_p, top_k, 4);
             let lp = log_softmax(&logits, 0.7);
             assert!((0..50).all(|_| {
                 let (t, l) = s.sample(&logits);
@@ -250,19 +252,19 @@ mod tests {
             }));
         }
         // No truncation (the path without a sort): every token at its probability.
-        let f = frequencies(&mut Sampler::new(1.0, 1.0, None, 1), &logits, 40_000);
+        let f = frequencies(&mut Sampler::new(Temperature::ONE, 1.0, None, 1), &logits, 40_000);
         for (got, want) in f.iter().zip(&p) {
             assert!((got - want).abs() < 0.01, "{f:?} vs {p:?}");
         }
         // top-k 3 (partitioned, then ordered): tokens 1, 5 (tied, 0.33 each) and 3, renormalised.
         let top: f64 = p[1] + p[5] + p[3];
-        let f = frequencies(&mut Sampler::new(1.0, 1.0, Some(3), 2), &logits, 40_000);
+        let f = frequencies(&mut Sampler::new(Temperature::ONE, 1.0, Some(3), 2), &logits, 40_000);
         for (i, got) in f.iter().enumerate() {
             let want = if [1, 3, 5].contains(&i) { p[i] / top } else { 0.0 };
             assert!((got - want).abs() < 0.01, "top-k: {f:?}");
         }
         // top-p just above the two tied best: the third is needed too, the rest never drawn.
-        let f = frequencies(&mut Sampler::new(1.0, (p[1] + p[5]) as f32 + 0.01, None, 3), &logits, 20_000);
+        let f = frequencies(&mut Sampler::new(Temperature::ONE, (p[1] + p[5]) as f32 + 0.01, None, 3), &logits, 20_000);
         assert!(f[0] == 0.0 && f[2] == 0.0 && f[4] == 0.0 && f[3] > 0.0, "top-p: {f:?}");
     }
 
@@ -270,14 +272,14 @@ mod tests {
     fn same_seed_same_samples_and_greedy_takes_the_max() {
         let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
         let draw = |seed| {
-            let mut s = Sampler::new(1.0, 1.0, None, seed);
+            let mut s = Sampler::new(Temperature::ONE, 1.0, None, seed);
             (0..20).map(|_| s.sample(&logits).0).collect::<Vec<_>>()
         };
         assert_eq!(draw(3), draw(3));
         assert_ne!(draw(3), draw(4));
-        let (tok, _) = Sampler::new(0.0, 1.0, None, 0).sample(&[0.1, 5.0, 0.2]);
+        let (tok, _) = Sampler::new(Temperature::GREEDY, 1.0, None, 0).sample(&[0.1, 5.0, 0.2]);
         assert_eq!(tok, 1);
-        let mut s = Sampler::new(1.0, 1.0, Some(1), 9);
+        let mut s = Sampler::new(Temperature::ONE, 1.0, Some(1), 9);
         assert!((0..10).all(|_| s.sample(&[0.1, 5.0, 0.2]).0 == 1), "top-k 1 is greedy");
     }
 }

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use rl_configs::{EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, ServeConfig, TrainEnvConfig};
+use rl_configs::{
+    EvalConfig, EvalEnvConfig, OrchestratorConfig, SamplingConfig, ServeConfig, Temperature, TrainEnvConfig,
+};
 use rl_serve::{ClientOptions, EnvClient, pb};
 
 use crate::algorithms::{Algorithm, EnvInfo, build};
@@ -104,8 +106,10 @@ pub(crate) async fn connect_train(cfg: &OrchestratorConfig, e: &TrainEnvConfig, 
         algorithms.push(algorithm);
     }
     let sampling = cfg.env_sampling(e);
-    let greedy_sampling =
-        algorithms.iter().any(|a| a.needs_greedy()).then(|| SamplingConfig { temperature: 0.0, ..sampling.clone() });
+    let greedy_sampling = algorithms
+        .iter()
+        .any(|a| a.needs_greedy())
+        .then(|| SamplingConfig { temperature: Temperature::GREEDY, ..sampling.clone() });
     Ok(TrainEnv {
         index,
         info,

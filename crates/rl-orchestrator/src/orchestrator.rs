@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use rl_configs::run_dir::{MetricsRow, append_jsonl};
-use rl_configs::{OrchestratorConfig, POLICY_KEY, RunDir};
+use rl_configs::{OrchestratorConfig, POLICY_KEY, RunDir, Temperature};
 use rl_proto::train::v1::TrainBatch;
 use serde_json::{Map, Value, json};
 
@@ -394,14 +394,20 @@ impl Orchestrator {
                 tally.add(&env.info.name, env.info.is_multi_agent(), rollout, t);
                 // The temperature the trace says it was sampled at; env servers that do not say
                 // sampled with the env's configured one.
-                let temperature = rollout.trace.sampling_temperature.unwrap_or(env.sampling.temperature);
-                if temperature <= 0.0 && rollout.sampled_tokens() > 0 {
+                let temperature = match rollout.trace.sampling_temperature.map(Temperature::new).transpose() {
+                    Ok(t) => t.unwrap_or(env.sampling.temperature),
+                    Err(m) => {
+                        let message = format!("a trace's sampling_temperature {m}");
+                        return Err(Error::Rollout { env: env.info.name.clone(), message });
+                    }
+                };
+                if temperature.is_greedy() && rollout.sampled_tokens() > 0 {
                     return Err(Error::Rollout {
                         env: env.info.name.clone(),
                         message: format!("a trace sampled at temperature {temperature} cannot be trained"),
                     });
                 }
-                out.extend(samples(rollout, t, temperature as f32, env.index, self.cfg.filter_zero_advantages));
+                out.extend(samples(rollout, t, temperature, env.index, self.cfg.filter_zero_advantages));
             }
         }
         Ok((out, tally))

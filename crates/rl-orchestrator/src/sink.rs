@@ -2,6 +2,7 @@
 //! mask on trained tokens, inference logprobs, the env's sampling temperature fanned out over every
 //! token), and samples are packed first-fit-decreasing into rows of at most `seq_len` tokens.
 
+use rl_configs::Temperature;
 use rl_proto::train::v1::MicroBatch;
 
 use crate::algorithms::BranchTargets;
@@ -40,7 +41,7 @@ impl TrainingSample {
 pub fn samples(
     rollout: &Rollout,
     targets: &[BranchTargets],
-    temperature: f32,
+    temperature: Temperature,
     env_index: u32,
     filter_zero: bool,
 ) -> Vec<TrainingSample> {
@@ -57,7 +58,8 @@ pub fn samples(
                 loss_mask,
                 advantages: t.advantages.clone(),
                 inference_logprobs: b.logprobs.clone(),
-                temperatures: vec![temperature; n],
+                // Per-token f32 from here on: the batch and the kernels.
+                temperatures: vec![temperature.logprob_divisor(); n],
                 ce_weights: t.ce_weights.clone(),
                 env_index,
             };
@@ -207,7 +209,7 @@ mod tests {
     fn samples_fan_out_the_temperature_and_drop_zero_advantage_groups() {
         let group = [rollout(1.0, 2, false), rollout(0.0, 2, false)];
         let targets = aggregate(&["grpo"], &group, &[local(&mut Grpo::default(), &group)]).unwrap();
-        let s = samples(&group[0], &targets[0], 0.7, 3, true);
+        let s = samples(&group[0], &targets[0], Temperature::new(0.7).unwrap(), 3, true);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].temperatures, vec![0.7; 4], "every token carries the env's temperature");
         assert_eq!(s[0].loss_mask, vec![false, false, true, true]);
@@ -215,8 +217,11 @@ mod tests {
         assert_eq!(s[0].env_index, 3);
         let same = [rollout(0.5, 2, false), rollout(0.5, 2, false)];
         let targets = aggregate(&["grpo"], &same, &[local(&mut Grpo::default(), &same)]).unwrap();
-        assert!(samples(&same[0], &targets[0], 1.0, 0, true).is_empty(), "all-zero advantages train nothing");
-        let kept = samples(&same[0], &targets[0], 1.0, 0, false);
+        assert!(
+            samples(&same[0], &targets[0], Temperature::ONE, 0, true).is_empty(),
+            "all-zero advantages train nothing"
+        );
+        let kept = samples(&same[0], &targets[0], Temperature::ONE, 0, false);
         assert_eq!(kept.len(), 1, "without the filter a zero-advantage group is still shipped");
         assert_eq!(kept[0].loss_mask, vec![false, false, true, true], "and counts in the normaliser");
     }

@@ -279,7 +279,11 @@ mod tests {
         ModelRuntime {
             base_url: String::from("http://127.0.0.1:1/v1"),
             model: String::from("m"),
-            sampling: Sampling { temperature: Some(0.7), max_completion_tokens: Some(8), ..Default::default() },
+            sampling: Sampling {
+                temperature: Some(rl_configs::Temperature::new(0.7).unwrap()),
+                max_completion_tokens: Some(8),
+                ..Default::default()
+            },
             tokens,
             cache_salt: Some(String::from("3")),
             timeout: Duration::from_secs(1),

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use futures::future::join_all;
+use rl_configs::Temperature;
 use rl_proto::env::v1 as pb;
 
 use crate::episode::RolloutRequest;
@@ -113,7 +114,7 @@ pub async fn run_multi_agent_episode(
                 scored_with: req.training_context.cloned(),
                 task_json: task.data.to_string(),
                 task_key: task.key.clone(),
-                sampling_temperature: runtime(m).sampling.temperature,
+                sampling_temperature: runtime(m).sampling.temperature.map(Temperature::value),
                 ..Default::default()
             }
         })

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use rl_configs::Temperature;
 use rl_proto::env::v1 as pb;
 
 use crate::env::{EnvReply, Environment};
@@ -128,7 +129,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         scored_with: req.training_context.cloned(),
         task_json: req.task.data.to_string(),
         task_key: req.task.key.clone(),
-        sampling_temperature: req.actor.sampling.temperature,
+        sampling_temperature: req.actor.sampling.temperature.map(Temperature::value),
         turn_rewards,
     }
 }

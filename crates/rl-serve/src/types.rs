@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use rl_configs::Temperature;
 use rl_proto::env::v1 as pb;
 use serde_json::Value;
 
@@ -212,7 +213,7 @@ impl TrainingContext {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sampling {
     /// Temperature.
-    pub temperature: Option<f64>,
+    pub temperature: Option<Temperature>,
     /// Nucleus threshold.
     pub top_p: Option<f64>,
     /// Top-k.
@@ -307,11 +308,11 @@ impl ModelRuntime {
             return Err(Error::bad_request(format!("{field}.model"), "must name a model"));
         }
         let s = m.sampling.clone().unwrap_or_default();
-        if let Some(t) = s.temperature
-            && let Err(m) = rl_configs::check_temperature(t)
-        {
-            return Err(Error::bad_request(format!("{field}.sampling.temperature"), m));
-        }
+        let temperature = s
+            .temperature
+            .map(Temperature::new)
+            .transpose()
+            .map_err(|m| Error::bad_request(format!("{field}.sampling.temperature"), m))?;
         if let Some(p) = s.top_p
             && !(p > 0.0 && p <= 1.0)
         {
@@ -344,7 +345,7 @@ impl ModelRuntime {
             base_url: m.base_url.trim_end_matches('/').to_owned(),
             model: m.model.clone(),
             sampling: Sampling {
-                temperature: s.temperature,
+                temperature,
                 top_p: s.top_p,
                 top_k: s.top_k,
                 max_completion_tokens: s.max_completion_tokens,
@@ -366,7 +367,7 @@ impl ModelRuntime {
             base_url: self.base_url.clone(),
             model: self.model.clone(),
             sampling: Some(pb::SamplingArgs {
-                temperature: self.sampling.temperature,
+                temperature: self.sampling.temperature.map(Temperature::value),
                 top_p: self.sampling.top_p,
                 top_k: self.sampling.top_k,
                 max_completion_tokens: self.sampling.max_completion_tokens,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use rl_configs::RunDir;
+use rl_configs::{RunDir, Temperature};
 use rl_proto::train::v1::{MicroBatch, TrainBatch};
 
 use crate::error::{Error, Result};
@@ -84,10 +84,10 @@ fn check_micro(mb: &MicroBatch, envs: usize) -> std::result::Result<(), String> 
         ));
     }
     // Batches carry temperatures as f32: compare with the floor in f32 (0.01 is not exact).
-    let floor = rl_configs::MIN_TEMPERATURE as f32;
-    if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t >= floor && **t <= 2.0)) {
+    let (floor, top) = (Temperature::MIN as f32, Temperature::MAX as f32);
+    if let Some(t) = mb.temperatures.iter().find(|t| !(t.is_finite() && **t >= floor && **t <= top)) {
         return Err(format!(
-            "temperatures: {t} is not in [{floor}, 2] (greedy rollouts cannot be trained on, and lower \
+            "temperatures: {t} is not in [{floor}, {top}] (greedy rollouts cannot be trained on, and lower \
              temperatures overflow logits / T)"
         ));
     }

@@ -27,7 +27,7 @@ fn greedy_reward(model_dir: &Path, prompts: &[(String, String)]) -> f64 {
         let rt = CpuRuntime::new(&model).unwrap();
         let mut cache = rt.new_cache(None, ids.len() + 48);
         let mut logits: Vec<f32> = rt.forward(&mut [&mut cache], &[&ids], false).unwrap();
-        let mut sampler = Sampler::new(0.0, 1.0, None, 0);
+        let mut sampler = Sampler::new(rl_configs::Temperature::GREEDY, 1.0, None, 0);
         let mut out = Vec::new();
         for _ in 0..48 {
             let (t, _) = sampler.sample(&logits);

@@ -15,7 +15,7 @@ fn later_files_win_and_tables_merge_deeply() {
     let b = f.write("b.toml", "[train.sampling]\ntemperature = 0.9\n");
     let c = load_args::<OrchestratorConfig>(&["@", &a, "@", &b]).unwrap().config;
     assert_eq!(c.batch_size, 8);
-    assert_eq!(c.train.sampling.temperature, 0.9);
+    assert_eq!(c.train.sampling.temperature.value(), 0.9);
     assert_eq!(c.train.sampling.max_completion_tokens, Some(10));
 }
 
@@ -34,7 +34,7 @@ fn command_line_beats_files_in_either_spelling() {
     ])
     .unwrap()
     .config;
-    assert_eq!(c.train.sampling.temperature, 0.7);
+    assert_eq!(c.train.sampling.temperature.value(), 0.7);
     assert_eq!(c.max_off_policy_steps, 3);
     assert_eq!(c.group_size, 2);
 }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use rl_configs::{
     AlgorithmConfig, BuiltinAlgorithm, CkptConfig, CurriculumConfig, DifficultyPool, EchoRole, InferenceConfig,
     ModelConfig, ModelEndpointConfig, OptimConfig, RlConfig, SamplingConfig, SamplingOverride, SchedulerConfig, Table,
-    TrainEnvConfig,
+    Temperature, TrainEnvConfig,
 };
 use serde_json::json;
 
@@ -35,7 +35,7 @@ fn args() -> impl Strategy<Value = Table> {
 fn sampling() -> impl Strategy<Value = SamplingConfig> {
     (
         // Training rollouts are sampled at a temperature > 0.
-        (1u32..=200).prop_map(|x| f64::from(x) / 100.0),
+        (1u32..=200).prop_map(|x| Temperature::new(f64::from(x) / 100.0).unwrap()),
         (1u32..=100).prop_map(|x| f64::from(x) / 100.0),
         prop::option::of(prop_oneof![Just(-1i64), 1i64..50]),
         prop::option::of(1u32..4096),
@@ -54,13 +54,15 @@ fn sampling() -> impl Strategy<Value = SamplingConfig> {
 }
 
 fn sampling_override() -> impl Strategy<Value = SamplingOverride> {
-    (prop::option::of((1u32..=200).prop_map(|x| f64::from(x) / 100.0)), prop::option::of(1u32..512)).prop_map(
-        |(temperature, max_completion_tokens)| SamplingOverride {
+    (
+        prop::option::of((1u32..=200).prop_map(|x| Temperature::new(f64::from(x) / 100.0).unwrap())),
+        prop::option::of(1u32..512),
+    )
+        .prop_map(|(temperature, max_completion_tokens)| SamplingOverride {
             temperature,
             max_completion_tokens,
             ..Default::default()
-        },
-    )
+        })
 }
 
 fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {

@@ -12,9 +12,11 @@ fn rl_with(extra: &[&str]) -> Result<RlConfig, ConfigError> {
     load_args::<RlConfig>(&args).map(|l| l.config)
 }
 
+/// The key a refused value is blamed on: a failed check, or a value its type refuses as it is
+/// read (a `Temperature` out of range).
 fn invalid_key(err: ConfigError) -> String {
     match err {
-        ConfigError::Invalid { key, .. } => key,
+        ConfigError::Invalid { key, .. } | ConfigError::WrongType { key, .. } => key,
         other => panic!("expected a validation error, got {other}"),
     }
 }
@@ -94,9 +96,9 @@ fn per_env_sampling_overrides_merge_over_the_group() {
     );
     let c = load_args::<OrchestratorConfig>(&["@", &o]).unwrap().config;
     let a = c.env_sampling(&c.train.env[0]);
-    assert_eq!((a.temperature, a.max_completion_tokens), (0.2, Some(40)));
+    assert_eq!((a.temperature.value(), a.max_completion_tokens), (0.2, Some(40)));
     let b = c.env_sampling(&c.train.env[1]);
-    assert_eq!((b.temperature, b.max_completion_tokens), (0.8, Some(40)));
+    assert_eq!((b.temperature.value(), b.max_completion_tokens), (0.8, Some(40)));
     let bad = f.write("bad.toml", "[[train.env]]\nid = \"a\"\nsampling = { temperature = 2.5 }\n");
     assert_eq!(
         invalid_key(load_args::<OrchestratorConfig>(&["@", &bad]).unwrap_err()),

@@ -180,7 +180,7 @@ fn model_json(key: &str, m: &ModelRuntime) -> Value {
 pub(crate) fn sampling_json(s: &rl_serve::Sampling) -> Map<String, Value> {
     let mut sampling = s.extra.clone();
     let fields = [
-        ("temperature", s.temperature.map(Value::from)),
+        ("temperature", s.temperature.map(|t| Value::from(t.value()))),
         ("top_p", s.top_p.map(Value::from)),
         ("top_k", s.top_k.map(Value::from)),
         ("max_completion_tokens", s.max_completion_tokens.map(Value::from)),

@@ -86,7 +86,7 @@ fn config(run: &Path, model: &FakeModel, env_address: String, steps: u64) -> Orc
     };
     cfg.model.base_url = model.base_url.clone().into();
     cfg.model.name = Some(String::from("fake"));
-    cfg.train.sampling.temperature = 0.8;
+    cfg.train.sampling.temperature = rl_configs::Temperature::new(0.8).unwrap();
     cfg.train.sampling.seed = Some(0);
     cfg.train.sampling.max_completion_tokens = Some(64);
     cfg.train.env = vec![env_cfg];

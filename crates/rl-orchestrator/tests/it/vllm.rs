@@ -239,7 +239,11 @@ fn runtime(base_url: &str, model: &str) -> ModelRuntime {
     ModelRuntime {
         base_url: base_url.to_owned(),
         model: model.to_owned(),
-        sampling: Sampling { temperature: Some(0.7), max_completion_tokens: Some(16), ..Sampling::default() },
+        sampling: Sampling {
+            temperature: Some(rl_configs::Temperature::new(0.7).unwrap()),
+            max_completion_tokens: Some(16),
+            ..Sampling::default()
+        },
         tokens: true,
         cache_salt: Some(String::from("4")),
         timeout: Duration::from_secs(10),

@@ -133,7 +133,7 @@ fn trainer_logprobs_equal_the_generation_logprobs() {
     let temp = 0.8;
     let rt = CpuRuntime::new(&model).unwrap();
     let mut cache = rt.new_cache(None, 32);
-    let mut sampler = Sampler::new(temp, 1.0, None, 11);
+    let mut sampler = Sampler::new(rl_configs::Temperature::new(f64::from(temp)).unwrap(), 1.0, None, 11);
     let mut logits: Vec<f32> = rt.forward(&mut [&mut cache], &[&prompt], false).unwrap();
     let (mut ids, mut lps) = (prompt.clone(), vec![0.0f32; prompt.len()]);
     for _ in 0..16 {
