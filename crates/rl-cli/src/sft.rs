@@ -77,7 +77,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     drop(out);
     let mut board = match &config.tensorboard {
         Some(t) => {
-            let dir = t.dir.clone().unwrap_or_else(|| run.root().join("tensorboard"));
+            let dir = t.dir.clone().unwrap_or_else(|| run.tensorboard());
             Some(
                 crate::tensorboard::EventWriter::create(&dir)
                     .with_context(|| format!("cannot write in {}", dir.display()))?,

@@ -13,7 +13,7 @@ use rl_configs::{RunDir, WandbConfig};
 pub(crate) fn command(run: &RunDir, w: &WandbConfig, single: bool) -> Vec<String> {
     let settings = serde_json::json!({
         "project": w.project, "entity": w.entity, "name": w.name, "tags": w.tags, "mode": w.mode,
-        "samples_every": w.samples_every, "dir": w.dir.clone().unwrap_or_else(|| run.root().join("wandb")),
+        "samples_every": w.samples_every, "dir": w.dir.clone().unwrap_or_else(|| run.wandb()),
         "single": single,
     });
     let mut cmd = w.python.clone();

@@ -394,14 +394,6 @@ impl BuiltinAlgorithm {
             BuiltinAlgorithm::HierarchicalGrpo { .. } => "hierarchical_grpo",
         }
     }
-
-    /// The loss channel the algorithm's main output goes to (`echo` adds a `ce` channel too).
-    pub fn loss(&self) -> LossChannel {
-        match self {
-            BuiltinAlgorithm::Sft {} | BuiltinAlgorithm::Rft { .. } => LossChannel::Ce,
-            _ => LossChannel::Rl,
-        }
-    }
 }
 
 impl Serialize for AlgorithmConfig {

@@ -61,8 +61,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
         let args: Vec<&str> = cmd[1..].iter().map(String::as_str).collect();
         sup.add(spawn(&run, Role::Tracking, Some(&cmd[..1]), &args, false)?.0);
     }
-    let tensorboard =
-        config.tensorboard.as_ref().map(|t| t.dir.clone().unwrap_or_else(|| run.root().join("tensorboard")));
+    let tensorboard = config.tensorboard.as_ref().map(|t| t.dir.clone().unwrap_or_else(|| run.tensorboard()));
     let mut progress = Progress::new(config.max_steps, resume.unwrap_or(0), tensorboard.as_deref())?;
     let mut stall = Stall::new(Duration::from_secs_f64(config.launcher.stall_timeout_s), inference);
     let outcome = watch(&run, &mut sup, &mut progress, &mut stall);

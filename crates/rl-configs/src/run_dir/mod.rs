@@ -132,6 +132,16 @@ impl RunDir {
         self.root.join("curves.svg")
     }
 
+    /// TensorBoard event files when `[tensorboard]` sets no `dir`.
+    pub fn tensorboard(&self) -> PathBuf {
+        self.root.join("tensorboard")
+    }
+
+    /// The W&B sidecar's directory when `[wandb]` sets no `dir`.
+    pub fn wandb(&self) -> PathBuf {
+        self.root.join("wandb")
+    }
+
     /// The final exported model.
     pub fn model(&self) -> PathBuf {
         self.root.join("model")
