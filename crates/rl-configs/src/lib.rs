@@ -6,7 +6,7 @@
 //! serde_json, toml, schemars and thiserror. It must never depend on tokio, tonic, prost, candle,
 //! axum, reqwest or hyper (`cargo xtask ci` checks this with `cargo tree`).
 
-mod algorithms;
+pub mod algorithms;
 mod base_urls;
 mod cli;
 mod curriculum;
@@ -33,9 +33,7 @@ mod tracking;
 mod trainer;
 mod tree;
 
-pub use algorithms::{
-    AlgorithmConfig, BUILTIN_IDS, Baseline, BuiltinAlgorithm, Credit, EchoRole, LossChannel, RewardScaling,
-};
+pub use algorithms::{AlgorithmConfig, BuiltinAlgorithm};
 pub use base_urls::BaseUrls;
 pub use curriculum::{CurriculumConfig, DifficultyPool};
 pub use deprecated::Deprecation;

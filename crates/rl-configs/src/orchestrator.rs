@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithms::{AlgorithmConfig, BuiltinAlgorithm};
+use crate::algorithms::AlgorithmConfig;
 use crate::env_config::{EvalConfig, TrainConfig, TrainEnvConfig, validate_command};
 use crate::error::{ConfigError, Result};
 use crate::shared::{CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, http_url, positive};
@@ -365,20 +365,12 @@ impl OrchestratorConfig {
         if let Some(algos) = &env.algorithms {
             self.validate_algorithms(&format!("{ek}.algorithms"), algos)?;
         }
-        // max@k estimates the best of k samples from one group: k cannot exceed the group.
         let (akey, algos) = match &env.algorithms {
             Some(algos) => (format!("{ek}.algorithms"), algos),
             None => (algos_key.to_owned(), &self.algorithms),
         };
         for (i, a) in algos.iter().enumerate() {
-            if let AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of, .. }) = a
-                && *best_of > group
-            {
-                return Err(ConfigError::invalid(
-                    format!("{akey}.{i}.best_of"),
-                    format!("is {best_of}, above the group size of `{}` ({group})", env.display_name()),
-                ));
-            }
+            a.validate_group(&format!("{akey}.{i}"), group, env.display_name())?;
         }
         env.curriculum.validate(&format!("{ek}.curriculum"))?;
         validate_command(ek, env.command.as_deref(), env.address.as_deref())?;
@@ -422,7 +414,7 @@ impl OrchestratorConfig {
                     ));
                 }
             }
-            let is_sft = matches!(a, AlgorithmConfig::Builtin(BuiltinAlgorithm::Sft {}));
+            let is_sft = a.imitates_frozen_actor();
             if !is_sft && matches!(a, AlgorithmConfig::Builtin(_)) && self.actor != POLICY_KEY {
                 return Err(ConfigError::invalid(
                     ak,

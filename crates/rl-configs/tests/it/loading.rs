@@ -1,5 +1,6 @@
 //! Loading semantics: file order, CLI precedence, key spelling, flags, lists, sections, deprecations.
 
+use rl_configs::algorithms::{Baseline, EchoConfig, GrpoConfig};
 use rl_configs::{
     AlgorithmConfig, BuiltinAlgorithm, ConfigError, OptimConfig, OrchestratorConfig, RlConfig, SchedulerConfig,
     TrainerConfig,
@@ -58,7 +59,7 @@ fn flags_lists_and_json_values() {
     assert_eq!(c.train.sampling.extra.get("min_p"), Some(&json!(0.1)));
     assert_eq!(c.algorithms.len(), 2);
     assert!(
-        matches!(&c.algorithms[1], AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo { alpha, .. }) if *alpha == 0.5)
+        matches!(&c.algorithms[1], AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo(EchoConfig { alpha, .. })) if *alpha == 0.5)
     );
     let c = load_args::<OrchestratorConfig>(&["--algorithms", "grpo", "my_env_algo"]).unwrap().config;
     assert_eq!(c.algorithms.iter().map(AlgorithmConfig::id).collect::<Vec<_>>(), ["grpo", "my_env_algo"]);
@@ -202,7 +203,7 @@ fn a_turn_discount_needs_turn_credit_and_a_value_in_zero_to_one() {
     .config;
     assert!(matches!(
         &ok.algorithms[0],
-        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { turn_discount, .. }) if *turn_discount == 0.0
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { turn_discount, .. })) if *turn_discount == 0.0
     ));
     let episode = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "turn_discount": 0.5}]"#])
         .unwrap_err()
@@ -222,13 +223,13 @@ fn grpo_baseline_is_the_group_or_a_greedy_rollout_not_with_best_of() {
     let plain = load_args::<OrchestratorConfig>(&["--algorithms", r#"["grpo"]"#]).unwrap().config;
     assert!(matches!(
         &plain.algorithms[0],
-        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { baseline: rl_configs::Baseline::Group, .. })
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { baseline: Baseline::Group, .. }))
     ));
     let greedy =
         load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "baseline": "greedy"}]"#]).unwrap().config;
     assert!(matches!(
         &greedy.algorithms[0],
-        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { baseline: rl_configs::Baseline::Greedy, .. })
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { baseline: Baseline::Greedy, .. }))
     ));
     let both =
         load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "baseline": "greedy", "best_of": 2}]"#])
@@ -253,10 +254,13 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
     );
     let grpo = |k: u32| format!(r#"[{{"id": "grpo", "best_of": {k}}}]"#);
     let ok = load_args::<OrchestratorConfig>(&["@", &envs, "--algorithms", &grpo(8)]).unwrap().config;
-    assert!(matches!(&ok.algorithms[0], AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 8, .. })));
+    assert!(matches!(
+        &ok.algorithms[0],
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { best_of: 8, .. }))
+    ));
     let plain = load_args::<OrchestratorConfig>(&["--algorithms", r#"["grpo"]"#]).unwrap().config;
     assert!(
-        matches!(&plain.algorithms[0], AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 1, .. })),
+        matches!(&plain.algorithms[0], AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { best_of: 1, .. }))),
         "the default is plain grpo"
     );
     let zero = load_args::<OrchestratorConfig>(&["--algorithms", &grpo(0)]).unwrap_err().to_string();
@@ -272,7 +276,7 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
             .config;
     assert!(matches!(
         &annealed.algorithms[0],
-        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo { best_of: 4, best_of_steps: Some(100), .. })
+        AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig { best_of: 4, best_of_steps: Some(100), .. }))
     ));
     let useless = load_args::<OrchestratorConfig>(&["--algorithms", r#"[{"id": "grpo", "best_of_steps": 100}]"#])
         .unwrap_err()

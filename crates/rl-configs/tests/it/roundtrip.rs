@@ -4,10 +4,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use proptest::prelude::*;
+use rl_configs::algorithms::{
+    Baseline, Credit, EchoConfig, EchoRole, GrpoConfig, OpdConfig, RaeConfig, RewardScaling, RftConfig,
+};
 use rl_configs::{
-    AlgorithmConfig, BuiltinAlgorithm, CkptConfig, CurriculumConfig, DifficultyPool, EchoRole, InferenceConfig,
-    ModelConfig, ModelEndpointConfig, OptimConfig, RlConfig, SamplingConfig, SamplingOverride, SchedulerConfig, Table,
-    Temperature, TrainEnvConfig,
+    AlgorithmConfig, BuiltinAlgorithm, CkptConfig, CurriculumConfig, DifficultyPool, InferenceConfig, ModelConfig,
+    ModelEndpointConfig, OptimConfig, RlConfig, SamplingConfig, SamplingOverride, SchedulerConfig, Table, Temperature,
+    TrainEnvConfig,
 };
 use serde_json::json;
 
@@ -68,29 +71,29 @@ fn sampling_override() -> impl Strategy<Value = SamplingOverride> {
 fn algorithm() -> impl Strategy<Value = AlgorithmConfig> {
     prop_oneof![
         Just(AlgorithmConfig::from_id("grpo")),
-        Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo {
-            scale_rewards: rl_configs::RewardScaling::Group,
-            credit: rl_configs::Credit::Turn,
+        Just(AlgorithmConfig::Builtin(BuiltinAlgorithm::Grpo(GrpoConfig {
+            scale_rewards: RewardScaling::Group,
+            credit: Credit::Turn,
             turn_discount: 0.5,
             best_of: 1,
             best_of_steps: None,
-            baseline: rl_configs::Baseline::Greedy,
-        })),
+            baseline: Baseline::Greedy,
+        }))),
         Just(AlgorithmConfig::from_id("max_rl")),
         Just(AlgorithmConfig::from_id("rl")),
-        (1u32..4, ratio()).prop_map(|(top, min_reward)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Rft {
+        (1u32..4, ratio()).prop_map(|(top, min_reward)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Rft(RftConfig {
             top,
             min_reward,
             weight: 0.5
-        })),
+        }))),
         (ratio(), prop::sample::subsequence(vec![EchoRole::Tool, EchoRole::User], 1..=2))
-            .prop_map(|(alpha, roles)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo { alpha, roles })),
-        (1u32..64).prop_map(|max_concurrent| AlgorithmConfig::Builtin(BuiltinAlgorithm::Opd {
+            .prop_map(|(alpha, roles)| AlgorithmConfig::Builtin(BuiltinAlgorithm::Echo(EchoConfig { alpha, roles }))),
+        (1u32..64).prop_map(|max_concurrent| AlgorithmConfig::Builtin(BuiltinAlgorithm::Opd(OpdConfig {
             model: String::from("ref"),
             max_concurrent
-        })),
+        }))),
         ((0u32..100).prop_map(|m| f64::from(m) / 100.0), any::<bool>()).prop_map(|(momentum, drop_judge)| {
-            AlgorithmConfig::Builtin(BuiltinAlgorithm::Rae { momentum, drop_judge })
+            AlgorithmConfig::Builtin(BuiltinAlgorithm::Rae(RaeConfig { momentum, drop_judge }))
         }),
         // `id` is the tag of the table, so it cannot also be a field.
         ("env_[a-z]{1,6}", args()).prop_map(|(id, mut fields)| {

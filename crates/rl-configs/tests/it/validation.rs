@@ -283,7 +283,7 @@ fn rft_fields_are_checked() {
     let c = with(r#"["grpo", {"id": "rft", "top": 2, "min_reward": 0.5}]"#).unwrap();
     assert!(matches!(
         &c.orchestrator.algorithms[1],
-        rl_configs::AlgorithmConfig::Builtin(rl_configs::BuiltinAlgorithm::Rft { top: 2, weight, .. }) if *weight == 1.0
+        rl_configs::AlgorithmConfig::Builtin(rl_configs::BuiltinAlgorithm::Rft(rl_configs::algorithms::RftConfig { top: 2, weight, .. })) if *weight == 1.0
     ));
     assert_eq!(invalid_key(with(r#"[{"id": "rft", "top": 0}]"#).unwrap_err()), "orchestrator.algorithms.0.top");
     assert_eq!(invalid_key(with(r#"[{"id": "rft", "weight": -1}]"#).unwrap_err()), "orchestrator.algorithms.0.weight");

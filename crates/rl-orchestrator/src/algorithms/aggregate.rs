@@ -2,9 +2,7 @@
 //! against its branch (length, finiteness), same-loss channels add up, and tokens of messages
 //! flagged `parse_error` (quarantined markup) are masked out of every loss.
 
-use rl_configs::LossChannel;
-
-use super::Channel;
+use super::{Channel, LossChannel};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 

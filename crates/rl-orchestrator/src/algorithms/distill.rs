@@ -7,10 +7,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use rl_configs::LossChannel;
 use serde_json::{Value, json};
 
-use super::{Algorithm, Channel, EnvInfo, Scoring, single_agent};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, single_agent};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 

@@ -3,10 +3,10 @@
 //! what tools and users answer. The prompt itself is never trained.
 
 use async_trait::async_trait;
-use rl_configs::{EchoRole, LossChannel};
+use rl_configs::algorithms::EchoRole;
 
 use super::group_math::{clean_mean, grpo_advantage};
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;
 

@@ -2,11 +2,10 @@
 //! group's traces and answers per-branch channels, which are checked like any other.
 
 use async_trait::async_trait;
-use rl_configs::LossChannel;
 use rl_configs::Table;
 use rl_serve::pb;
 
-use super::{Algorithm, Channel, EnvInfo, Scoring};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 

@@ -1,7 +1,7 @@
 //! Group-relative advantage math shared by the outcome algorithms (`reward.rs`), per-turn credit
 //! (`turns.rs`) and echo: the clean mean, mean and std, and the max@k-weighted advantages.
 
-use rl_configs::RewardScaling;
+use rl_configs::algorithms::RewardScaling;
 
 use super::best_of::max_at_k_weights;
 use crate::rollout::Rollout;

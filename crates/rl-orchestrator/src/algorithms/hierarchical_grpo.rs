@@ -5,12 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use async_trait::async_trait;
-use rl_configs::LossChannel;
-
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
+use async_trait::async_trait;
 
 /// GRPO with per-(member, episode) peer groups.
 #[derive(Debug, Clone, PartialEq)]

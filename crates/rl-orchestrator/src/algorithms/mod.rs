@@ -1,7 +1,8 @@
 //! Algorithms as an open set: each turns a scored group into per-branch channels (`values` +
 //! `mask` for one trainer loss: rl advantages or ce weights), says which envs it accepts, and owns
 //! its state across checkpoints. Channels of the same loss are summed by [`aggregate`]. Adding an
-//! algorithm is one new file here, its config variant, and one line in [`build`].
+//! algorithm is one new file here (with its `mod` line) and its line in [`build`]; its config
+//! variant is in `rl_configs::algorithms`.
 
 mod aggregate;
 mod best_of;
@@ -19,7 +20,7 @@ mod turns;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use rl_configs::{AlgorithmConfig, BuiltinAlgorithm, LossChannel};
+use rl_configs::{AlgorithmConfig, BuiltinAlgorithm};
 use rl_serve::{EnvClient, pb};
 use serde_json::Value;
 
@@ -36,6 +37,15 @@ pub use sft::Sft;
 use crate::error::{Error, Result};
 use crate::models::Models;
 use crate::rollout::Rollout;
+
+/// Which loss of the trainer a channel feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossChannel {
+    /// Policy-gradient loss with advantages.
+    Rl,
+    /// Cross-entropy (supervised) loss with weights.
+    Ce,
+}
 
 /// One algorithm's output for one branch of a rollout.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,24 +144,20 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
 pub fn build(cfg: &AlgorithmConfig) -> Result<Box<dyn Algorithm>> {
     Ok(match cfg {
         AlgorithmConfig::Builtin(b) => match b {
-            BuiltinAlgorithm::Grpo { scale_rewards, credit, turn_discount, best_of, best_of_steps, baseline } => {
-                Box::new(
-                    Grpo::new(*scale_rewards, *credit, *turn_discount, *best_of)
-                        .best_of_until(*best_of_steps)
-                        .with_baseline(*baseline),
-                )
-            }
-            BuiltinAlgorithm::MaxRl {} => Box::new(MaxRl),
-            BuiltinAlgorithm::Rl {} => Box::new(Rl),
-            BuiltinAlgorithm::Sft {} => Box::new(Sft),
-            BuiltinAlgorithm::Rft { top, min_reward, weight } => Box::new(Rft::new(*top, *min_reward, *weight)),
-            BuiltinAlgorithm::Echo { alpha, roles } => Box::new(Echo::new(*alpha, roles)),
-            BuiltinAlgorithm::Opd { model, max_concurrent } => Box::new(Opd::new(model, *max_concurrent)),
-            BuiltinAlgorithm::Opsd { model, demo_key, template, max_concurrent } => {
-                Box::new(Opsd::new(model, demo_key, template, *max_concurrent))
-            }
-            BuiltinAlgorithm::Rae { momentum, drop_judge } => Box::new(Rae::new(*momentum, *drop_judge)),
-            BuiltinAlgorithm::HierarchicalGrpo { episode_agents } => Box::new(HierarchicalGrpo::new(episode_agents)),
+            BuiltinAlgorithm::Grpo(c) => Box::new(
+                Grpo::new(c.scale_rewards, c.credit, c.turn_discount, c.best_of)
+                    .best_of_until(c.best_of_steps)
+                    .with_baseline(c.baseline),
+            ),
+            BuiltinAlgorithm::MaxRl(_) => Box::new(MaxRl),
+            BuiltinAlgorithm::Rl(_) => Box::new(Rl),
+            BuiltinAlgorithm::Sft(_) => Box::new(Sft),
+            BuiltinAlgorithm::Rft(c) => Box::new(Rft::new(c.top, c.min_reward, c.weight)),
+            BuiltinAlgorithm::Echo(c) => Box::new(Echo::new(c.alpha, &c.roles)),
+            BuiltinAlgorithm::Opd(c) => Box::new(Opd::new(&c.model, c.max_concurrent)),
+            BuiltinAlgorithm::Opsd(c) => Box::new(Opsd::new(&c.model, &c.demo_key, &c.template, c.max_concurrent)),
+            BuiltinAlgorithm::Rae(c) => Box::new(Rae::new(c.momentum, c.drop_judge)),
+            BuiltinAlgorithm::HierarchicalGrpo(c) => Box::new(HierarchicalGrpo::new(&c.episode_agents)),
         },
         AlgorithmConfig::EnvOwned { id, fields } => Box::new(EnvOwned::new(id, fields)),
     })
@@ -242,8 +248,12 @@ pub(crate) mod tests {
 
     #[test]
     fn configs_build_their_algorithms_and_unknown_ids_are_env_owned() {
-        for id in ["grpo", "max_rl", "rl", "sft", "rft", "echo", "opd", "opsd", "rae"] {
-            assert_eq!(build(&AlgorithmConfig::from_id(id)).unwrap().id(), id);
+        for id in BuiltinAlgorithm::IDS {
+            let cfg = AlgorithmConfig::from_id(id);
+            // Only an algorithm with required fields has no default config.
+            let builtin = matches!(cfg, AlgorithmConfig::Builtin(_));
+            assert!(builtin || *id == "hierarchical_grpo", "{id}");
+            assert_eq!(build(&cfg).unwrap().id(), *id);
         }
         assert_eq!(build(&AlgorithmConfig::from_id("rloo")).unwrap().id(), "rloo");
     }

@@ -6,10 +6,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use rl_configs::LossChannel;
 use serde_json::Value;
 
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 

@@ -6,10 +6,10 @@
 //! the group mean (`baseline = "greedy"`).
 
 use async_trait::async_trait;
-use rl_configs::{Baseline, Credit, LossChannel, RewardScaling};
+use rl_configs::algorithms::{Baseline, Credit, RewardScaling};
 
 use super::group_math::{clean_mean, group_advantages};
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;
 

@@ -3,10 +3,9 @@
 //! least `min_reward`, so the policy's likeliest answer moves towards its best samples.
 
 use async_trait::async_trait;
-use rl_configs::LossChannel;
 
 use super::group_math::clean_mean;
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;
 

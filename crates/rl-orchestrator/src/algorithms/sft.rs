@@ -1,11 +1,9 @@
 //! `sft`: imitate the (frozen) actor — ce weight 1 on every sampled token of every clean rollout.
 
-use async_trait::async_trait;
-use rl_configs::LossChannel;
-
-use super::{Algorithm, Channel, EnvInfo, Scoring, on_sampled, single_agent};
+use super::{Algorithm, Channel, EnvInfo, LossChannel, Scoring, on_sampled, single_agent};
 use crate::error::Result;
 use crate::rollout::Rollout;
+use async_trait::async_trait;
 
 /// ce weight 1 on the actor's sampled tokens.
 #[derive(Debug, Clone, Copy, Default)]

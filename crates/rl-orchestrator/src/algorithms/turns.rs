@@ -9,10 +9,10 @@
 //! With a greedy rollout as the baseline, turn k is compared with the greedy rollout's `G_k` (the
 //! group's mean where the greedy episode has no turn k).
 
-use rl_configs::{LossChannel, RewardScaling};
+use rl_configs::algorithms::RewardScaling;
 
-use super::Channel;
 use super::group_math::group_advantages;
+use super::{Channel, LossChannel};
 use crate::error::{Error, Result};
 use crate::rollout::Rollout;
 
