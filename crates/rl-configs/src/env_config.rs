@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithms::AlgorithmConfig;
 use crate::curriculum::CurriculumConfig;
-use crate::error::{ConfigError, Result};
+use crate::env_entry::env_entry;
 use crate::shared::{SamplingConfig, SamplingOverride, ServeConfig, Table};
 
 /// `[orchestrator.train]`: training envs and their shared sampling.
@@ -20,44 +20,27 @@ pub struct TrainConfig {
     pub env: Vec<TrainEnvConfig>,
 }
 
-/// One training environment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TrainEnvConfig {
-    /// Environment id (e.g. `reverse-text`, `alphabet-sort`).
-    pub id: String,
-    /// Name of this env in metrics and paths (default: the id). Must be unique.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// Environment arguments (dataset size, seed, turns, ...), passed to the env unchanged.
-    #[serde(default)]
-    pub args: Table,
-    /// Rollouts per example for this env (default: `orchestrator.group_size`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_size: Option<u32>,
-    /// Relative sampling weight among envs.
-    #[serde(default = "default_ratio")]
-    pub ratio: f64,
-    /// Sampling fields that replace the group's `train.sampling` for this env.
-    #[serde(default)]
-    pub sampling: SamplingOverride,
-    /// Algorithms for this env (default: `orchestrator.algorithms`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub algorithms: Option<Vec<AlgorithmConfig>>,
-    /// Which tasks are drawn (default: uniform).
-    #[serde(default)]
-    pub curriculum: CurriculumConfig,
-    /// Address of an already running env server (`host:port`); unset: the launcher spawns one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// The program (and its first arguments) the launcher runs instead of `rl env-server` for this
-    /// env: a user's own env-server binary (built with `rl_serve::env_server_main`). It is given
-    /// `@ <the env-server config>` and must print the `listening` line. Not with `address`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// Settings of the spawned env server.
-    #[serde(default)]
-    pub serve: ServeConfig,
+env_entry! {
+    /// One training environment.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct TrainEnvConfig {
+        /// Rollouts per example for this env (default: `orchestrator.group_size`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub group_size: Option<u32>,
+        /// Relative sampling weight among envs.
+        #[serde(default = "default_ratio")]
+        pub ratio: f64,
+        /// Sampling fields that replace the group's `train.sampling` for this env.
+        #[serde(default)]
+        pub sampling: SamplingOverride,
+        /// Algorithms for this env (default: `orchestrator.algorithms`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub algorithms: Option<Vec<AlgorithmConfig>>,
+        /// Which tasks are drawn (default: uniform).
+        #[serde(default)]
+        pub curriculum: CurriculumConfig,
+    }
 }
 
 fn default_ratio() -> f64 {
@@ -80,11 +63,6 @@ impl TrainEnvConfig {
             command: None,
             serve: ServeConfig::default(),
         }
-    }
-
-    /// The env's name (its id unless set).
-    pub fn display_name(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.id)
     }
 }
 
@@ -120,67 +98,26 @@ impl Default for EvalConfig {
     }
 }
 
-/// One evaluation environment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EvalEnvConfig {
-    /// Environment id.
-    pub id: String,
-    /// Name in metrics (default: the id). Must be unique among eval envs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// Environment arguments.
-    #[serde(default)]
-    pub args: Table,
-    /// Dataset split to evaluate on.
-    #[serde(default = "default_eval_split")]
-    pub split: String,
-    /// Examples (default: `eval.num_examples`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_examples: Option<u32>,
-    /// Samples per example (default: `eval.k`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub k: Option<u32>,
-    /// Sampling fields that replace the eval sampling for this env.
-    #[serde(default)]
-    pub sampling: SamplingOverride,
-    /// Address of an already running env server; unset: the launcher spawns one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// The program (and its first arguments) the launcher runs instead of `rl env-server` (see
-    /// `orchestrator.train.env.command`). Not with `address`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// Settings of the spawned env server.
-    #[serde(default)]
-    pub serve: ServeConfig,
-}
-
-/// A custom env-server command: a non-empty program, and not together with `address`.
-pub(crate) fn validate_command(ek: &str, command: Option<&[String]>, address: Option<&str>) -> Result<()> {
-    let Some(command) = command else { return Ok(()) };
-    if command.first().is_none_or(|p| p.trim().is_empty()) {
-        return Err(ConfigError::invalid(
-            format!("{ek}.command"),
-            "must name a program first, e.g. [\"./target/release/my-env-server\"]",
-        ));
+env_entry! {
+    /// One evaluation environment.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct EvalEnvConfig {
+        /// Dataset split to evaluate on.
+        #[serde(default = "default_eval_split")]
+        pub split: String,
+        /// Examples (default: `eval.num_examples`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub num_examples: Option<u32>,
+        /// Samples per example (default: `eval.k`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub k: Option<u32>,
+        /// Sampling fields that replace the eval sampling for this env.
+        #[serde(default)]
+        pub sampling: SamplingOverride,
     }
-    if address.is_some() {
-        return Err(ConfigError::invalid(
-            format!("{ek}.command"),
-            "an env is either started by the launcher (`command`) or already running (`address`), not both",
-        ));
-    }
-    Ok(())
 }
 
 fn default_eval_split() -> String {
     String::from("test")
-}
-
-impl EvalEnvConfig {
-    /// The env's name (its id unless set).
-    pub fn display_name(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.id)
-    }
 }

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithms::AlgorithmConfig;
-use crate::env_config::{EvalConfig, TrainConfig, TrainEnvConfig, validate_command};
+use crate::env_config::{EvalConfig, TrainConfig, TrainEnvConfig};
 use crate::error::{ConfigError, Result};
 use crate::shared::{CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, http_url, positive};
 
@@ -321,14 +321,7 @@ impl OrchestratorConfig {
 
     /// `algos_key`: the key of the run's algorithms (which an env without its own uses).
     fn validate_train_env(&self, ek: &str, env: &TrainEnvConfig, algos_key: &str) -> Result<()> {
-        if env.id.trim().is_empty() {
-            return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
-        }
-        // Env names become file names (resolved configs, logs): never a path.
-        crate::shared::plain_name(
-            &format!("{ek}.{}", if env.name.is_some() { "name" } else { "id" }),
-            env.display_name(),
-        )?;
+        env.endpoint().validate(ek)?;
         if env.display_name() == "agg" {
             return Err(ConfigError::invalid(format!("{ek}.name"), "`agg` is reserved for aggregate metrics"));
         }
@@ -373,10 +366,6 @@ impl OrchestratorConfig {
             a.validate_group(&format!("{akey}.{i}"), group, env.display_name())?;
         }
         env.curriculum.validate(&format!("{ek}.curriculum"))?;
-        validate_command(ek, env.command.as_deref(), env.address.as_deref())?;
-        if env.address.is_none() {
-            env.serve.validate(&format!("{ek}.serve"))?;
-        }
         Ok(())
     }
 
@@ -459,21 +448,11 @@ impl OrchestratorConfig {
         let mut names = BTreeSet::new();
         for (i, env) in eval.env.iter().enumerate() {
             let ek = format!("{key}.env.{i}");
-            if env.id.trim().is_empty() {
-                return Err(ConfigError::invalid(format!("{ek}.id"), "must not be empty"));
-            }
+            env.endpoint().validate(&ek)?;
             if env.k == Some(0) {
                 return Err(ConfigError::invalid(format!("{ek}.k"), "must be at least 1, got 0"));
             }
             base.merged(&env.sampling).validate(&format!("{ek}.sampling"))?;
-            validate_command(&ek, env.command.as_deref(), env.address.as_deref())?;
-            if env.address.is_none() {
-                env.serve.validate(&format!("{ek}.serve"))?;
-            }
-            crate::shared::plain_name(
-                &format!("{ek}.{}", if env.name.is_some() { "name" } else { "id" }),
-                env.display_name(),
-            )?;
             if !names.insert(env.display_name().to_owned()) {
                 return Err(ConfigError::invalid(
                     format!("{ek}.name"),

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::env_entry::EnvEndpoint;
 use crate::env_server::{EnvServerConfig, EnvSpec};
 use crate::error::{ConfigError, Result};
 use crate::inference::InferenceConfig;
@@ -404,29 +405,18 @@ impl RlConfig {
 
     /// The config of every process the launcher starts.
     pub fn parts(&self) -> RlParts {
-        let mut env_servers = Vec::new();
-        for env in &self.orchestrator.train.env {
-            if env.address.is_none() {
-                env_servers.push(EnvServerPart {
-                    split: "train",
-                    name: env.display_name().to_owned(),
-                    config: self.env_server(&env.id, env.name.clone(), &env.args, &env.serve),
-                    command: env.command.clone(),
-                });
-            }
-        }
-        if let Some(eval) = &self.orchestrator.eval {
-            for env in &eval.env {
-                if env.address.is_none() {
-                    env_servers.push(EnvServerPart {
-                        split: "eval",
-                        name: env.display_name().to_owned(),
-                        config: self.env_server(&env.id, env.name.clone(), &env.args, &env.serve),
-                        command: env.command.clone(),
-                    });
-                }
-            }
-        }
+        let train = self.orchestrator.train.env.iter().map(|e| ("train", e.endpoint()));
+        let eval = self.orchestrator.eval.iter().flat_map(|eval| eval.env.iter().map(|e| ("eval", e.endpoint())));
+        let env_servers = train
+            .chain(eval)
+            .filter(|(_, env)| env.address.is_none())
+            .map(|(split, env)| EnvServerPart {
+                split,
+                name: env.display_name().to_owned(),
+                config: self.env_server(env),
+                command: env.command.map(<[String]>::to_vec),
+            })
+            .collect();
         let mut orchestrator = self.orchestrator.clone();
         let inference = self.inference.clone().map(|mut inference| {
             // The embedded server loads weights from this run's broadcasts only, and its client
@@ -442,13 +432,8 @@ impl RlConfig {
         RlParts { trainer: self.trainer.clone(), orchestrator, inference, env_servers }
     }
 
-    fn env_server(
-        &self,
-        id: &str,
-        name: Option<String>,
-        args: &crate::shared::Table,
-        serve: &crate::shared::ServeConfig,
-    ) -> EnvServerConfig {
+    fn env_server(&self, env: EnvEndpoint<'_>) -> EnvServerConfig {
+        let EnvEndpoint { id, name, args, serve, .. } = env;
         let mut args = args.clone();
         // A verifiers env renders prompts with the policy's tokenizer: its model directory.
         if id.replace('_', "-") == "verifiers"
@@ -458,7 +443,7 @@ impl RlConfig {
             args.insert(String::from("tokenizer"), serde_json::Value::from(path.to_string_lossy().into_owned()));
         }
         EnvServerConfig {
-            env: EnvSpec { id: id.to_owned(), name, args },
+            env: EnvSpec { id: id.to_owned(), name: name.map(str::to_owned), args },
             serve: serve.clone(),
             output_dir: self.run_dir(),
             log: self.orchestrator.log.clone(),

@@ -45,6 +45,6 @@ pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tensor_file::write_safetensors;
 pub use tokenizer::{SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
-    Part, Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config, read_weights,
-    write_model_dir,
+    MODEL_WEIGHTS, Part, Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
+    read_weights, write_model_dir,
 };

@@ -16,10 +16,13 @@ use crate::lora::Lora;
 use crate::model::CausalLm;
 use crate::tensor_file::write_safetensors;
 
+/// The weights file of an unsharded HF model directory.
+pub const MODEL_WEIGHTS: &str = "model.safetensors";
+
 /// Reads every tensor of `model.safetensors` (or the shards listed in
 /// `model.safetensors.index.json`) as f32 on `device`.
 pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
-    let single = dir.join("model.safetensors");
+    let single = dir.join(MODEL_WEIGHTS);
     let files: Vec<PathBuf> = if single.exists() {
         vec![single]
     } else {
@@ -344,7 +347,7 @@ pub fn write_model_dir(
     let result = (|| {
         let cfg_text = serde_json::to_string_pretty(cfg).expect("configs serialize");
         std::fs::write(tmp.join("config.json"), cfg_text).map_err(|e| Error::io(tmp.join("config.json"), e))?;
-        write_safetensors(&tmp.join("model.safetensors"), tensors)?;
+        write_safetensors(&tmp.join(MODEL_WEIGHTS), tensors)?;
         for f in ["tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json"] {
             let src = tokenizer_dir.join(f);
             if src.exists() {

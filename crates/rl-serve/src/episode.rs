@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::pb;
-use crate::types::{Message, ModelRuntime, Task};
+use crate::types::{Message, ModelRuntime, RequestContext, Task};
 
 /// Everything one episode needs besides the environment.
 #[derive(Debug, Clone, Copy)]
@@ -17,8 +16,8 @@ pub struct RolloutRequest<'a> {
     pub actor: &'a ModelRuntime,
     /// Position in its group (offsets the sampling seed).
     pub index: u32,
-    /// The request's training context (the wire form is echoed back on the trace).
-    pub training_context: Option<&'a pb::TrainingContext>,
+    /// The request's training context, decoded, with its wire form to echo back on the traces.
+    pub training_context: Option<&'a RequestContext>,
     /// The request's extra models by key (for judges in the rubric).
     pub models: &'a BTreeMap<String, ModelRuntime>,
 }

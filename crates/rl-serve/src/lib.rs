@@ -41,5 +41,6 @@ pub use server::{DRAIN_TIMEOUT, EnvService, MAX_GROUP_SIZE, bind, serve};
 pub use standalone::{StandaloneError, announce_and_serve, env_server_main, shutdown_signal};
 pub use trace::{Branch, branches, check_trace};
 pub use types::{
-    ApiKey, DEFAULT_MODEL_TIMEOUT, Message, ModelRuntime, Role, Sampling, Task, ToolCall, ToolSpec, TrainingContext,
+    ApiKey, DEFAULT_MODEL_TIMEOUT, Message, ModelRuntime, RequestContext, Role, Sampling, Task, ToolCall, ToolSpec,
+    TrainingContext,
 };

@@ -15,7 +15,7 @@ use crate::model_client::ModelClient;
 use crate::multi_agent::{Kernel, MultiAgent, Turn};
 use crate::rollout::new_id;
 use crate::trace::TraceBuilder;
-use crate::types::{ModelRuntime, TrainingContext};
+use crate::types::ModelRuntime;
 
 /// Runs and scores one multi-agent episode; `models` are the request's extra model runtimes
 /// (members whose model key is not found there, or is `policy`, sample with the actor).
@@ -82,10 +82,13 @@ pub async fn run_multi_agent_episode(
             }
         }
     }
-    let context = req.training_context.map(TrainingContext::from_wire);
     let score = match (&kernel, errors.is_empty()) {
         (Some(k), true) => {
-            match ma.score(task, k.log(), context.as_ref()).await.and_then(|s| s.validate(&members).map(|()| s)) {
+            match ma
+                .score(task, k.log(), req.training_context.map(|c| &c.decoded))
+                .await
+                .and_then(|s| s.validate(&members).map(|()| s))
+            {
                 Ok(s) => Some(s),
                 Err(e) => {
                     errors.push(e.to_trace_error());
@@ -111,7 +114,7 @@ pub async fn run_multi_agent_episode(
                 errors: errors.clone(),
                 timing: Some(pb::Timing { total_s, ..Default::default() }),
                 num_turns: n,
-                scored_with: req.training_context.cloned(),
+                scored_with: req.training_context.map(|c| c.wire.clone()),
                 task_json: task.data.to_string(),
                 task_key: task.key.clone(),
                 sampling_temperature: runtime(m).sampling.temperature.map(Temperature::value),

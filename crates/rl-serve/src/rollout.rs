@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::model_client::ModelClient;
 use crate::rubric::ScoringContext;
 use crate::trace::TraceBuilder;
-use crate::types::{TrainingContext, tool_spec};
+use crate::types::tool_spec;
 
 /// Runs one single-agent episode and scores it. Model and env failures are recorded on the trace.
 pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: RolloutRequest<'_>) -> pb::Trace {
@@ -80,13 +80,12 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
         }
     }
     let scoring = Instant::now();
-    let context = req.training_context.map(TrainingContext::from_wire);
     let (rewards, metrics, reward_errors, turn_rewards) = if errors.is_empty() {
         let ctx = ScoringContext {
             task: req.task,
             messages: &state.messages,
             state: &state,
-            training_context: context.as_ref(),
+            training_context: req.training_context.map(|c| &c.decoded),
             models: req.models,
             client: Some(models),
         };
@@ -126,7 +125,7 @@ pub async fn run_episode(env: &dyn Environment, models: &ModelClient, req: Rollo
             scoring_s: scoring.elapsed().as_secs_f64(),
         }),
         num_turns: state.turns,
-        scored_with: req.training_context.cloned(),
+        scored_with: req.training_context.map(|c| c.wire.clone()),
         task_json: req.task.data.to_string(),
         task_key: req.task.key.clone(),
         sampling_temperature: req.actor.sampling.temperature.map(Temperature::value),

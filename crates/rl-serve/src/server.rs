@@ -30,7 +30,7 @@ fn runtimes(models: &std::collections::HashMap<String, pb::ModelRuntime>) -> Res
     models.iter().map(|(k, m)| Ok((k.clone(), ModelRuntime::from_wire(m, &format!("models.{k}"))?))).collect()
 }
 use crate::trace::check_trace;
-use crate::types::{ModelRuntime, Task};
+use crate::types::{ModelRuntime, RequestContext, Task};
 
 /// Largest group accepted in one request.
 pub const MAX_GROUP_SIZE: u32 = 4096;
@@ -142,7 +142,7 @@ impl EnvService {
         task: &Task,
         actor: &ModelRuntime,
         index: u32,
-        ctx: Option<&pb::TrainingContext>,
+        ctx: Option<&RequestContext>,
         models: &BTreeMap<String, ModelRuntime>,
     ) -> pb::Episode {
         let _permit = self.inner.gate.acquire().await.expect("the gate is never closed");
@@ -152,7 +152,7 @@ impl EnvService {
             for trace in &mut traces {
                 trace.task_json = task.data.to_string();
                 trace.task_key.clone_from(&task.key);
-                trace.scored_with = ctx.cloned();
+                trace.scored_with = ctx.map(|c| c.wire.clone());
             }
             return pb::Episode { id: new_id(), task_key: task.key.clone(), traces, ..Default::default() };
         }
@@ -183,8 +183,10 @@ impl EnvService {
         let task = self.task(req.example.as_ref())?;
         let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
         let models = runtimes(&req.models)?;
-        let ctx = req.training_context.as_ref();
-        let episodes = join_all((0..req.group_size).map(|i| self.episode(&task, &actor, i, ctx, &models))).await;
+        // Decoded once for the whole group.
+        let ctx = req.training_context.map(RequestContext::from_wire);
+        let episodes =
+            join_all((0..req.group_size).map(|i| self.episode(&task, &actor, i, ctx.as_ref(), &models))).await;
         Ok(pb::RunGroupResponse { episodes })
     }
 
@@ -194,7 +196,8 @@ impl EnvService {
         let task = self.task(req.example.as_ref())?;
         let actor = ModelRuntime::from_wire(&req.actor.unwrap_or_default(), "actor")?;
         let models = runtimes(&req.models)?;
-        let episode = self.episode(&task, &actor, 0, req.training_context.as_ref(), &models).await;
+        let ctx = req.training_context.map(RequestContext::from_wire);
+        let episode = self.episode(&task, &actor, 0, ctx.as_ref(), &models).await;
         Ok(pb::RunRolloutResponse { episode: Some(episode) })
     }
 

@@ -209,6 +209,23 @@ impl TrainingContext {
     }
 }
 
+/// A request's training context, decoded once where the request arrives; the wire form is kept
+/// as it came, to be echoed back on the traces (`Trace.scored_with`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestContext {
+    /// The decoded context scoring reads.
+    pub decoded: TrainingContext,
+    /// The context as the request carried it.
+    pub wire: pb::TrainingContext,
+}
+
+impl RequestContext {
+    /// Decodes `wire`, keeping it.
+    pub fn from_wire(wire: pb::TrainingContext) -> Self {
+        RequestContext { decoded: TrainingContext::from_wire(&wire), wire }
+    }
+}
+
 /// Sampling arguments of model calls.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sampling {

@@ -89,7 +89,7 @@ impl Trained<'_> {
             .map(|(n, t)| Ok((n, self.dtype.map_or(Ok(t.clone()), |d| t.to_dtype(d))?)))
             .collect::<Result<Vec<_>>>()?;
         match self.vars.lora() {
-            None => Ok(rl_model::write_safetensors(&dir.join("model.safetensors"), &tensors)?),
+            None => Ok(rl_model::write_safetensors(&dir.join(rl_model::MODEL_WEIGHTS), &tensors)?),
             Some(lora) => {
                 let base = std::path::absolute(self.base).unwrap_or_else(|_| self.base.to_owned());
                 Ok(rl_model::write_adapter_files(dir, lora, &base.to_string_lossy(), &tensors)?)

@@ -52,6 +52,16 @@ def write_lines(path: Path, rows, torn: str = "") -> None:
         f.write(torn)
 
 
+def run_paths(run: Path, config: str):
+    """The `paths` the launcher passes for a run laid out as Rust's `RunDir` lays it out."""
+    return {
+        "metrics": str(run / "metrics.jsonl"),
+        "trainer_metrics": str(run / "trainer" / "metrics.jsonl"),
+        "traces": str(run / "rollouts" / "step_{step}" / "traces.jsonl"),
+        "config": str(run / "configs" / config),
+    }
+
+
 class TrackingTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
@@ -78,7 +88,13 @@ class TrackingTest(unittest.TestCase):
             write_lines(run / "trainer" / "metrics.jsonl", [{"step": 1, "loss": 1.5, "optimizer_skipped": False}], '{"st')
             trace = {"env": "rt", "reward": 1.0, "messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": "cba"}]}
             write_lines(run / "rollouts" / "step_2" / "traces.jsonl", [trace])
-            settings = {"project": "p", "mode": "offline", "samples_every": 2, "dir": str(run / "wandb")}
+            settings = {
+                "project": "p",
+                "mode": "offline",
+                "samples_every": 2,
+                "dir": str(run / "wandb"),
+                "paths": run_paths(run, "rl.json"),
+            }
             argv = ["--run-dir", str(run), "--settings", json.dumps(settings), "--once"]
             self.assertEqual(tracking.main(argv), 0)
             steps = history(run / "wandb")
@@ -102,14 +118,24 @@ class TrackingTest(unittest.TestCase):
             steps = history(run / "wandb")
             self.assertEqual(sorted(s for s, _ in steps), [0, 1, 2, 3], "every step once")
 
-    def test_an_sft_run_sends_each_row_as_it_comes(self):
+    def test_an_sft_run_sends_each_row_as_it_comes_from_the_paths_it_is_given(self):
         os.environ["WANDB_SILENT"] = "true"
         with tempfile.TemporaryDirectory() as tmp:
             run = Path(tmp) / "sft-run"
-            (run / "configs").mkdir(parents=True)
-            (run / "configs" / "sft.json").write_text(json.dumps({"max_steps": 2}))
-            write_lines(run / "metrics.jsonl", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0, "val_loss": 1.5}])
-            settings = {"project": "p", "mode": "offline", "single": True, "dir": str(run / "wandb")}
+            run.mkdir()
+            # Files where the settings say, not where a run directory would have them.
+            elsewhere = Path(tmp) / "elsewhere"
+            elsewhere.mkdir()
+            (elsewhere / "the-config.json").write_text(json.dumps({"max_steps": 2}))
+            rows = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0, "val_loss": 1.5}]
+            write_lines(elsewhere / "rows.jsonl", rows)
+            paths = {
+                "metrics": str(elsewhere / "rows.jsonl"),
+                "trainer_metrics": str(elsewhere / "none.jsonl"),
+                "traces": str(elsewhere / "{step}.jsonl"),
+                "config": str(elsewhere / "the-config.json"),
+            }
+            settings = {"project": "p", "mode": "offline", "single": True, "dir": str(run / "wandb"), "paths": paths}
             self.assertEqual(tracking.main(["--run-dir", str(run), "--settings", json.dumps(settings), "--once"]), 0)
             steps = dict(history(run / "wandb"))
             self.assertEqual(sorted(steps), [1, 2])

@@ -184,13 +184,13 @@ fn start_env_servers(
     for env in &mut orchestrator.train.env {
         if let Some(a) = addresses.get(&("train", env.display_name().to_owned())) {
             // Started: the orchestrator connects to it (how it was started is the launcher's business).
-            (env.address, env.command) = (Some(a.clone()), None);
+            env.connect_to(a.clone());
         }
     }
     if let Some(eval) = &mut orchestrator.eval {
         for env in &mut eval.env {
             if let Some(a) = addresses.get(&("eval", env.display_name().to_owned())) {
-                (env.address, env.command) = (Some(a.clone()), None);
+                env.connect_to(a.clone());
             }
         }
     }

@@ -34,6 +34,9 @@ pub use metrics::{MetricsRow, RolloutMetrics, SftRow, TrainerRow};
 /// `stat` every 5 ms costs nothing measurable.
 pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// The name of a step's traces file.
+const TRACES_FILE: &str = "traces.jsonl";
+
 /// A part of a run with a resolved config under `<run>/configs/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigPart<'a> {
@@ -62,7 +65,7 @@ pub struct RunDir {
 }
 
 /// `step_N`.
-fn step_name(step: u64) -> String {
+fn step_name(step: impl std::fmt::Display) -> String {
     format!("step_{step}")
 }
 
@@ -167,6 +170,12 @@ impl RunDir {
         self.rollouts().join(step_name(step))
     }
 
+    /// A step's traces file as a template with `{step}` for the step, for programs that are not
+    /// Rust (the tracking sidecar).
+    pub fn traces_template(&self) -> String {
+        self.rollouts().join(step_name("{step}")).join(TRACES_FILE).display().to_string()
+    }
+
     /// The training batch of one step.
     pub fn batch(&self, step: u64) -> PathBuf {
         self.rollout_step(step).join("rank_0.bin")
@@ -174,7 +183,7 @@ impl RunDir {
 
     /// The step's traces as text.
     pub fn traces(&self, step: u64) -> PathBuf {
-        self.rollout_step(step).join("traces.jsonl")
+        self.rollout_step(step).join(TRACES_FILE)
     }
 
     /// Weight broadcasts.
@@ -272,6 +281,7 @@ mod tests {
         assert_eq!(rel(run.curves()), "curves.svg");
         assert_eq!(rel(run.batch(3)), "rollouts/step_3/rank_0.bin");
         assert_eq!(rel(run.traces(3)), "rollouts/step_3/traces.jsonl");
+        assert_eq!(run.traces_template().replace("{step}", "3"), run.traces(3).display().to_string());
         assert_eq!(rel(run.broadcast(3).join("model.safetensors")), "broadcasts/step_3/model.safetensors");
         assert_eq!(rel(run.broadcast_marker(3)), "broadcasts/step_3/STABLE");
         assert_eq!(rel(run.trainer_checkpoint_marker(4)), "checkpoints/step_4/trainer/progress.json");

@@ -1,12 +1,13 @@
 """Experiment tracking for `rl rl`: a sidecar the launcher starts when the config has `[wandb]`.
 
-It follows the run directory the Rust processes write (`metrics.jsonl` of the orchestrator,
-`trainer/metrics.jsonl`, `rollouts/step_N/traces.jsonl`) and sends each step to Weights & Biases
+It follows the files the Rust processes write (the orchestrator's and the trainer's metrics, each
+step's traces; their paths come in the settings' `paths`, from the run directory's one owner,
+Rust's `RunDir`) and sends each step to Weights & Biases
 once both the orchestrator's and the trainer's rows of that step exist (so W&B's step axis only
 grows), with the run's resolved config, and a table of samples every `samples_every` steps. For
 `rl sft` (`"single": true` in the settings) it sends each row of `metrics.jsonl` as it comes.
 Nothing in the training processes waits for it. Resuming the run resumes the W&B run (its id and
-the last step sent are kept in `<run>/wandb/state.json`).
+the last step sent are kept in `state.json` of the settings' `dir`).
 
     python -m rl_env.tracking --run-dir RUN --settings JSON [--once]
 
@@ -67,9 +68,10 @@ def flatten(row: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
-def samples(run_dir: Path, step: int) -> List[List[Any]]:
-    """Rows (step, env, prompt, completion, reward) from the step's traces."""
-    path = run_dir / "rollouts" / f"step_{step}" / "traces.jsonl"
+def samples(traces_template: str, step: int) -> List[List[Any]]:
+    """Rows (step, env, prompt, completion, reward) from the step's traces (the file named by
+    `traces_template` with `{step}` replaced)."""
+    path = Path(traces_template.replace("{step}", str(step)))
     rows: List[List[Any]] = []
     try:
         lines = path.read_text().splitlines()
@@ -93,21 +95,18 @@ class Tracker:
         self.run_dir = run_dir
         self.settings = settings
         self.wandb = wandb_module
-        self.orchestrator = Follower(run_dir / "metrics.jsonl")
-        self.trainer = Follower(run_dir / "trainer" / "metrics.jsonl")
+        self.paths: Dict[str, str] = settings["paths"]
+        self.orchestrator = Follower(Path(self.paths["metrics"]))
+        self.trainer = Follower(Path(self.paths["trainer_metrics"]))
         self.pending_orch: Dict[int, Dict[str, Any]] = {}
         self.pending_trainer: Dict[int, Dict[str, Any]] = {}
-        self.state_path = Path(settings.get("dir") or run_dir / "wandb") / "state.json"
+        self.state_path = Path(settings["dir"]) / "state.json"
         state = self._load_state()
         self.sent = state.get("logged_step", -1)
         # `single`: one metrics file (`rl sft`), each row sent as it arrives.
         self.single = bool(settings.get("single"))
-        config: Dict[str, Any] = {}
-        for name in ("rl.json", "sft.json"):
-            path = run_dir / "configs" / name
-            if path.exists():
-                config = json.loads(path.read_text())
-                break
+        config_path = Path(self.paths["config"])
+        config: Dict[str, Any] = json.loads(config_path.read_text()) if config_path.exists() else {}
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         self.run = wandb_module.init(
             project=settings["project"],
@@ -170,7 +169,7 @@ class Tracker:
             data.update(flatten({k: v for k, v in trainer.items() if k != "step"}, "trainer/"))
         every = int(self.settings.get("samples_every") or 0)
         if every and step > 0 and step % every == 0:
-            rows = samples(self.run_dir, step)
+            rows = samples(self.paths["traces"], step)
             if rows:
                 data["rollout_samples"] = self.wandb.Table(
                     columns=["step", "env", "prompt", "completion", "reward"], data=rows
@@ -186,7 +185,9 @@ class Tracker:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--settings", required=True, help="the [wandb] section as JSON")
+    parser.add_argument(
+        "--settings", required=True, help="the [wandb] section as JSON, with `dir` and the run's `paths`"
+    )
     parser.add_argument("--once", action="store_true", help="send what is there, then finish")
     args = parser.parse_args(argv)
     # First thing: a SIGTERM that arrives while W&B starts must still end in a flush.
