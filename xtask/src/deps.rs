@@ -6,11 +6,13 @@ use anyhow::{Context, bail};
 
 /// (crate, crates it must never depend on). Crates not in the workspace yet are skipped.
 const RULES: &[(&str, &[&str])] = &[
+    // The bottom layer: the run directory contract, below the config schema.
+    ("rl-run", &["rl-configs", "tokio", "tonic", "prost", "candle-core", "axum", "reqwest", "hyper", "toml", "schemars"]),
     ("rl-configs", &["tokio", "tonic", "prost", "candle-core", "candle-nn", "axum", "reqwest", "hyper", "tokenizers"]),
     // tonic's `router` feature (needed by `Server::add_service`) brings axum in, so axum is allowed.
     ("rl-proto", &["candle-core", "reqwest", "tokenizers"]),
     // candle-core itself depends on tokenizers (for GGUF), so that one cannot be ruled out here.
-    ("rl-kernels", &["tokio", "tonic", "axum", "reqwest", "candle-nn", "rl-configs"]),
+    ("rl-kernels", &["tokio", "tonic", "axum", "reqwest", "candle-nn", "rl-configs", "rl-run"]),
     ("rl-model", &["tokio", "tonic", "axum", "reqwest"]),
     ("rl-serve", &["candle-core"]),
     ("rl-envs", &["candle-core"]),

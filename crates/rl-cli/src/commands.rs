@@ -5,8 +5,9 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use rl_configs::{
     ConfigFile, EnvServerConfig, InferenceConfig, OrchestratorConfig, RlConfig, SftConfig, TrainerConfig, load,
-    schema_json, write_json_atomic,
+    schema_json,
 };
+use rl_run::write_json_atomic;
 
 /// Commands that take a config, with the config type they load.
 const CONFIG_COMMANDS: &[(&str, &str)] = &[

@@ -51,8 +51,8 @@ pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Resul
             metrics.iter().filter_map(|(k, v)| Some(format!("{} {v}", k.strip_prefix(&prefix)?))).collect();
         writeln!(out, "{name} | {}", fields.join(" | "))?;
     }
-    let path = rl_configs::RunDir::new(&config.output_dir).eval_result();
-    rl_configs::write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
+    let path = rl_run::RunDir::new(&config.output_dir).eval_result();
+    rl_run::write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
     writeln!(out, "wrote {}", path.display())?;
     Ok(())
 }

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
-use rl_configs::RunDir;
-use rl_configs::run_dir::{MetricsRow, SftRow, TrainerRow, read_jsonl, write_atomic};
+use rl_run::RunDir;
+use rl_run::{MetricsRow, SftRow, TrainerRow, read_jsonl, write_atomic};
 
 /// One named line.
 #[derive(Debug, Clone)]

@@ -6,8 +6,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use rl_configs::{RunDir, SftConfig, SftDataConfig, SftTask};
+use rl_configs::{SftConfig, SftDataConfig, SftTask};
 use rl_model::TemplateMessage;
+use rl_run::RunDir;
 use rl_trainer::{SftEnd, SftExample, SftTrainer, tokenize};
 
 use crate::sft_data::SftConversation;
@@ -48,7 +49,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     prepare_run_dir(&run_dir, config)?;
     let run = RunDir::new(&run_dir);
     // The resolved config next to the run's output (what tracking sends as the run's config).
-    rl_configs::write_json_atomic(&run.config(rl_configs::run_dir::ConfigPart::Sft), &rl_configs::to_json(config))?;
+    rl_run::write_json_atomic(&run.config(rl_run::ConfigPart::Sft), &rl_configs::to_json(config))?;
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;

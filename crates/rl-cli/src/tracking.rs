@@ -6,7 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rl_configs::{ConfigPart, RunDir, WandbConfig};
+use rl_configs::WandbConfig;
+use rl_run::{ConfigPart, RunDir};
 
 /// The sidecar's program and arguments for `run`; `single` when the run has one metrics file
 /// (`rl sft`), so each row is sent as it arrives instead of merged with the trainer's. The files

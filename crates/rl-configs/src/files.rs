@@ -1,6 +1,6 @@
 //! `ConfigFile` for every command's config type: how each resolves and what a dry run writes.
 
-use crate::run_dir::{ConfigPart, RunDir};
+use rl_run::{ConfigPart, RunDir};
 use std::path::PathBuf;
 
 use serde_json::Value;

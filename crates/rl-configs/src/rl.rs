@@ -422,7 +422,7 @@ impl RlConfig {
             // The embedded server loads weights from this run's broadcasts only, and its client
             // (the orchestrator) gets the names of its key variables.
             if inference.weight_roots.is_empty() {
-                inference.weight_roots = vec![crate::RunDir::new(self.run_dir()).broadcasts()];
+                inference.weight_roots = vec![rl_run::RunDir::new(self.run_dir()).broadcasts()];
             }
             let m = &mut orchestrator.model;
             m.api_key_env = m.api_key_env.take().or_else(|| inference.api_key_env.clone());

@@ -21,7 +21,7 @@ pub enum Error {
     },
     /// A file could not be written durably.
     #[error(transparent)]
-    File(#[from] rl_configs::run_dir::FileError),
+    File(#[from] rl_run::FileError),
     /// A model directory is incomplete or inconsistent.
     #[error("model directory {}: {message}", dir.display())]
     BadModelDir {

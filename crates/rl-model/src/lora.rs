@@ -8,8 +8,8 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::LoraConfig;
-use rl_configs::run_dir::{persist, temp_path};
 use rl_kernels::{LoraShape, Proj};
+use rl_run::{persist, temp_path};
 use serde_json::json;
 
 use crate::config::ModelConfig;
@@ -146,7 +146,7 @@ pub fn write_adapter_files(dir: &Path, lora: &Lora, base: &str, tensors: &[(Stri
         "inference_mode": true,
     });
     let text = serde_json::to_string_pretty(&config).expect("json values serialize");
-    rl_configs::run_dir::write_atomic(&dir.join(ADAPTER_CONFIG), text.as_bytes())?;
+    rl_run::write_atomic(&dir.join(ADAPTER_CONFIG), text.as_bytes())?;
     crate::tensor_file::write_safetensors(&dir.join(ADAPTER_WEIGHTS), tensors)
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::Tensor;
-use rl_configs::run_dir::{persist, temp_path};
+use rl_run::{persist, temp_path};
 
 use crate::error::{Error, Result};
 

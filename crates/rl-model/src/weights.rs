@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarBuilder;
-use rl_configs::run_dir::{persist, temp_path};
+use rl_run::{persist, temp_path};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};

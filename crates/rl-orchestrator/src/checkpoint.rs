@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use rl_configs::RunDir;
-use rl_configs::run_dir::{retain_jsonl, steps_in, write_json_atomic};
+use rl_run::RunDir;
+use rl_run::{retain_jsonl, steps_in, write_json_atomic};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

@@ -81,7 +81,7 @@ pub enum Error {
     },
     /// A run file could not be written or read.
     #[error(transparent)]
-    File(#[from] rl_configs::run_dir::FileError),
+    File(#[from] rl_run::FileError),
     /// A configuration the orchestrator cannot run.
     #[error("{0}")]
     Config(String),

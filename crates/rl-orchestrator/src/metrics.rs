@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rl_configs::run_dir::RolloutMetrics;
+use rl_run::RolloutMetrics;
 use serde_json::{Value, json};
 
 use crate::algorithms::BranchTargets;

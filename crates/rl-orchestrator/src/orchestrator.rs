@@ -7,9 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use rl_configs::run_dir::{MetricsRow, append_jsonl};
-use rl_configs::{OrchestratorConfig, POLICY_KEY, RunDir, Temperature};
+use rl_configs::{OrchestratorConfig, POLICY_KEY, Temperature};
 use rl_proto::train::v1::TrainBatch;
+use rl_run::RunDir;
+use rl_run::{MetricsRow, append_jsonl};
 use serde_json::{Map, Value, json};
 
 use crate::algorithms::{Channel, Scoring, aggregate};

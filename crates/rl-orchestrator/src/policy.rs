@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use rl_configs::RunDir;
+use rl_run::RunDir;
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
@@ -256,7 +256,7 @@ impl PolicyVersion {
                 );
                 next_warning += WAIT_WARNING;
             }
-            tokio::time::sleep(rl_configs::run_dir::POLL_INTERVAL).await;
+            tokio::time::sleep(rl_run::POLL_INTERVAL).await;
         }
     }
 

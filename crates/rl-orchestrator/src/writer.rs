@@ -2,9 +2,9 @@
 //! and the traces as text for people (`RunDir::batch`, `RunDir::traces`), each written atomically.
 
 use prost::Message;
-use rl_configs::RunDir;
-use rl_configs::run_dir::write_atomic;
 use rl_proto::train::v1::TrainBatch;
+use rl_run::RunDir;
+use rl_run::write_atomic;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;

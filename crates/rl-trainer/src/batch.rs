@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use rl_configs::{RunDir, Temperature};
+use rl_configs::Temperature;
 use rl_proto::train::v1::{MicroBatch, TrainBatch};
+use rl_run::RunDir;
 
 use crate::error::{Error, Result};
 
@@ -27,7 +28,7 @@ pub fn wait_for_batch(run: &RunDir, step: u64, timeout: Duration) -> Result<Trai
         if start.elapsed() >= timeout {
             return Err(Error::BatchTimeout { step, path, waited_s: start.elapsed().as_secs_f64() });
         }
-        std::thread::sleep(rl_configs::run_dir::POLL_INTERVAL);
+        std::thread::sleep(rl_run::POLL_INTERVAL);
     }
     read_batch(run, step)
 }

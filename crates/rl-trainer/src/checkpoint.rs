@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use rl_configs::RunDir;
-use rl_configs::run_dir::{persist, steps_in, temp_path, write_atomic};
+use rl_run::RunDir;
+use rl_run::{persist, steps_in, temp_path, write_atomic};
 
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;

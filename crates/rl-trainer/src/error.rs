@@ -24,7 +24,7 @@ pub enum Error {
     },
     /// A run file could not be written or read.
     #[error(transparent)]
-    File(#[from] rl_configs::run_dir::FileError),
+    File(#[from] rl_run::FileError),
     /// A batch is malformed (which micro-batch, which field).
     #[error("bad batch {}: {message}", path.display())]
     BadBatch {

@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use candle_core::Device;
-use rl_configs::run_dir::{SftRow, append_jsonl, retain_jsonl};
-use rl_configs::{LossConfig, LossMaskConfig, RunDir, SftConfig, SftValConfig};
+use rl_configs::{LossConfig, LossMaskConfig, SftConfig, SftValConfig};
 use rl_model::{CausalLm, ChatTemplate, ModelConfig, TemplateMessage, Tok, Trainable, read_config};
+use rl_run::RunDir;
+use rl_run::{SftRow, append_jsonl, retain_jsonl};
 
 use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use rl_configs::run_dir::{TrainerRow, append_jsonl, retain_jsonl};
-use rl_configs::{RunDir, TrainerConfig};
+use rl_configs::TrainerConfig;
 use rl_model::{CausalLm, ModelConfig, Trainable, read_config};
 use rl_proto::train::v1::TrainBatch;
+use rl_run::RunDir;
+use rl_run::{TrainerRow, append_jsonl, retain_jsonl};
 
 use crate::batch::wait_for_batch;
 use crate::checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_checkpoint};

@@ -4,7 +4,8 @@
 use std::io::Write;
 
 use anyhow::{Context, bail};
-use rl_configs::{RlConfig, RunDir};
+use rl_configs::RlConfig;
+use rl_run::RunDir;
 
 /// The checkpoint step to resume from: `wanted`, or the latest step for which both the trainer
 /// and the orchestrator finished a checkpoint.

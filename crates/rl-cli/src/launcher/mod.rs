@@ -21,7 +21,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use rl_configs::{ConfigFile, ConfigPart, OrchestratorConfig, ResumeConfig, RlConfig, RunDir, write_json_atomic};
+use rl_configs::{ConfigFile, OrchestratorConfig, ResumeConfig, RlConfig};
+use rl_run::{ConfigPart, RunDir, write_json_atomic};
 
 use self::process::{Restart, Role, spawn};
 use self::progress::Progress;

@@ -9,7 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rl_configs::RunDir;
+use rl_run::RunDir;
 
 /// What a child is to the run: decides its log name, whether it may be restarted, whether its
 /// failure is fatal and where it stands in the stop order.

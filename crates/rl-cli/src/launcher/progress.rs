@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use rl_configs::RunDir;
-use rl_configs::run_dir::{MetricsRow, RolloutMetrics, TrainerRow, read_jsonl};
+use rl_run::RunDir;
+use rl_run::{MetricsRow, RolloutMetrics, TrainerRow, read_jsonl};
 
 use crate::plot::rl_curves;
 
@@ -205,7 +205,7 @@ impl Board {
 mod tests {
     #[test]
     fn failed_reward_functions_are_named_under_the_step_line() {
-        let row: rl_configs::run_dir::MetricsRow = serde_json::from_value(serde_json::json!({
+        let row: rl_run::MetricsRow = serde_json::from_value(serde_json::json!({
             "step": 3, "env/arith/reward_errors": 0.25, "env/other/reward_errors": 0.0
         }))
         .unwrap();
@@ -219,14 +219,14 @@ mod tests {
         std::fs::write(&traces, format!("{{\"reward_errors\": []}}\n{line}\n")).unwrap();
         let note = super::reward_error_note(&row, &traces).unwrap();
         assert!(note.ends_with("first: `exact`: ZeroDivisionError: division by zero"), "{note}");
-        let clean: rl_configs::run_dir::MetricsRow =
+        let clean: rl_run::MetricsRow =
             serde_json::from_value(serde_json::json!({"step": 3, "env/arith/reward_errors": 0.0})).unwrap();
         assert_eq!(super::reward_error_note(&clean, &traces), None);
     }
 
     #[test]
     fn a_step_with_nothing_to_train_says_why_on_its_line() {
-        let mut m = rl_configs::run_dir::RolloutMetrics { samples: 0, groups_uniform: Some(1.0), ..Default::default() };
+        let mut m = rl_run::RolloutMetrics { samples: 0, groups_uniform: Some(1.0), ..Default::default() };
         assert!(super::nothing_to_train(&m).unwrap().contains("every group's rewards were equal"));
         m.groups_uniform = Some(0.5);
         assert!(super::nothing_to_train(&m).unwrap().contains("no rollout had a trainable token"));

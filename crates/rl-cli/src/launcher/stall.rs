@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use rl_configs::RunDir;
+use rl_run::RunDir;
 
 use super::supervisor::Supervisor;
 

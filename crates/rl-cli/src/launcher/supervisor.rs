@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use anyhow::bail;
-use rl_configs::RunDir;
+use rl_run::RunDir;
 
 use super::process::{Proc, Role, tail};
 

@@ -29,7 +29,7 @@ fn complete_checkpoints(run: &Path) -> Vec<String> {
             e.file_name().to_string_lossy().starts_with("step_") && !e.file_name().to_string_lossy().contains('.')
         })
         .filter(|e| {
-            rl_configs::RunDir::new(run).trainer_checkpoint_marker(step_of(&e.file_name().to_string_lossy())).exists()
+            rl_run::RunDir::new(run).trainer_checkpoint_marker(step_of(&e.file_name().to_string_lossy())).exists()
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();

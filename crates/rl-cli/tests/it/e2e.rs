@@ -2,8 +2,8 @@
 //! the embedded inference server, an env server, the trainer and the orchestrator as processes;
 //! then `--resume` from the step-2 checkpoint. (Signals, crashes and supervision: `supervision.rs`.)
 
-use rl_configs::RunDir;
-use rl_configs::run_dir::{TrainerRow, read_jsonl};
+use rl_run::RunDir;
+use rl_run::{TrainerRow, read_jsonl};
 
 use crate::{rl, stderr, stdout};
 

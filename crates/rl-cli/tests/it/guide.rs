@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use rl_configs::run_dir::{MetricsRow, read_jsonl};
+use rl_run::{MetricsRow, read_jsonl};
 
 use crate::root;
 

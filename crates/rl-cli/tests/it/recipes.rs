@@ -4,8 +4,8 @@
 //! checking that the greedy held-out evaluation runs before RL and at the end. (The learning
 //! targets take minutes and are measured by running the scripts; see the README.)
 
-use rl_configs::RunDir;
-use rl_configs::run_dir::{MetricsRow, read_jsonl};
+use rl_run::RunDir;
+use rl_run::{MetricsRow, read_jsonl};
 
 use crate::{rl, stderr, stdout};
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use rl_configs::RunDir;
-use rl_configs::run_dir::{TrainerRow, read_jsonl};
+use rl_run::RunDir;
+use rl_run::{TrainerRow, read_jsonl};
 
 use crate::e2e::smoke;
 use crate::{rl, root, stderr, stdout};

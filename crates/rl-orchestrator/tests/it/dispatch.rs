@@ -9,10 +9,11 @@ use std::time::Duration;
 use prost::Message;
 use rl_configs::{
     AlgorithmConfig, CkptConfig, EvalConfig, EvalEnvConfig, ModelEndpointConfig, OrchestratorConfig, ResumeConfig,
-    RunDir, ServeConfig, TrainEnvConfig,
+    ServeConfig, TrainEnvConfig,
 };
 use rl_orchestrator::{Orchestrator, StepSummary};
 use rl_proto::train::v1::TrainBatch;
+use rl_run::RunDir;
 use rl_serve::fake_model::{FakeModel, FakeReply, FakeRequest, TOKEN_LOGPROB, prompt_logprob};
 
 /// Starts a real env server for `id` on 127.0.0.1:0 and returns its address.
@@ -826,7 +827,7 @@ async fn failing_reward_functions_stop_the_run_past_their_budget() {
     lenient.batch_size = 32;
     run(&lenient).await;
     trainer.await.unwrap();
-    let traces = std::fs::read_to_string(rl_configs::RunDir::new(tmp.path()).traces(1)).unwrap();
+    let traces = std::fs::read_to_string(rl_run::RunDir::new(tmp.path()).traces(1)).unwrap();
     let named = traces.lines().filter(|l| l.contains(r#""reward_errors":[{"name":"exact""#)).count();
     assert!(named > 0 && traces.lines().all(|l| l.contains("\"reward_errors\"")), "{traces}");
 }

@@ -4,8 +4,9 @@ use std::path::Path;
 
 use candle_core::Tensor;
 use prost::Message;
-use rl_configs::run_dir::{TrainerRow, read_jsonl, write_atomic};
-use rl_configs::{CkptConfig, ResumeConfig, RunDir, TrainerConfig, TrainerModelConfig};
+use rl_configs::{CkptConfig, ResumeConfig, TrainerConfig, TrainerModelConfig};
+use rl_run::RunDir;
+use rl_run::{TrainerRow, read_jsonl, write_atomic};
 use rl_trainer::{Error, MicroBatch, RlTrainer, TrainBatch};
 
 use crate::model_dir;
@@ -163,11 +164,8 @@ fn a_resume_drops_the_metrics_rows_of_steps_it_trains_again() {
     }
     RlTrainer::new(&config(&run, &model, 2)).unwrap().run(|_| {}).unwrap();
     // A crash after step 3 was trained and logged but before it was checkpointed.
-    rl_configs::run_dir::append_jsonl(
-        &RunDir::new(&run).trainer_metrics(),
-        &TrainerRow { step: 3, ..TrainerRow::default() },
-    )
-    .unwrap();
+    rl_run::append_jsonl(&RunDir::new(&run).trainer_metrics(), &TrainerRow { step: 3, ..TrainerRow::default() })
+        .unwrap();
     let mut cfg = config(&run, &model, 4);
     cfg.resume = Some(ResumeConfig::default());
     RlTrainer::new(&cfg).unwrap().run(|_| {}).unwrap();

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use candle_core::Device;
-use rl_configs::{LoraConfig, ResumeConfig, RunDir};
+use rl_configs::{LoraConfig, ResumeConfig};
+use rl_run::RunDir;
 use rl_trainer::RlTrainer;
 
 use crate::loop_::{config, synthetic_batch, weights_equal, write_batch};

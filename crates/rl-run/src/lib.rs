@@ -1,6 +1,10 @@
 //! The run directory contract: every path under a run's `output_dir`, who writes it and who reads
 //! it, in one place. Producers and readers (trainer, orchestrator, launcher, plots) go through
-//! [`RunDir`]; nobody spells a run path by hand.
+//! [`RunDir`]; nobody spells a run path by hand (the W&B sidecar, in Python, gets its paths from
+//! it too). Beside the layout: durable file writes (temp file, fsync, rename; JSONL appends that
+//! survive a torn line) and the metric rows of the metrics files. Its own crate, below
+//! `rl-configs`, so that the config schema stays a schema and every process reaches the run
+//! directory the same way.
 //!
 //! ```text
 //! <run>/configs/<part>.json                  resolved configs (launcher, dry runs)
