@@ -1,5 +1,6 @@
 //! The Python environment SDK (`python/rl-env`): installed with pip into a venv made from PyPI
-//! (which checks that it installs), then its unit and protocol tests run there.
+//! (which checks that it installs), linted and type-checked there (ruff, mypy --strict, pinned in
+//! its `dev` extra), then its unit and protocol tests run there.
 
 use std::process::Command;
 
@@ -8,13 +9,31 @@ use anyhow::{Context, bail};
 /// Where the SDK lives in the repository.
 const SDK: &str = "python/rl-env";
 
-/// Installs the SDK (editable) into `target/sdk-venv` and runs its tests.
+/// Installs the SDK (editable) into `target/sdk-venv`, lints and type-checks it, and runs its tests.
 pub(crate) fn test() -> anyhow::Result<()> {
     let root = crate::workspace::project_root();
     let sdk = root.join(SDK);
-    // With the W&B extra: the tracking sidecar's test writes an offline run.
-    let spec = format!("--editable={}[wandb]", sdk.display());
+    // With the W&B extra (the tracking sidecar's test writes an offline run) and the linters.
+    let spec = format!("--editable={}[wandb,dev]", sdk.display());
     let python = crate::venv::ensure(&root.join("target/sdk-venv"), &[spec.as_str()], "the rl-env Python SDK")?;
+    let code = ["src", "tests", "tests_verifiers", "examples"];
+    let checks: [(&str, Vec<&str>); 3] = [
+        ("ruff check", [&["-m", "ruff", "check"][..], &code].concat()),
+        ("ruff format --check", [&["-m", "ruff", "format", "--check"][..], &code].concat()),
+        // Files and strictness come from pyproject.toml.
+        ("mypy", vec!["-m", "mypy"]),
+    ];
+    for (what, args) in checks {
+        let status = Command::new(&python)
+            .args(&args)
+            .current_dir(&sdk)
+            .env_remove("PYTHONPATH")
+            .status()
+            .with_context(|| format!("cannot run {what} on the SDK"))?;
+        if !status.success() {
+            bail!("{what} found problems in {SDK} ({status})");
+        }
+    }
     let status = Command::new(&python)
         .args(["-m", "unittest", "discover", "--start-directory"])
         .arg(sdk.join("tests"))

@@ -1,6 +1,6 @@
 """A tool-use environment: arithmetic questions, a `calculate` tool, and two reward functions.
 
-    rl env-server --env.id python --env.args.file python/rl-env/examples/calculator.py
+rl env-server --env.id python --env.args.file python/rl-env/examples/calculator.py
 """
 
 import ast
@@ -36,8 +36,12 @@ def load_environment(num_examples=200, seed=0, max_turns=4):
     rows = []
     for _ in range(num_examples):
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(2, 9)
-        rows.append({"question": f"What is ({a} + {b}) * {c}? Use the calculator, then answer with the number only.",
-                     "answer": str((a + b) * c)})
+        rows.append(
+            {
+                "question": f"What is ({a} + {b}) * {c}? Use the calculator, then answer with the number only.",
+                "answer": str((a + b) * c),
+            }
+        )
 
     def correct(completion, answer):
         return float(rl_env.last_reply(completion).strip() == answer)
@@ -50,5 +54,13 @@ def load_environment(num_examples=200, seed=0, max_turns=4):
 
     rubric = rl_env.Rubric([correct, used_tool], weights=[1.0, 0.2])
     rubric.add_metric(tool_calls)
-    return rl_env.ToolEnv(dataset=rows, eval_fraction=0.1, seed=seed, tools=[calculate], max_turns=max_turns,
-                          system_prompt="You are a careful calculator user.", rubric=rubric, env_id="calculator")
+    return rl_env.ToolEnv(
+        dataset=rows,
+        eval_fraction=0.1,
+        seed=seed,
+        tools=[calculate],
+        max_turns=max_turns,
+        system_prompt="You are a careful calculator user.",
+        rubric=rubric,
+        env_id="calculator",
+    )

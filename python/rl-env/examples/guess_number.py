@@ -1,6 +1,6 @@
 """A multi-turn environment without tools: guess a number; the environment answers higher/lower.
 
-    rl env-server --env.id python --env.args.file python/rl-env/examples/guess_number.py
+rl env-server --env.id python --env.args.file python/rl-env/examples/guess_number.py
 """
 
 import random
@@ -28,8 +28,13 @@ class GuessNumber(rl_env.MultiTurnEnv):
 
 def load_environment(num_examples=100, high=100, seed=0, max_turns=8):
     rng = random.Random(seed)
-    rows = [{"question": f"I picked a number from 1 to {high}. Guess it; answer with the number only.",
-             "answer": str(rng.randint(1, high))} for _ in range(num_examples)]
+    rows = [
+        {
+            "question": f"I picked a number from 1 to {high}. Guess it; answer with the number only.",
+            "answer": str(rng.randint(1, high)),
+        }
+        for _ in range(num_examples)
+    ]
 
     def solved(state):
         return float(state.get("solved", False))
@@ -37,5 +42,10 @@ def load_environment(num_examples=100, high=100, seed=0, max_turns=8):
     def efficiency(state):
         return 1.0 / state["guesses"] if state.get("solved") else 0.0
 
-    return GuessNumber(dataset=rows, eval_fraction=0.1, max_turns=max_turns, env_id="guess-number",
-                       rubric=rl_env.Rubric([solved, efficiency], weights=[1.0, 0.5]))
+    return GuessNumber(
+        dataset=rows,
+        eval_fraction=0.1,
+        max_turns=max_turns,
+        env_id="guess-number",
+        rubric=rl_env.Rubric([solved, efficiency], weights=[1.0, 0.5]),
+    )

@@ -38,10 +38,13 @@ def outside_tags(reply):
     return reply.strip()
 
 
-def load_environment(num_examples=1000, test_examples=100, min_len=5, max_len=20, seed=0,
-                     format_penalty=0.0, penalty_warmup_steps=0):
+def load_environment(
+    num_examples=1000, test_examples=100, min_len=5, max_len=20, seed=0, format_penalty=0.0, penalty_warmup_steps=0
+):
     rng = random.Random(seed)
-    rows = lambda n: [{"question": t, "answer": t[::-1]} for t in texts(rng, n, min_len, max_len)]
+
+    def rows(n):
+        return [{"question": t, "answer": t[::-1]} for t in texts(rng, n, min_len, max_len)]
 
     def lcs(completion, answer):
         parsed = rl_env.parse_tag(rl_env.last_reply(completion), "reversed_text")

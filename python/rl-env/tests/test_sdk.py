@@ -33,7 +33,7 @@ class DatasetTests(unittest.TestCase):
             rl_env.load_jsonl(path)
 
     def test_a_row_that_is_not_an_object(self):
-        path = self.write('[1, 2]\n')
+        path = self.write("[1, 2]\n")
         with self.assertRaisesRegex(rl_env.DatasetError, r":1: expected a JSON object, got list"):
             rl_env.load_jsonl(path)
 
@@ -200,9 +200,18 @@ class ToolEnvTests(unittest.TestCase):
 
     def test_results_and_errors_go_back_to_the_model(self):
         env = self.env()
-        messages = [{"role": "assistant", "content": "", "tool_calls": [
-            self.call("add", '{"a": 2, "b": 3}'), self.call("nope", "{}"), self.call("add", "{bad"),
-            self.call("add", '{"a": 1}')]}]
+        messages = [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    self.call("add", '{"a": 2, "b": 3}'),
+                    self.call("nope", "{}"),
+                    self.call("add", "{bad"),
+                    self.call("add", '{"a": 1}'),
+                ],
+            }
+        ]
         replies = run(env.env_response(messages, {}))
         self.assertEqual([r["content"] for r in replies[:1]], ["5"])
         self.assertIn("unknown tool 'nope'", replies[1]["content"])
@@ -219,7 +228,9 @@ class ToolEnvTests(unittest.TestCase):
     def test_completed_when_the_model_calls_nothing(self):
         env = self.env()
         self.assertTrue(env.is_completed([{"role": "assistant", "content": "done"}], {}))
-        self.assertFalse(env.is_completed([{"role": "assistant", "content": "", "tool_calls": [self.call("add", "{}")]}], {}))
+        self.assertFalse(
+            env.is_completed([{"role": "assistant", "content": "", "tool_calls": [self.call("add", "{}")]}], {})
+        )
 
     def test_a_plain_reply_ends_the_episode_unless_the_env_answers_it(self):
         class Retry(rl_env.ToolEnv):
@@ -254,6 +265,7 @@ class ModelTests(unittest.TestCase):
         self.assertIn(f"127.0.0.1:{port}", message)
         self.assertIn("judge-model", message)
         self.assertIn("unreachable", message)
+
 
 if __name__ == "__main__":
     unittest.main()

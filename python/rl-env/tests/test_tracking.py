@@ -85,8 +85,14 @@ class TrackingTest(unittest.TestCase):
                 ],
             )
             # The trainer's step-2 row is being written: step 2 waits for it.
-            write_lines(run / "trainer" / "metrics.jsonl", [{"step": 1, "loss": 1.5, "optimizer_skipped": False}], '{"st')
-            trace = {"env": "rt", "reward": 1.0, "messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": "cba"}]}
+            write_lines(
+                run / "trainer" / "metrics.jsonl", [{"step": 1, "loss": 1.5, "optimizer_skipped": False}], '{"st'
+            )
+            trace = {
+                "env": "rt",
+                "reward": 1.0,
+                "messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": "cba"}],
+            }
             write_lines(run / "rollouts" / "step_2" / "traces.jsonl", [trace])
             settings = {
                 "project": "p",
@@ -143,7 +149,9 @@ class TrackingTest(unittest.TestCase):
 
     def test_rows_flatten_into_slash_keys_and_skip_text(self):
         row = {"reward": {"mean": 1.0}, "env": "rt", "ok": True, "n": 3}
-        self.assertEqual(tracking.flatten(row, "trainer/"), {"trainer/reward/mean": 1.0, "trainer/ok": 1, "trainer/n": 3})
+        self.assertEqual(
+            tracking.flatten(row, "trainer/"), {"trainer/reward/mean": 1.0, "trainer/ok": 1, "trainer/n": 3}
+        )
 
 
 if __name__ == "__main__":

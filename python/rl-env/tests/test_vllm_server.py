@@ -8,7 +8,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from rl_env.vllm_server import (  # noqa: E402
+from rl_env.vllm_server import (
     WORKER_EXTENSION,
     _split_roots,
     _with_defaults,
@@ -48,7 +48,9 @@ class VllmServerTest(unittest.TestCase):
                 safetensors_files(d)
             for name in ["model-00002.safetensors", "model-00001.safetensors", "config.json"]:
                 open(os.path.join(d, name), "w").close()
-            self.assertEqual([p.name for p in safetensors_files(d)], ["model-00001.safetensors", "model-00002.safetensors"])
+            self.assertEqual(
+                [p.name for p in safetensors_files(d)], ["model-00001.safetensors", "model-00002.safetensors"]
+            )
 
     def test_a_lora_adapter_directory_is_recognised_to_be_refused(self):
         with tempfile.TemporaryDirectory() as d:

@@ -18,7 +18,11 @@ class Worker:
         env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rl_env.worker", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
         )
         self.ready = json.loads(self.proc.stdout.readline())
         self.next_id = 0
@@ -58,7 +62,7 @@ class WorkerTests(unittest.TestCase):
         task = env["splits"]["train"][0]
         target = int(task["answer"])
         prompt = w.call("prompt", {"task": task})["result"]["messages"]
-        messages = prompt + [{"role": "assistant", "content": str(target - 1)}]
+        messages = [*prompt, {"role": "assistant", "content": str(target - 1)}]
         r = w.call("env_response", {"task": task, "messages": messages, "state": {}, "turn": 1})["result"]
         self.assertEqual((r["done"], r["messages"][0]["content"]), (False, "Higher."))
         self.assertEqual(r["state"], {"guesses": 1}, "task fields are not sent back")
@@ -71,7 +75,9 @@ class WorkerTests(unittest.TestCase):
         self.assertTrue(r["done"])
         scores = w.call("score", {"task": task, "messages": messages, "state": state})["result"]["results"]
         self.assertEqual(scores, [{"value": 1.0}, {"value": 0.5}])
-        named = w.call("score", {"functions": ["efficiency", "nope"], "task": task, "messages": messages, "state": state})
+        named = w.call(
+            "score", {"functions": ["efficiency", "nope"], "task": task, "messages": messages, "state": state}
+        )
         self.assertEqual(named["result"]["results"], [{"value": 0.5}, {"error": "no reward function named 'nope'"}])
         self.assertEqual(env["prompts"]["train"][0], prompt, "prompts are formatted once, at load")
 
@@ -113,7 +119,7 @@ class WorkerTests(unittest.TestCase):
         self.assertEqual((r["done"], r["messages"]), (True, []), "returning None ends the episode")
 
     def test_prints_go_to_stderr_and_failures_are_per_request(self):
-        path = user_file('''
+        path = user_file("""
             import rl_env
             print("hello from load")
             def load_environment():
@@ -128,7 +134,7 @@ class WorkerTests(unittest.TestCase):
                             raise ValueError("cannot format")
                         return super().format_prompt(row)
                 return Env(dataset=[{"question": "q"}], rubric=rl_env.Rubric([loud, broken]))
-        ''')
+        """)
         self.addCleanup(os.unlink, path)
         w = Worker("--file", path)
         self.assertEqual(w.ready["event"], "ready")

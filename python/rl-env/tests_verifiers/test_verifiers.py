@@ -8,7 +8,6 @@ these tests.
 
 import asyncio
 import json
-import math
 import os
 import pathlib
 import re
@@ -46,7 +45,10 @@ def setUpModule():
     MODEL = WORK / "tiny"
     subprocess.run([RL, "model", "init", "--out", str(MODEL), "--preset", "tiny"], check=True, capture_output=True)
     SERVER = subprocess.Popen(
-        [RL, "inference", "--model.path", str(MODEL), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        [RL, "inference", "--model.path", str(MODEL), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     line = json.loads(SERVER.stdout.readline())
     BASE_URL = line["base_url"]
@@ -60,7 +62,9 @@ def tearDownModule():
 
 def post(path, body):
     request = urllib.request.Request(
-        BASE_URL.removesuffix("/v1") + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        BASE_URL.removesuffix("/v1") + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.load(response)
@@ -75,12 +79,19 @@ def engine_logprobs(tokens, prompt_len):
 
 
 def env_config(taskset, harness="null", **agent):
-    return {"taskset": {"id": taskset}, "agent": {"harness": {"id": harness}, "runtime": {"type": "subprocess"}, **agent}}
+    return {
+        "taskset": {"id": taskset},
+        "agent": {"harness": {"id": harness}, "runtime": {"type": "subprocess"}, **agent},
+    }
 
 
 def actor(temperature=1.0, max_tokens=8, base_url=None):
-    return {"base_url": base_url or BASE_URL, "model": MODEL.name, "timeout_s": 60,
-            "sampling": {"temperature": temperature, "max_tokens": max_tokens}}
+    return {
+        "base_url": base_url or BASE_URL,
+        "model": MODEL.name,
+        "timeout_s": 60,
+        "sampling": {"temperature": temperature, "max_tokens": max_tokens},
+    }
 
 
 def run_episodes(env_dict, count, act=None, renderer=None, split_select=None):
@@ -115,8 +126,13 @@ class GenerateContract(unittest.TestCase):
         async def call():
             client = AsyncOpenAI(base_url=BASE_URL, api_key="none")
             try:
-                return await generate(client=client, renderer=renderer, messages=messages, model=MODEL.name,
-                                      sampling_params={"temperature": 1.0, "max_tokens": 12, "seed": 3})
+                return await generate(
+                    client=client,
+                    renderer=renderer,
+                    messages=messages,
+                    model=MODEL.name,
+                    sampling_params={"temperature": 1.0, "max_tokens": 12, "seed": 3},
+                )
             finally:
                 await client.close()
 
@@ -181,9 +197,12 @@ class HostTraces(unittest.TestCase):
         self.assertEqual((trace["errors"], trace["sampling_temperature"]), ([], 0.6))
 
     def test_multi_turn_user_sim_keeps_the_assistant_trace(self):
-        env = {"id": "user-sim", "taskset": {"id": "rlt_reverse"},
-               "assistant": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
-               "user": {"runtime": {"type": "subprocess"}, "max_turns": 2}}
+        env = {
+            "id": "user-sim",
+            "taskset": {"id": "rlt_reverse"},
+            "assistant": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
+            "user": {"runtime": {"type": "subprocess"}, "max_turns": 2},
+        }
         episodes, traces = run_episodes(env, 1)
         self.assertEqual(len(episodes[0].traces), 2, "the assistant's and the user's")
         (trace,) = traces[0]
@@ -228,12 +247,21 @@ class ScriptedEngine:
                     text = result.group(1)
                 else:
                     word = re.search(r"code of '(\w+)'", prompt).group(1)
-                    text = '<tool_call>\n{"name": "lookup", "arguments": {"word": "%s"}}\n</tool_call>' % word
-                ids = tok.encode(text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+                    text = f'<tool_call>\n{{"name": "lookup", "arguments": {{"word": "{word}"}}}}\n</tool_call>'
+                ids = [*tok.encode(text, add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
                 engine.requests.append(body)
-                reply = {"request_id": "scripted", "prompt_token_ids": body["token_ids"], "choices": [{
-                    "index": 0, "token_ids": ids, "finish_reason": "stop",
-                    "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]}}]}
+                reply = {
+                    "request_id": "scripted",
+                    "prompt_token_ids": body["token_ids"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "token_ids": ids,
+                            "finish_reason": "stop",
+                            "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]},
+                        }
+                    ],
+                }
                 data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -261,8 +289,9 @@ class ToolCalls(unittest.TestCase):
         engine = ScriptedEngine()
         try:
             renderer = {"name": "default", "tool_parser": "qwen3"}
-            _, traces = run_episodes(env_config("rlt_lookup", max_turns=3), 1, actor(base_url=engine.base_url),
-                                     renderer=renderer)
+            _, traces = run_episodes(
+                env_config("rlt_lookup", max_turns=3), 1, actor(base_url=engine.base_url), renderer=renderer
+            )
         finally:
             engine.close()
         (trace,) = traces[0]
@@ -309,7 +338,7 @@ class Failures(unittest.TestCase):
         config = WORK / "env.toml"
         config.write_text(
             '[env]\nid = "verifiers"\n[env.args]\n'
-            f'python = {json.dumps(sys.executable)}\ntokenizer = {json.dumps(str(MODEL))}\n'
+            f"python = {json.dumps(sys.executable)}\ntokenizer = {json.dumps(str(MODEL))}\n"
             'env = { taskset = { id = "no_such_taskset_anywhere" } }\n'
         )
         out = subprocess.run([RL, "env-server", "@", str(config)], capture_output=True, text=True, timeout=300)
@@ -325,11 +354,35 @@ class VfEval(unittest.TestCase):
         out_dir = WORK / "vf-eval"
         vf_eval = pathlib.Path(sys.executable).parent / "vf-eval"
         run = subprocess.run(
-            [str(vf_eval), "rlt_reverse", "-m", MODEL.name, "-n", "2", "-r", "2", "--client.type", "train",
-             "--client.base-url", BASE_URL, "--client.api-key-var", "RL_TEST_NO_KEY",
-             "--client.renderer-model-name", str(MODEL), "--env.agent.harness.id", "null",
-             "--env.agent.runtime.type", "subprocess", "--sampling.max-tokens", "8", "-o", str(out_dir)],
-            capture_output=True, text=True, timeout=600,
+            [
+                str(vf_eval),
+                "rlt_reverse",
+                "-m",
+                MODEL.name,
+                "-n",
+                "2",
+                "-r",
+                "2",
+                "--client.type",
+                "train",
+                "--client.base-url",
+                BASE_URL,
+                "--client.api-key-var",
+                "RL_TEST_NO_KEY",
+                "--client.renderer-model-name",
+                str(MODEL),
+                "--env.agent.harness.id",
+                "null",
+                "--env.agent.runtime.type",
+                "subprocess",
+                "--sampling.max-tokens",
+                "8",
+                "-o",
+                str(out_dir),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
         (traces_file,) = out_dir.glob("*/traces.jsonl")
@@ -352,7 +405,9 @@ class Training(unittest.TestCase):
         out = WORK / ("out-" + name)
         run = subprocess.run(
             [RL, "rl", "@", str(config), "--clean", "--model.path", str(MODEL), "--output-dir", str(out)],
-            capture_output=True, text=True, timeout=900,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
         run_name = re.search(r'^name = "(.*)"$', text, re.M).group(1)
@@ -372,8 +427,10 @@ class Training(unittest.TestCase):
         evals = [r for r in rows if "eval/verifiers/avg@1" in r]
         self.assertTrue(evals and all(r["eval/verifiers/examples"] == 16 for r in evals), rows)
         # Per reward function and per metric, as the training rows have them.
-        self.assertTrue(all("eval/verifiers/reward/reversal" in r and "eval/verifiers/metric/reply_chars" in r
-                            for r in evals), evals)
+        self.assertTrue(
+            all("eval/verifiers/reward/reversal" in r and "eval/verifiers/metric/reply_chars" in r for r in evals),
+            evals,
+        )
 
     def test_tools(self):
         self.train("tool_lookup.toml")

@@ -16,21 +16,25 @@ and serves the gRPC protocol, and calls into this package over a pipe (`rl_env.w
 """
 
 from .data import DatasetError, load_dataset, load_jsonl
-from .env import Environment, EnvError, MultiTurnEnv, SingleTurnEnv, ToolEnv
-from .messages import last_reply, parse_tag
+from .env import EnvError, Environment, EnvReply, MultiTurnEnv, SingleTurnEnv, State, ToolEnv
+from .messages import Message, Messages, last_reply, parse_tag
 from .models import Model
-from .rubric import Rubric, RewardError
+from .rubric import RewardError, Rubric
 from .tools import tool_schema
 
 __all__ = [
     "DatasetError",
     "EnvError",
+    "EnvReply",
     "Environment",
+    "Message",
+    "Messages",
     "Model",
     "MultiTurnEnv",
     "RewardError",
     "Rubric",
     "SingleTurnEnv",
+    "State",
     "ToolEnv",
     "last_reply",
     "load_dataset",

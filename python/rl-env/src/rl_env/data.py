@@ -1,16 +1,23 @@
 """Task datasets: lists of dicts, or rows read from JSONL or parquet files, with errors naming the file and line."""
 
+from __future__ import annotations
+
 import json
 import os
+from collections.abc import Iterable
+from typing import Any
+
+Row = dict[str, Any]
+"""One dataset row (a task)."""
 
 
 class DatasetError(ValueError):
     """A dataset that cannot be used; the message names the file, line and field at fault."""
 
 
-def load_jsonl(path):
+def load_jsonl(path: str) -> list[Row]:
     """Rows of a JSONL file: one JSON object per non-blank line."""
-    rows = []
+    rows: list[Row] = []
     try:
         f = open(path, encoding="utf-8")
     except OSError as e:
@@ -29,19 +36,20 @@ def load_jsonl(path):
     return rows
 
 
-def load_parquet(path):
+def load_parquet(path: str) -> list[Row]:
     """Rows of a parquet file (needs pyarrow: `pip install rl-env[parquet]`)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise DatasetError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
     try:
-        return pq.read_table(path).to_pylist()
+        rows: list[Row] = pq.read_table(path).to_pylist()
+        return rows
     except (OSError, ValueError) as e:
         raise DatasetError(f"{path}: cannot read parquet: {e}") from None
 
 
-def load_dataset(source):
+def load_dataset(source: str | os.PathLike[str] | Iterable[Any] | None) -> list[Row]:
     """A list of row dicts from a list/tuple of dicts, or a `.jsonl` / `.parquet` path."""
     if source is None:
         return []
@@ -62,7 +70,7 @@ def load_dataset(source):
     return rows
 
 
-def split_rows(rows, eval_fraction, seed=0):
+def split_rows(rows: list[Row], eval_fraction: float, seed: int = 0) -> tuple[list[Row], list[Row]]:
     """Splits rows into (train, eval) with a seeded shuffle; `eval_fraction` in [0, 1)."""
     if not 0.0 <= eval_fraction < 1.0:
         raise DatasetError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
@@ -70,7 +78,7 @@ def split_rows(rows, eval_fraction, seed=0):
 
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    n_eval = int(round(len(rows) * eval_fraction))
+    n_eval = round(len(rows) * eval_fraction)
     eval_idx = set(order[:n_eval])
     train = [r for i, r in enumerate(rows) if i not in eval_idx]
     evals = [r for i, r in enumerate(rows) if i in eval_idx]

@@ -1,14 +1,32 @@
 """Environments: a dataset, how a row becomes a prompt, replies between model turns, tools, a rubric."""
 
+from __future__ import annotations
+
 import asyncio
 import inspect
 import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, Optional, Union
 
-from .data import DatasetError, load_dataset, split_rows
-from .messages import check_messages
+from .data import DatasetError, Row, load_dataset, split_rows
+from .messages import Message, Messages, check_messages
 from .rubric import Rubric
 from .runner import call_exact
 from .tools import tool_schema
+
+State = dict[str, Any]
+"""An episode's own data, kept between turns."""
+
+EnvReply = Union[Messages, tuple[Optional[Messages], State], None]
+"""What `env_response` returns: messages, or `(messages, state)` as verifiers does; `None` (or
+`(None, state)`) ends the episode."""
+
+Algorithm = Callable[[list[dict[str, Any]], dict[str, Any]], list[Optional[float]]]
+"""An env-owned advantage algorithm: a group's traces and the config's fields in, one advantage
+(or None) per trace out."""
+
+DatasetSource = Union[None, str, Iterable[Row]]
+"""Rows, or a `.jsonl` / `.parquet` path."""
 
 
 class EnvError(Exception):
@@ -30,21 +48,21 @@ class Environment:
 
     def __init__(
         self,
-        dataset=None,
-        eval_dataset=None,
+        dataset: DatasetSource = None,
+        eval_dataset: DatasetSource = None,
         *,
-        system_prompt=None,
-        few_shot=None,
-        question_key="question",
-        answer_key="answer",
-        rubric=None,
-        max_turns=1,
-        eval_fraction=0.0,
-        seed=0,
-        env_id=None,
-        metadata=None,
-        algorithms=(),
-    ):
+        system_prompt: str | None = None,
+        few_shot: Messages | None = None,
+        question_key: str = "question",
+        answer_key: str = "answer",
+        rubric: Rubric | None = None,
+        max_turns: int = 1,
+        eval_fraction: float = 0.0,
+        seed: int = 0,
+        env_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        algorithms: Iterable[Algorithm] = (),
+    ) -> None:
         rows = load_dataset(dataset)
         evals = load_dataset(eval_dataset)
         if eval_fraction:
@@ -64,7 +82,7 @@ class Environment:
         self.env_id = env_id or type(self).__name__
         self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self.splits = {"train": rows, "test": evals}
-        self.algorithms = {}
+        self.algorithms: dict[str, Algorithm] = {}
         for f in algorithms:
             name = getattr(f, "__name__", None)
             if not callable(f) or not name:
@@ -76,10 +94,12 @@ class Environment:
             for i, row in enumerate(split_rows_):
                 self._check_row(split, i, row)
 
-    def _check_row(self, split, index, row):
+    def _check_row(self, split: str, index: int, row: Row) -> None:
         where = f"{split} row {index}"
         if not isinstance(row.get("prompt"), list) and self.question_key not in row:
-            raise DatasetError(f"{where}: has no {self.question_key!r} field (nor a `prompt` message list); fields: {sorted(row)}")
+            raise DatasetError(
+                f"{where}: has no {self.question_key!r} field (nor a `prompt` message list); fields: {sorted(row)}"
+            )
         try:
             json.dumps(row)
         except (TypeError, ValueError) as e:
@@ -87,44 +107,44 @@ class Environment:
 
     # --- what subclasses may override -------------------------------------------------------
 
-    def format_prompt(self, row):
+    def format_prompt(self, row: Row) -> Messages:
         """The first messages of an episode for `row`."""
         if isinstance(row.get("prompt"), list):
             return check_messages(row["prompt"], "row.prompt")
         question = row.get(self.question_key)
         if question is None:
             raise EnvError(f"the task has no {self.question_key!r} field")
-        messages = []
+        messages: Messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
         messages.extend(self.few_shot)
         messages.append({"role": "user", "content": str(question)})
         return messages
 
-    def tool_functions(self):
+    def tool_functions(self) -> list[Callable[..., Any]]:
         """Plain functions offered to the model as tools."""
         return []
 
-    def is_completed(self, messages, state):
+    def is_completed(self, messages: Messages, state: State) -> bool:
         """Whether the episode is over after the model's last turn (checked before `env_response`)."""
         return False
 
-    async def env_response(self, messages, state):
+    async def env_response(self, messages: Messages, state: State) -> EnvReply:
         """The messages answering the model's last turn (a list, or `(list, state)` like verifiers);
         `None` (or `(None, state)`) ends the episode there."""
         raise EnvError(f"{type(self).__name__} takes more than one turn but does not define env_response")
 
-    def single_turn(self):
+    def single_turn(self) -> bool:
         """True when the host need not call `env_response` at all."""
         return self.max_turns == 1 and type(self).env_response is Environment.env_response
 
     # --- used by the worker ------------------------------------------------------------------
 
-    def answer_of(self, row):
+    def answer_of(self, row: Row) -> Any:
         return row.get(self.answer_key)
 
-    def describe(self):
-        prompts = {}
+    def describe(self) -> dict[str, Any]:
+        prompts: dict[str, list[Messages]] = {}
         for split, rows in self.splits.items():
             prompts[split] = []
             for i, row in enumerate(rows):
@@ -148,7 +168,7 @@ class Environment:
 class SingleTurnEnv(Environment):
     """One model reply per episode, scored by the rubric."""
 
-    def __init__(self, dataset=None, eval_dataset=None, **kwargs):
+    def __init__(self, dataset: DatasetSource = None, eval_dataset: DatasetSource = None, **kwargs: Any) -> None:
         kwargs.setdefault("max_turns", 1)
         super().__init__(dataset, eval_dataset, **kwargs)
 
@@ -156,7 +176,9 @@ class SingleTurnEnv(Environment):
 class MultiTurnEnv(Environment):
     """Several turns: define `env_response(messages, state)` and, optionally, `is_completed`."""
 
-    def __init__(self, dataset=None, eval_dataset=None, *, max_turns=10, **kwargs):
+    def __init__(
+        self, dataset: DatasetSource = None, eval_dataset: DatasetSource = None, *, max_turns: int = 10, **kwargs: Any
+    ) -> None:
         super().__init__(dataset, eval_dataset, max_turns=max_turns, **kwargs)
 
 
@@ -169,8 +191,16 @@ class ToolEnv(MultiTurnEnv):
     does not return within `tool_timeout_s` fails the episode with an env error on the trace.
     """
 
-    def __init__(self, dataset=None, eval_dataset=None, *, tools=(), tool_timeout_s=30.0, **kwargs):
-        self.tools = {}
+    def __init__(
+        self,
+        dataset: DatasetSource = None,
+        eval_dataset: DatasetSource = None,
+        *,
+        tools: Iterable[Callable[..., Any]] = (),
+        tool_timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        self.tools: dict[str, Callable[..., Any]] = {}
         for f in tools:
             schema = tool_schema(f)
             if schema["name"] in self.tools:
@@ -179,27 +209,31 @@ class ToolEnv(MultiTurnEnv):
         self.tool_timeout_s = float(tool_timeout_s)
         super().__init__(dataset, eval_dataset, **kwargs)
 
-    def tool_functions(self):
+    def tool_functions(self) -> list[Callable[..., Any]]:
         return list(self.tools.values())
 
-    def is_completed(self, messages, state):
-        last = messages[-1] if messages else {}
+    def is_completed(self, messages: Messages, state: State) -> bool:
+        last: Message = messages[-1] if messages else {}
         plain = last.get("role") == "assistant" and not last.get("tool_calls")
         return plain and type(self).on_plain_reply is ToolEnv.on_plain_reply
 
-    async def on_plain_reply(self, messages, state):
+    async def on_plain_reply(self, messages: Messages, state: State) -> Messages | None:
         """The environment's answer to a model turn without tool calls: messages to go on with
         (e.g. `[{"role": "user", "content": "Not yet: try again."}]`), or `None` to end the
         episode. Plain or async; the default ends it."""
         return None
 
-    async def call_tool(self, call):
+    async def call_tool(self, call: dict[str, Any]) -> Message:
         """The tool message answering one call."""
         name = call.get("function", {}).get("name", "")
         call_id = call.get("id", "")
         func = self.tools.get(name)
         if func is None:
-            return {"role": "tool", "tool_call_id": call_id, "content": f"Error: unknown tool {name!r}; tools: {', '.join(self.tools)}"}
+            return {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": f"Error: unknown tool {name!r}; tools: {', '.join(self.tools)}",
+            }
         try:
             args = json.loads(call.get("function", {}).get("arguments") or "{}")
             if not isinstance(args, dict):
@@ -219,9 +253,11 @@ class ToolEnv(MultiTurnEnv):
                 result = str(result)
         return {"role": "tool", "tool_call_id": call_id, "content": result}
 
-    async def env_response(self, messages, state):
+    async def env_response(self, messages: Messages, state: State) -> EnvReply:
         calls = messages[-1].get("tool_calls") or []
         if not calls:
-            reply = self.on_plain_reply(messages, state)
-            return await reply if inspect.isawaitable(reply) else reply
+            # Users may override `on_plain_reply` with a plain function.
+            reply: Any = self.on_plain_reply(messages, state)
+            answer: Messages | None = await reply if inspect.isawaitable(reply) else reply
+            return answer
         return list(await asyncio.gather(*(self.call_tool(c) for c in calls)))

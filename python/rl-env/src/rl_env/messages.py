@@ -1,17 +1,27 @@
 """Helpers for OpenAI-style chat messages (dicts with `role`, `content`, optional `tool_calls`)."""
 
+from __future__ import annotations
+
+from typing import Any
+
+Message = dict[str, Any]
+"""One OpenAI-style chat message."""
+
+Messages = list[Message]
+"""A conversation."""
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def last_reply(messages):
+def last_reply(messages: Messages | None) -> str:
     """Content of the last assistant message ("" if none)."""
     for m in reversed(messages or []):
         if m.get("role") == "assistant":
-            return m.get("content") or ""
+            return str(m.get("content") or "")
     return ""
 
 
-def parse_tag(text, tag):
+def parse_tag(text: str, tag: str) -> str | None:
     """The stripped text inside the first `<tag>...</tag>`, or None."""
     start = text.find(f"<{tag}>")
     if start < 0:
@@ -23,7 +33,7 @@ def parse_tag(text, tag):
     return text[start:end].strip()
 
 
-def check_messages(messages, what):
+def check_messages(messages: Any, what: str) -> Messages:
     """Validates a list of message dicts; raises ValueError naming `what` and the index."""
     if not isinstance(messages, list):
         raise ValueError(f"{what} must be a list of messages, got {type(messages).__name__}")

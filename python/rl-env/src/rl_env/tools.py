@@ -1,12 +1,15 @@
 """Tools as plain Python functions: the JSON schema the model sees comes from the signature and docstring."""
 
+from __future__ import annotations
+
 import inspect
 import typing
+from typing import Any, Callable
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
 
-def _json_type(annotation):
+def _json_type(annotation: Any) -> dict[str, Any]:
     if annotation is inspect.Parameter.empty:
         return {}
     origin = typing.get_origin(annotation)
@@ -17,10 +20,10 @@ def _json_type(annotation):
         values = list(typing.get_args(annotation))
         return {"enum": values}
     if origin in (list, tuple):
-        args = typing.get_args(annotation)
-        schema = {"type": "array"}
-        if args and origin is list:
-            schema["items"] = _json_type(args[0])
+        item_args = typing.get_args(annotation)
+        schema: dict[str, Any] = {"type": "array"}
+        if item_args and origin is list:
+            schema["items"] = _json_type(item_args[0])
         return schema
     if origin is dict:
         return {"type": "object"}
@@ -29,13 +32,15 @@ def _json_type(annotation):
     return {}
 
 
-def _parse_docstring(doc):
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """(description, {param: description}) from a Google- or reST-style docstring."""
     if not doc:
         return "", {}
     lines = inspect.cleandoc(doc).splitlines()
-    description, params, in_args = [], {}, False
-    current = None
+    description: list[str] = []
+    params: dict[str, str] = {}
+    in_args = False
+    current: str | None = None
     for line in lines:
         stripped = line.strip()
         if stripped.lower() in ("args:", "arguments:", "parameters:"):
@@ -63,7 +68,7 @@ def _parse_docstring(doc):
     return text, params
 
 
-def tool_schema(func):
+def tool_schema(func: Callable[..., Any]) -> dict[str, Any]:
     """`{"name", "description", "parameters"}` for `func` (OpenAI function-tool shape)."""
     name = getattr(func, "__name__", None)
     if not name or not name.isidentifier():
@@ -73,7 +78,8 @@ def tool_schema(func):
         hints = typing.get_type_hints(func)
     except Exception:  # unresolvable annotations: fall back to the raw ones
         hints = {}
-    properties, required = {}, []
+    properties: dict[str, Any] = {}
+    required: list[str] = []
     for p in inspect.signature(func).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue

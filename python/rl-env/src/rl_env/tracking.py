@@ -24,8 +24,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any
 
 POLL_S = 1.0
 SAMPLE_ROWS = 16
@@ -38,7 +39,7 @@ class Follower:
         self.path = path
         self.offset = 0
 
-    def rows(self) -> Iterator[Dict[str, Any]]:
+    def rows(self) -> Iterator[dict[str, Any]]:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -54,9 +55,9 @@ class Follower:
                 yield json.loads(line)
 
 
-def flatten(row: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """`{"reward": {"mean": 1}}` -> `{"reward/mean": 1}` (metrics.jsonl rows nest some groups)."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key, value in row.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -68,11 +69,11 @@ def flatten(row: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
-def samples(traces_template: str, step: int) -> List[List[Any]]:
+def samples(traces_template: str, step: int) -> list[list[Any]]:
     """Rows (step, env, prompt, completion, reward) from the step's traces (the file named by
     `traces_template` with `{step}` replaced)."""
     path = Path(traces_template.replace("{step}", str(step)))
-    rows: List[List[Any]] = []
+    rows: list[list[Any]] = []
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -91,22 +92,22 @@ def samples(traces_template: str, step: int) -> List[List[Any]]:
 class Tracker:
     """Merges the two metrics files by step and sends finished steps in order."""
 
-    def __init__(self, run_dir: Path, settings: Dict[str, Any], wandb_module: Any) -> None:
+    def __init__(self, run_dir: Path, settings: dict[str, Any], wandb_module: Any) -> None:
         self.run_dir = run_dir
         self.settings = settings
         self.wandb = wandb_module
-        self.paths: Dict[str, str] = settings["paths"]
+        self.paths: dict[str, str] = settings["paths"]
         self.orchestrator = Follower(Path(self.paths["metrics"]))
         self.trainer = Follower(Path(self.paths["trainer_metrics"]))
-        self.pending_orch: Dict[int, Dict[str, Any]] = {}
-        self.pending_trainer: Dict[int, Dict[str, Any]] = {}
+        self.pending_orch: dict[int, dict[str, Any]] = {}
+        self.pending_trainer: dict[int, dict[str, Any]] = {}
         self.state_path = Path(settings["dir"]) / "state.json"
         state = self._load_state()
         self.sent = state.get("logged_step", -1)
         # `single`: one metrics file (`rl sft`), each row sent as it arrives.
         self.single = bool(settings.get("single"))
         config_path = Path(self.paths["config"])
-        config: Dict[str, Any] = json.loads(config_path.read_text()) if config_path.exists() else {}
+        config: dict[str, Any] = json.loads(config_path.read_text()) if config_path.exists() else {}
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         self.run = wandb_module.init(
             project=settings["project"],
@@ -121,11 +122,12 @@ class Tracker:
         )
         self._save_state()
 
-    def _load_state(self) -> Dict[str, Any]:
+    def _load_state(self) -> dict[str, Any]:
         try:
-            return json.loads(self.state_path.read_text())
+            state = json.loads(self.state_path.read_text())
         except (FileNotFoundError, ValueError):
             return {}
+        return state if isinstance(state, dict) else {}
 
     def _save_state(self) -> None:
         # Whole file or nothing: a temp file in the same directory, fsync, rename.
@@ -159,10 +161,10 @@ class Tracker:
             self._save_state()
         return sent
 
-    def _send(self, step: int, orch: Optional[Dict[str, Any]], trainer: Optional[Dict[str, Any]]) -> None:
+    def _send(self, step: int, orch: dict[str, Any] | None, trainer: dict[str, Any] | None) -> None:
         if step <= self.sent:
             return  # sent before a resume
-        data: Dict[str, Any] = {}
+        data: dict[str, Any] = {}
         if orch:
             data.update(flatten({k: v for k, v in orch.items() if k != "step"}))
         if trainer:
@@ -182,7 +184,7 @@ class Tracker:
         self.run.finish()
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument(

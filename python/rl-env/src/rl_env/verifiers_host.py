@@ -37,7 +37,7 @@ def short(message, limit=4000):
     lines = (message or "").splitlines()
     if len(lines) > ERROR_HEAD_LINES + ERROR_TAIL_LINES:
         cut = len(lines) - ERROR_HEAD_LINES - ERROR_TAIL_LINES
-        lines = lines[:ERROR_HEAD_LINES] + [f"[... {cut} lines ...]"] + lines[-ERROR_TAIL_LINES:]
+        lines = [*lines[:ERROR_HEAD_LINES], f"[... {cut} lines ...]", *lines[-ERROR_TAIL_LINES:]]
     text = "\n".join(lines)
     return text if len(text) <= limit else text[: limit // 2] + " [...] " + text[-limit // 2 :]
 
@@ -112,7 +112,9 @@ def trace_json(trace, episode_errors, member):
         errors.append({"kind": "timeout", "message": "the trace timed out"})
     errors += episode_errors
     if not trace.ok and not errors:
-        errors.append({"kind": "env", "message": f"the trace ended unfinished (stop condition {trace.stop_condition!r})"})
+        errors.append(
+            {"kind": "env", "message": f"the trace ended unfinished (stop condition {trace.stop_condition!r})"}
+        )
     temperatures = sorted({c.sampling.temperature for c in trace.calls if c.error is None and c.sampling is not None})
     temperature = None
     if len(temperatures) > 1 and None in temperatures:
@@ -122,10 +124,15 @@ def trace_json(trace, episode_errors, member):
         temperature = 1.0 if temperatures[0] is None else float(temperatures[0])
     elif len(temperatures) > 1:
         errors.append(
-            {"kind": "env", "message": f"the turns were sampled at different temperatures {temperatures}; "
-             "a trace is trained at one temperature"}
+            {
+                "kind": "env",
+                "message": f"the turns were sampled at different temperatures {temperatures}; "
+                "a trace is trained at one temperature",
+            }
         )
-    rewards = {k: {"score": float(r.score), "weight": float(r.weight)} for k, r in trace.rewards.items() if r is not None}
+    rewards = {
+        k: {"score": float(r.score), "weight": float(r.weight)} for k, r in trace.rewards.items() if r is not None
+    }
     metrics = {k: float(v) for k, v in trace.metrics.items() if v is not None}
     timing = trace.timing
     end = max(timing.scoring.end, timing.agent.end, timing.start)
@@ -133,7 +140,9 @@ def trace_json(trace, episode_errors, member):
         "id": trace.id,
         "member_id": member,
         "nodes": nodes,
-        "tools": [{"name": t.name, "description": t.description or "", "parameters": t.parameters} for t in trace.tools],
+        "tools": [
+            {"name": t.name, "description": t.description or "", "parameters": t.parameters} for t in trace.tools
+        ],
         "rewards": rewards,
         "reward": float(trace.reward) if rewards else 0.0,
         "metrics": metrics,

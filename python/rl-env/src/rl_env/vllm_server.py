@@ -73,7 +73,7 @@ class WeightsFromDirectory:
         def tensors():
             for path in safetensors_files(weight_dir):
                 with safe_open(str(path), framework="pt", device="cpu") as f:
-                    for name in f.keys():
+                    for name in f:
                         yield name, f.get_tensor(name)
 
         # vLLM's model classes map HF names onto their fused parameters and cast to their dtype.
@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["RL_WEIGHT_ROOTS"] = os.pathsep.join(roots)
 
     import uvloop
+    import vllm.entrypoints.openai.api_server as api_server
     from fastapi import APIRouter, Request
     from fastapi.responses import JSONResponse
-    import vllm.entrypoints.openai.api_server as api_server
     from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         return JSONResponse(body, status_code=status)
 
     @router.post(ROUTE)
-    async def update_weights(request: Request):
+    async def update_weights(request: Request) -> JSONResponse:
         body = await request.json()
         weight_dir = body.get("weight_dir") if isinstance(body, dict) else None
         if not isinstance(weight_dir, str) or not weight_dir:

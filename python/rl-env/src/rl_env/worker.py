@@ -7,8 +7,11 @@ or `{"event": "error", "message": ...}`. Then it answers requests, one JSON obje
 number in flight: `{"id": N, "method": M, "params": {...}}` -> `{"id": N, "result": ...}` or
 `{"id": N, "error": {"kind": "env" | "reward" | "bad_request", "message": ...}}`. Methods:
 `prompt`, `env_response`, `score` (every rubric function, or those named, in one call),
-`algorithm` (an env-owned advantage algorithm on a group), `ping`. The user's prints go to stderr, never into the protocol.
+`algorithm` (an env-owned advantage algorithm on a group), `ping`. The user's prints go to stderr,
+never into the protocol.
 """
+
+from __future__ import annotations
 
 import argparse
 import asyncio
@@ -20,10 +23,12 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
+from typing import IO, Any, NoReturn
 
 from .data import DatasetError
-from .env import EnvError, Environment
-from .messages import check_messages
+from .env import EnvError, Environment, State
+from .messages import Messages, check_messages
 from .models import Model
 from .rubric import RewardError
 
@@ -33,18 +38,27 @@ PROTOCOL_VERSION = 1
 SUPPLIED_STATE = ("turn", "task", "answer", "info")
 
 
+Params = dict[str, Any]
+"""A request's `params` (JSON)."""
+
+Answer = dict[str, Any]
+"""A request's `result` (JSON)."""
+
+
 class BadRequest(Exception):
     """The host sent something this worker cannot use."""
 
 
-def result_json(value, error):
+def result_json(value: Any, error: str | None) -> dict[str, Any]:
     """One function's result on the wire: `value`, `turns` (a per-turn function) or `error`."""
     if error is not None:
         return {"error": error}
     return {"turns": value} if isinstance(value, list) else {"value": value}
 
 
-def load_user_environment(file=None, module=None, args=None):
+def load_user_environment(
+    file: str | None = None, module: str | None = None, args: Mapping[str, Any] | None = None
+) -> Environment:
     """Imports the user's module and builds its environment with `load_environment(**args)`."""
     if file:
         path = os.path.abspath(file)
@@ -53,13 +67,17 @@ def load_user_environment(file=None, module=None, args=None):
         sys.path.insert(0, os.path.dirname(path))
         name = os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{file}: cannot be imported as a module")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
         where = file
-    else:
+    elif module:
         mod = importlib.import_module(module)
         where = module
+    else:
+        raise ValueError("give the environment's file or module")
     factory = getattr(mod, "load_environment", None)
     if not callable(factory):
         raise AttributeError(f"{where} defines no load_environment(**args) function")
@@ -72,18 +90,20 @@ def load_user_environment(file=None, module=None, args=None):
 class LineServer:
     """One JSON request per line in, one answer per line out; `do_<method>` handles a method."""
 
-    def __init__(self, out):
+    def __init__(self, out: IO[str]) -> None:
         self.out = out
 
-    def write(self, obj):
+    def write(self, obj: dict[str, Any]) -> None:
         try:
             line = json.dumps(obj, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError) as e:
-            line = json.dumps({"id": obj.get("id"), "error": {"kind": "env", "message": f"the answer is not JSON-serializable: {e}"}})
+            line = json.dumps(
+                {"id": obj.get("id"), "error": {"kind": "env", "message": f"the answer is not JSON-serializable: {e}"}}
+            )
         self.out.write(line + "\n")
         self.out.flush()
 
-    async def handle(self, raw):
+    async def handle(self, raw: str | bytes) -> None:
         try:
             request = json.loads(raw)
             rid = request["id"]
@@ -109,21 +129,21 @@ class LineServer:
             print(f"rl_env: {method} failed:\n{tb}", file=sys.stderr, flush=True)
             self.write({"id": rid, "error": {"kind": "env", "message": f"{method}: {type(e).__name__}: {e}"}})
 
-    async def do_ping(self, params):
+    async def do_ping(self, params: Params) -> Answer:
         return {}
 
 
 class Worker(LineServer):
     """Answers the host's requests for one `rl_env` environment."""
 
-    def __init__(self, env, out):
+    def __init__(self, env: Environment, out: IO[str]) -> None:
         super().__init__(out)
         self.env = env
 
-    async def do_prompt(self, params):
+    async def do_prompt(self, params: Params) -> Answer:
         return {"messages": check_messages(self.env.format_prompt(params["task"]), "format_prompt()")}
 
-    def episode_state(self, params):
+    def episode_state(self, params: Params) -> State:
         """The state dict user code sees: what it kept, plus the task's fields (not sent back)."""
         task = params["task"]
         state = dict(params.get("state") or {})
@@ -131,17 +151,18 @@ class Worker(LineServer):
         return state
 
     @staticmethod
-    def kept(state):
+    def kept(state: Any) -> State:
         if not isinstance(state, dict):
             raise EnvError(f"env_response returned a state of type {type(state).__name__}, expected a dict")
         return {k: v for k, v in state.items() if k not in SUPPLIED_STATE}
 
-    async def do_env_response(self, params):
-        messages = params["messages"]
+    async def do_env_response(self, params: Params) -> Answer:
+        messages: Messages = params["messages"]
         state = self.episode_state(params)
         if self.env.is_completed(messages, state):
             return {"done": True, "messages": [], "state": self.kept(state)}
-        reply = await self.env.env_response(messages, state)
+        # User code may return a single message dict too.
+        reply: Any = await self.env.env_response(messages, state)
         if isinstance(reply, tuple) and len(reply) == 2:
             reply, state = reply
         if reply is None:
@@ -150,7 +171,7 @@ class Worker(LineServer):
             reply = [reply]
         return {"done": False, "messages": check_messages(reply, "env_response()"), "state": self.kept(state)}
 
-    async def do_score(self, params):
+    async def do_score(self, params: Params) -> Answer:
         """Scores one rollout with the named functions (all when `functions` is absent), concurrently."""
         task = params["task"]
         messages = params["messages"]
@@ -177,8 +198,7 @@ class Worker(LineServer):
         scored = await self.env.rubric.score_all(names, available)
         return {"results": [result_json(v, e) for v, e in scored]}
 
-
-    async def do_algorithm(self, params):
+    async def do_algorithm(self, params: Params) -> Answer:
         """One env-owned algorithm on a group: one advantage (or None) per trace."""
         name = params["name"]
         func = self.env.algorithms.get(name)
@@ -190,16 +210,20 @@ class Worker(LineServer):
             result = await result
         if not isinstance(result, (list, tuple)) or len(result) != len(traces):
             raise EnvError(f"algorithm {name} must return a list of {len(traces)} numbers or None, got {result!r:.100}")
-        out = []
+        out: list[float | None] = []
         for i, value in enumerate(result):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-                raise EnvError(f"algorithm {name}: the value for trace {i} is {value!r}, expected a finite number or None")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            ):
+                raise EnvError(
+                    f"algorithm {name}: the value for trace {i} is {value!r}, expected a finite number or None"
+                )
             out.append(None if value is None else float(value))
         return {"advantages": out}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m rl_env.worker", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rl_env.worker", description=(__doc__ or "").splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", help="a .py file defining load_environment(**args)")
     source.add_argument("--module", help="an importable module defining load_environment(**args)")
@@ -225,7 +249,7 @@ def main(argv=None):
     serve(Worker(env, out))
 
 
-def protocol_stdout():
+def protocol_stdout() -> IO[str]:
     """The real stdout, for the protocol alone; everything user code prints goes to stderr."""
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -233,20 +257,20 @@ def protocol_stdout():
     return out
 
 
-def serve(server, loop=None):
+def serve(server: LineServer, loop: asyncio.AbstractEventLoop | None = None) -> NoReturn:
     """Answers requests read from stdin until the host closes it, then exits the process."""
     if loop is None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     done = asyncio.Event()
-    tasks = set()
+    tasks: set[asyncio.Task[None]] = set()
 
-    def dispatch(raw):
+    def dispatch(raw: bytes) -> None:
         task = loop.create_task(server.handle(raw))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    def read_stdin():
+    def read_stdin() -> None:
         for raw in sys.stdin.buffer:
             loop.call_soon_threadsafe(dispatch, raw)
         loop.call_soon_threadsafe(done.set)

@@ -4,7 +4,9 @@ import random
 
 import verifiers.v1 as vf
 
-CODES = {word: f"{i * 7 % 10}{i * 3 % 10}" for i, word in enumerate(["apple", "brick", "cloud", "delta", "ember", "fjord"])}
+CODES = {
+    word: f"{i * 7 % 10}{i * 3 % 10}" for i, word in enumerate(["apple", "brick", "cloud", "delta", "ember", "fjord"])
+}
 
 
 class LookupData(vf.TaskData):
