@@ -7,7 +7,7 @@ the last names in their own sorted order, say) is exact with that probability, s
 means the model has not learned which last name belongs to which first name.
 
 To decode a model near-greedily on fresh episodes without changing it, run two steps at a
-learning rate of 1e-12 (the README's "Where RL's gain goes" table was measured this way):
+learning rate of 1e-12 (the "Where RL's gain goes" table of docs/recipes.md was measured this way):
 
     rl rl @ configs/alphabet_sort/rl.toml --model.path <model dir> --run.name <name> --clean \
       --max-steps 2 --trainer.optim.lr 1e-12 --trainer.scheduler.min-lr 1e-12 \

@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-/// The reference packages, pinned to the versions the README's figures were measured with.
+/// The reference packages, pinned to the versions the figures of docs/benchmarks.md were measured with.
 pub(crate) const REFERENCE_PACKAGES: &[&str] =
     &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "peft==0.21.*", "datasets"];
 

@@ -2,7 +2,7 @@
 //! `scripts/alphabet-sort.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
 //! `rl rl @ configs/<recipe>/rl.toml` from the SFT model — with the real configs and a few steps,
 //! checking that the greedy held-out evaluation runs before RL and at the end. (The learning
-//! targets take minutes and are measured by running the scripts; see the README.)
+//! targets take minutes and are measured by running the scripts; see docs/recipes.md.)
 
 use rl_run::RunDir;
 use rl_run::{MetricsRow, read_jsonl};
