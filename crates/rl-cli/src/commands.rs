@@ -92,7 +92,7 @@ become one token each, so a small model reads and copies them as single symbols)
   --seed N                 seed of the random weights; default 0
   --force                  replace an existing directory
   --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
-                           alphabet-sort; 2000 training examples with the task's default args)
+                           alphabet-sort, wiki-nav; 2000 training examples with the task's default args)
   --tokenizer-corpus FILE  train the BPE on FILE: JSONL conversations (`messages` or
                            prompt/completion rows, as `rl sft` reads them) when it ends in .jsonl,
                            otherwise plain text, one document per line
@@ -192,12 +192,33 @@ fn corpus_texts(corpus: &Corpus) -> anyhow::Result<Vec<String>> {
     }
     let texts: Vec<String> = match corpus {
         Corpus::Task(name) => {
-            let args = serde_json::Map::from_iter([(String::from("num_examples"), serde_json::json!(2000))]);
-            rl_envs::sft_conversations(name, &args, "train")
-                .with_context(|| format!("--tokenizer-task {name}"))?
-                .iter()
-                .map(|c| render(c.iter().map(|m| (m.role.as_str(), m.content.as_str()))))
-                .collect()
+            let corpus = rl_envs::tokenizer_corpus(name).with_context(|| format!("--tokenizer-task {name}"))?;
+            let mut texts = Vec::new();
+            for demos in corpus {
+                // Tools and tool calls as the chat template writes them, so their JSON gets merges too.
+                let tools: String = demos
+                    .tools
+                    .iter()
+                    .map(|t| format!("{}\n", serde_json::to_string(&t.to_json()).unwrap_or_default()))
+                    .collect();
+                let calls = |m: &rl_serve::Message| -> String {
+                    m.tool_calls
+                        .iter()
+                        .map(|t| {
+                            format!(
+                                "<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>",
+                                t.name, t.arguments
+                            )
+                        })
+                        .collect()
+                };
+                for c in &demos.conversations {
+                    let text: Vec<(String, String)> =
+                        c.iter().map(|m| (m.role.as_str().to_owned(), format!("{}{}", m.content, calls(m)))).collect();
+                    texts.push(format!("{tools}{}", render(text.iter().map(|(r, t)| (r.as_str(), t.as_str())))));
+                }
+            }
+            texts
         }
         Corpus::File(path) if path.extension().is_some_and(|e| e == "jsonl") => crate::sft_data::read_jsonl(path)?
             .iter()

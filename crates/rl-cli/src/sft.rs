@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use rl_configs::{SftConfig, SftDataConfig, SftTask};
-use rl_model::TemplateMessage;
+use rl_configs::{SftConfig, SftDataConfig};
+use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use rl_run::RunDir;
 use rl_trainer::{SftEnd, SftExample, SftTrainer, tokenize};
 
@@ -167,28 +167,20 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
     let val_n = config.val.as_ref().map_or(0, |v| v.num_examples as usize);
     match &config.data {
         SftDataConfig::Task { task, num_examples, seed, args } => {
-            let id = match task {
-                SftTask::ReverseText => "reverse-text",
-                SftTask::AlphabetSort => "alphabet-sort",
-            };
             let mut a: serde_json::Map<String, serde_json::Value> = args.clone().into_iter().collect();
             a.insert(String::from("num_examples"), serde_json::json!(num_examples));
             a.insert(String::from("test_examples"), serde_json::json!(val_n));
             a.insert(String::from("seed"), serde_json::json!(seed));
             let convert = |split: &str| -> anyhow::Result<Vec<SftConversation>> {
-                Ok(rl_envs::sft_conversations(id, &a, split)?
+                let demos = rl_envs::demonstrations(task.env_id(), &a, split)?;
+                let tools: Vec<serde_json::Value> = demos.tools.iter().map(rl_serve::ToolSpec::to_json).collect();
+                Ok(demos
+                    .conversations
                     .into_iter()
                     .map(|c| SftConversation {
-                        messages: c
-                            .into_iter()
-                            .map(|m| TemplateMessage {
-                                role: m.role.as_str().to_owned(),
-                                content: m.content,
-                                tool_calls: vec![],
-                            })
-                            .collect(),
+                        messages: c.into_iter().map(|m| template_message(&m)).collect(),
                         first_trained: 0,
-                        tools: vec![],
+                        tools: tools.clone(),
                     })
                     .collect())
             };
@@ -206,5 +198,21 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
             let val = all.split_off(all.len() - val_n);
             Ok((all, val))
         }
+    }
+}
+
+/// An env message as the chat template takes it (tool calls included).
+fn template_message(m: &rl_serve::Message) -> TemplateMessage {
+    TemplateMessage {
+        role: m.role.as_str().to_owned(),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .iter()
+            .map(|c| TemplateToolCall {
+                kind: String::from("function"),
+                function: TemplateFunction { name: c.name.clone(), arguments: c.arguments.clone() },
+            })
+            .collect(),
     }
 }

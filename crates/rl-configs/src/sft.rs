@@ -159,6 +159,20 @@ pub enum SftTask {
     ReverseText,
     /// Sort names alphabetically, over several turns.
     AlphabetSort,
+    /// Walk a generated article graph along shortest paths, with tool calls or tagged actions
+    /// (`args.harness`, as the `wiki-nav` env); held-out pairs are never trained on.
+    WikiNav,
+}
+
+impl SftTask {
+    /// The id of the env whose generator this is.
+    pub fn env_id(self) -> &'static str {
+        match self {
+            SftTask::ReverseText => "reverse-text",
+            SftTask::AlphabetSort => "alphabet-sort",
+            SftTask::WikiNav => "wiki-nav",
+        }
+    }
 }
 
 /// Validation during SFT.

@@ -39,16 +39,48 @@ pub use wiki_nav::{
 /// Ids of the built-in environments.
 pub const ENV_IDS: &[&str] = &["reverse-text", "alphabet-sort", "wiki-nav", "debate", "dataset", "python", "verifiers"];
 
+/// A built-in task's demonstrations for a supervised warm start: ideal conversations and the
+/// tools their prompts offer (the same as the env's, so SFT renders what RL will).
+#[derive(Debug, Clone)]
+pub struct Demonstrations {
+    /// Conversations, each ending with the model's last ideal reply.
+    pub conversations: Vec<Vec<rl_serve::Message>>,
+    /// Tools offered in every conversation's prompt.
+    pub tools: Vec<rl_serve::ToolSpec>,
+}
+
 /// Ideal conversations of a built-in task for supervised warm-up: `split` of the env built from
 /// `args` (so SFT data follows exactly the RL task's format and distribution).
-pub fn sft_conversations(id: &str, args: &Map<String, Value>, split: &str) -> Result<Vec<Vec<rl_serve::Message>>> {
+pub fn demonstrations(id: &str, args: &Map<String, Value>, split: &str) -> Result<Demonstrations> {
+    let plain = |conversations| Demonstrations { conversations, tools: Vec::new() };
     match id.replace('_', "-").as_str() {
-        "reverse-text" => Ok(ReverseText::new(args)?.sft_conversations(split)),
-        "alphabet-sort" => Ok(AlphabetSort::new(args)?.sft_conversations(split)),
+        "reverse-text" => Ok(plain(ReverseText::new(args)?.sft_conversations(split))),
+        "alphabet-sort" => Ok(plain(AlphabetSort::new(args)?.sft_conversations(split))),
+        "wiki-nav" => {
+            let env = WikiNav::new(args)?;
+            Ok(Demonstrations { conversations: env.sft_conversations(split), tools: env.tool_specs() })
+        }
         _ => Err(Error::bad_request(
             "data.task",
-            format!("no SFT generator for {id:?}; built in: {}", ENV_IDS.join(", ")),
+            format!("no SFT generator for {id:?}; built in: reverse-text, alphabet-sort, wiki-nav"),
         )),
+    }
+}
+
+/// Demonstrations to train a task's tokenizer on: 2,000 training conversations with the default
+/// args, split over the harnesses where the task has several (wiki-nav's tools and text), so
+/// one vocabulary serves each.
+pub fn tokenizer_corpus(id: &str) -> Result<Vec<Demonstrations>> {
+    let args = |n: u64, harness: Option<&str>| {
+        let mut a = Map::from_iter([(String::from("num_examples"), Value::from(n))]);
+        if let Some(h) = harness {
+            a.insert(String::from("harness"), Value::from(h));
+        }
+        a
+    };
+    match id.replace('_', "-").as_str() {
+        "wiki-nav" => ["tools", "text"].iter().map(|h| demonstrations(id, &args(1000, Some(h)), "train")).collect(),
+        _ => Ok(vec![demonstrations(id, &args(2000, None), "train")?]),
     }
 }
 

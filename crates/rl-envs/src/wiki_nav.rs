@@ -5,8 +5,6 @@
 //! The same game runs with native tool calls (`harness = "tools"`) or with actions written as XML
 //! tags in plain text (`harness = "text"`), chosen by the env's args.
 
-use std::collections::VecDeque;
-
 use async_trait::async_trait;
 use rl_serve::{
     EnvReply, Environment, Error, Message, Result, Role, Rubric, RubricGroup, ScoringContext, State, Task, ToolSpec,
@@ -15,27 +13,12 @@ use rl_serve::{
 use serde_json::{Map, Value, json};
 
 use crate::args::Args;
-use crate::rng::Rng;
 use crate::splits::Splits;
 
-const ADJECTIVES: &[&str] = &[
-    "Amber", "Silent", "Copper", "Northern", "Hidden", "Golden", "Crimson", "Ancient", "Frozen", "Emerald", "Hollow",
-    "Iron", "Misty", "Quiet", "Silver", "Sunken", "Wild", "Azure",
-];
-const NOUNS: &[&str] = &[
-    "River", "Harbor", "Valley", "Forest", "Bridge", "Castle", "Desert", "Island", "Lantern", "Meadow", "Mountain",
-    "Orchard", "Tower", "Village", "Canyon", "Garden", "Library", "Market",
-];
-const FACTS: &[&str] = &[
-    "is known for its old stone walls",
-    "appears on many early maps",
-    "was a stop for travelling merchants",
-    "hosts a festival every spring",
-    "is described in several folk songs",
-    "has a small museum",
-    "was rebuilt after a great storm",
-    "lies at the end of a long road",
-];
+mod demonstrations;
+mod graph;
+
+pub use graph::Graph;
 
 /// The tool-harness system prompt.
 pub const TOOLS_PROMPT: &str = "You navigate a small encyclopedia. Reach the target article by following links. \
@@ -44,96 +27,6 @@ Call click_link with the exact title of a link on the current page, or go_back t
 pub const TEXT_PROMPT: &str = "You navigate a small encyclopedia. Reach the target article by following links. \
 Reply with exactly one action: <click_link>Exact Title</click_link> to follow a link on the current page, \
 or <go_back/> to return to the previous page.";
-
-/// The article graph: titles, texts and out-links.
-#[derive(Debug, Clone)]
-pub struct Graph {
-    /// Article titles.
-    pub titles: Vec<String>,
-    texts: Vec<String>,
-    /// Out-links of each article (indices).
-    pub links: Vec<Vec<usize>>,
-}
-
-impl Graph {
-    /// A graph of `n` articles with `degree` out-links each: a ring (so every article is reachable)
-    /// plus random links.
-    pub fn generate(seed: u64, n: usize, degree: usize) -> Self {
-        let mut rng = Rng::new(seed, "wiki-nav/graph");
-        let mut names: Vec<String> =
-            ADJECTIVES.iter().flat_map(|a| NOUNS.iter().map(move |b| format!("{a} {b}"))).collect();
-        rng.shuffle(&mut names);
-        names.truncate(n);
-        let texts = names.iter().map(|t| format!("{t} {}. It {}.", rng.choose(FACTS), rng.choose(FACTS))).collect();
-        let mut links = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut out = vec![(i + 1) % n];
-            while out.len() < degree.min(n - 1) {
-                let j = rng.range(0, n as u64 - 1) as usize;
-                if j != i && !out.contains(&j) {
-                    out.push(j);
-                }
-            }
-            rng.shuffle(&mut out);
-            links.push(out);
-        }
-        Graph { titles: names, texts, links }
-    }
-
-    /// Index of a title (exact match, surrounding whitespace ignored).
-    pub fn find(&self, title: &str) -> Option<usize> {
-        self.titles.iter().position(|t| t == title.trim())
-    }
-
-    /// Shortest number of clicks from `a` to every article (`usize::MAX` when unreachable).
-    pub fn distances_from(&self, a: usize) -> Vec<usize> {
-        let mut dist = vec![usize::MAX; self.titles.len()];
-        dist[a] = 0;
-        let mut queue = VecDeque::from([a]);
-        while let Some(u) = queue.pop_front() {
-            for &v in &self.links[u] {
-                if dist[v] == usize::MAX {
-                    dist[v] = dist[u] + 1;
-                    queue.push_back(v);
-                }
-            }
-        }
-        dist
-    }
-
-    /// A shortest path of titles from `a` to `b` (both included).
-    pub fn shortest_path(&self, a: usize, b: usize) -> Vec<String> {
-        let mut prev = vec![usize::MAX; self.titles.len()];
-        let mut queue = VecDeque::from([a]);
-        prev[a] = a;
-        while let Some(u) = queue.pop_front() {
-            for &v in &self.links[u] {
-                if prev[v] == usize::MAX {
-                    prev[v] = u;
-                    queue.push_back(v);
-                }
-            }
-        }
-        let mut path = vec![b];
-        while *path.last().expect("non-empty") != a {
-            path.push(prev[*path.last().expect("non-empty")]);
-        }
-        path.reverse();
-        path.into_iter().map(|i| self.titles[i].clone()).collect()
-    }
-
-    /// What the model sees of an article.
-    pub fn observation(&self, i: usize, target: usize) -> String {
-        let links: Vec<&str> = self.links[i].iter().map(|&j| self.titles[j].as_str()).collect();
-        format!(
-            "You are at: {}\n{}\nLinks: {}\nTarget: {}",
-            self.titles[i],
-            self.texts[i],
-            links.join(", "),
-            self.titles[target]
-        )
-    }
-}
 
 /// A player's action, whichever harness carried it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,17 +126,6 @@ pub struct WikiNav {
     rubric: RubricGroup,
 }
 
-fn pairs(graph: &Graph, seed: u64, stream: &str, n: u64, min: usize, max: usize) -> Vec<(usize, usize)> {
-    let mut rng = Rng::new(seed, stream);
-    let all: Vec<(usize, usize)> = (0..graph.titles.len())
-        .flat_map(|a| {
-            let d = graph.distances_from(a);
-            (0..graph.titles.len()).filter(move |&b| d[b] >= min && d[b] <= max).map(move |b| (a, b))
-        })
-        .collect();
-    (0..n).map(|_| *rng.choose(&all)).collect()
-}
-
 fn game(state: &State) -> Result<Game> {
     let value = state
         .data
@@ -273,7 +155,7 @@ impl WikiNav {
         let seed = a.u64("seed", 0)?;
         let harness = a.choice("harness", "tools", &["tools", "text"])?;
         a.ordered("min_distance", min_d, "max_distance", max_d)?;
-        let most = (ADJECTIVES.len() * NOUNS.len()) as u64;
+        let most = graph::MAX_ARTICLES as u64;
         if !(3..=most).contains(&n) {
             return Err(Error::bad_request("env.args.num_articles", format!("must be in 3..={most}, got {n}")));
         }
@@ -285,9 +167,8 @@ impl WikiNav {
         }
         a.finish()?;
         let graph = Graph::generate(seed, n as usize, degree as usize);
-        let train = pairs(&graph, seed, "wiki-nav/train", num, min_d as usize, max_d as usize);
-        let test = pairs(&graph, seed, "wiki-nav/test", test_num, min_d as usize, max_d as usize);
-        if train.is_empty() && num > 0 {
+        let data = graph::split_pairs(&graph, seed, num, test_num, min_d as usize, max_d as usize);
+        if data.train.is_empty() && num > 0 {
             return Err(Error::bad_request(
                 "env.args.min_distance",
                 format!("no article pairs are {min_d}..={max_d} clicks apart in this graph"),
@@ -307,7 +188,7 @@ impl WikiNav {
             .metric(reward_fn("moves", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.moves))));
         Ok(WikiNav {
             graph,
-            data: Splits { train, test },
+            data,
             tools_harness: harness == "tools",
             max_turns: max_turns as u32,
             rubric: RubricGroup::new(vec![rubric]),
@@ -317,6 +198,37 @@ impl WikiNav {
     /// The article graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// Demonstrations for a supervised warm start: every start/target pair of `split` walked along
+    /// a shortest path, played through this env's harness (the messages an episode of perfect
+    /// moves would have).
+    pub fn sft_conversations(&self, split: &str) -> Vec<Vec<Message>> {
+        let system = if self.tools_harness { TOOLS_PROMPT } else { TEXT_PROMPT };
+        self.data
+            .get(split)
+            .iter()
+            .map(|&(a, b)| demonstrations::conversation(&self.graph, system, a, b, self.tools_harness))
+            .collect()
+    }
+
+    /// The tools of the tools harness (none for the text harness).
+    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+        if !self.tools_harness {
+            return Vec::new();
+        }
+        vec![
+            ToolSpec {
+                name: String::from("click_link"),
+                description: String::from("Follow a link on the current page."),
+                parameters: json!({"type": "object", "properties": {"title": {"type": "string", "description": "Exact title of the linked article"}}, "required": ["title"]}),
+            },
+            ToolSpec {
+                name: String::from("go_back"),
+                description: String::from("Return to the previous page."),
+                parameters: json!({"type": "object", "properties": {}}),
+            },
+        ]
     }
 
     fn task_of(&self, key: String, start: usize, target: usize) -> Task {
@@ -370,21 +282,7 @@ impl Environment for WikiNav {
     }
 
     fn tools(&self, _task: &Task) -> Vec<ToolSpec> {
-        if !self.tools_harness {
-            return Vec::new();
-        }
-        vec![
-            ToolSpec {
-                name: String::from("click_link"),
-                description: String::from("Follow a link on the current page."),
-                parameters: json!({"type": "object", "properties": {"title": {"type": "string", "description": "Exact title of the linked article"}}, "required": ["title"]}),
-            },
-            ToolSpec {
-                name: String::from("go_back"),
-                description: String::from("Return to the previous page."),
-                parameters: json!({"type": "object", "properties": {}}),
-            },
-        ]
+        self.tool_specs()
     }
 
     fn max_turns(&self, _task: &Task) -> u32 {

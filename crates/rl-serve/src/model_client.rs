@@ -178,11 +178,7 @@ pub(crate) fn request_body(
     body.insert(String::from("model"), json!(runtime.model));
     body.insert(String::from("messages"), Value::Array(messages.iter().map(Message::to_json).collect()));
     if !tools.is_empty() {
-        let tools: Vec<Value> = tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-            .collect();
-        body.insert(String::from("tools"), Value::Array(tools));
+        body.insert(String::from("tools"), Value::Array(tools.iter().map(ToolSpec::to_json).collect()));
     }
     body.insert(String::from("n"), json!(n));
     if let Some(t) = s.temperature {

@@ -175,6 +175,14 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    /// The OpenAI form a chat request (and a chat template) takes:
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}})
+    }
+}
+
 /// One task: its key and the env's task data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {

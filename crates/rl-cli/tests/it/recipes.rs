@@ -1,5 +1,5 @@
-//! The shipped recipes' plumbing, shrunk to seconds: what `scripts/reverse-text.sh` and
-//! `scripts/alphabet-sort.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
+//! The shipped recipes' plumbing, shrunk to seconds: what `scripts/reverse-text.sh`,
+//! `scripts/alphabet-sort.sh` and `scripts/wiki-nav.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
 //! `rl rl @ configs/<recipe>/rl.toml` from the SFT model — with the real configs and a few steps,
 //! checking that the greedy held-out evaluation runs before RL and at the end. (The learning
 //! targets take minutes and are measured by running the scripts; see docs/recipes.md.)
@@ -9,8 +9,15 @@ use rl_run::{MetricsRow, read_jsonl};
 
 use crate::{rl, stderr, stdout};
 
-/// Runs a recipe's three commands under a temp dir; returns the RL run's metrics rows.
-fn recipe(dir: &str, init_extra: &[&str], sft_extra: &[&str], rl_extra: &[&str]) -> Vec<MetricsRow> {
+/// Runs a recipe's three commands under a temp dir (with `variant`'s `sft_V.toml` and `rl_V.toml`
+/// layered, as `scripts/run-recipe.sh --variant V` does); returns the RL run's metrics rows.
+fn recipe(
+    dir: &str,
+    variant: Option<&str>,
+    init_extra: &[&str],
+    sft_extra: &[&str],
+    rl_extra: &[&str],
+) -> Vec<MetricsRow> {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().to_str().unwrap();
     let base = tmp.path().join("tiny");
@@ -19,7 +26,12 @@ fn recipe(dir: &str, init_extra: &[&str], sft_extra: &[&str], rl_extra: &[&str])
     let o = rl(&args);
     assert!(o.status.success(), "model init: {}", stderr(&o));
     let sft_cfg = format!("configs/{dir}/sft.toml");
-    let mut args = vec!["sft", "@", &sft_cfg, "--output-dir", out, "--model.path", base.to_str().unwrap()];
+    let sft_layer = variant.map(|v| format!("configs/{dir}/sft_{v}.toml"));
+    let mut args = vec!["sft", "@", &sft_cfg];
+    if let Some(layer) = &sft_layer {
+        args.extend(["@", layer]);
+    }
+    args.extend(["--output-dir", out, "--model.path", base.to_str().unwrap()]);
     args.extend(["--run.name", "sft", "--max-steps", "3", "--batch-size", "4", "--val.num-examples", "4"]);
     args.extend(["--scheduler.warmup-steps", "1"]);
     args.extend(sft_extra);
@@ -27,7 +39,12 @@ fn recipe(dir: &str, init_extra: &[&str], sft_extra: &[&str], rl_extra: &[&str])
     assert!(o.status.success(), "sft: {}", stderr(&o));
     let sft_model = tmp.path().join("sft").join("model");
     let rl_cfg = format!("configs/{dir}/rl.toml");
-    let mut args = vec!["rl", "@", &rl_cfg, "--output-dir", out, "--model.path", sft_model.to_str().unwrap()];
+    let rl_layer = variant.map(|v| format!("configs/{dir}/rl_{v}.toml"));
+    let mut args = vec!["rl", "@", &rl_cfg];
+    if let Some(layer) = &rl_layer {
+        args.extend(["@", layer]);
+    }
+    args.extend(["--output-dir", out, "--model.path", sft_model.to_str().unwrap()]);
     args.extend([
         "--run.name",
         "rl",
@@ -68,7 +85,7 @@ fn check(rows: &[MetricsRow], env: &str) {
 
 #[test]
 fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
-    let rows = recipe("reverse_text", &[], &[], &["--orchestrator.train.sampling.max-completion-tokens", "16"]);
+    let rows = recipe("reverse_text", None, &[], &[], &["--orchestrator.train.sampling.max-completion-tokens", "16"]);
     check(&rows, "reverse-text");
 }
 
@@ -77,6 +94,7 @@ fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
     // scripts/alphabet-sort.sh gives the model a BPE trained on the task's text.
     let rows = recipe(
         "alphabet_sort",
+        None,
         &["--tokenizer-task", "alphabet-sort"],
         // The recipe generates 64,000 episodes for its 4000 steps; three steps need few.
         &["--seq-len", "256", "--data.num-examples", "64"],
@@ -84,4 +102,24 @@ fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
     );
     check(&rows, "alphabet-sort");
     assert!(rows[1].keyed.contains_key("refill/planned_reward"), "the recipe's refill round is on");
+}
+
+#[test]
+fn the_wiki_nav_recipe_runs_with_the_tools_and_the_text_harness() {
+    // scripts/wiki-nav.sh: a BPE trained on the task's text; --text layers the text harness.
+    for variant in [None, Some("text")] {
+        let rows = recipe(
+            "wiki_nav",
+            variant,
+            &["--tokenizer-task", "wiki-nav"],
+            &["--data.num-examples", "64"],
+            &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
+        );
+        check(&rows, "wiki-nav");
+        assert!(
+            rows[2].keyed.contains_key("eval/wiki-nav/metric/reached"),
+            "{:?}",
+            rows[2].keyed.keys().collect::<Vec<_>>()
+        );
+    }
 }

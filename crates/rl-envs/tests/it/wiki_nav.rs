@@ -161,3 +161,90 @@ async fn wiki_nav_loads_by_id_and_offers_tools_only_in_the_tool_harness() {
     assert!(text.tools(&task).is_empty());
     assert!(text.prompt(&task).await.unwrap()[0].content.contains("<click_link>"));
 }
+
+fn pairs(env: &WikiNav, split: &str) -> Vec<(String, String)> {
+    let n = env.splits().into_iter().find(|(s, _)| s == split).unwrap().1;
+    (0..n)
+        .map(|i| {
+            let t = env.task(split, i).unwrap();
+            (t.data["start"].as_str().unwrap().to_owned(), t.data["target"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn held_out_pairs_are_never_trained_on_whatever_the_test_size() {
+    let env = |test: u64| {
+        let args = json!({"num_examples": 2000, "test_examples": test, "num_articles": 20, "links_per_article": 3, "min_distance": 1, "max_distance": 3});
+        WikiNav::new(args.as_object().unwrap()).unwrap()
+    };
+    let (small, large) = (env(8), env(1000));
+    let test = pairs(&large, "test");
+    assert!(test.len() >= 30, "a fifth of the distinct pairs is held out: {}", test.len());
+    let distinct: std::collections::BTreeSet<_> = test.iter().collect();
+    assert_eq!(distinct.len(), test.len(), "the test split's pairs are distinct");
+    for train in [pairs(&small, "train"), pairs(&large, "train")] {
+        assert!(train.iter().all(|p| !distinct.contains(p)), "a held-out pair was drawn for training");
+    }
+    assert_eq!(pairs(&small, "test"), test[..8], "a smaller test split is a prefix of the same held-out pairs");
+}
+
+/// Replies each assistant turn of a demonstration, in order.
+async fn replay(demo: Vec<rl_serve::Message>) -> FakeModel {
+    let turns: Vec<FakeReply> = demo
+        .iter()
+        .filter(|m| m.role == rl_serve::Role::Assistant)
+        .map(|m| match m.tool_calls.is_empty() {
+            true => FakeReply::Text(m.content.clone()),
+            false => FakeReply::ToolCalls(m.tool_calls.iter().map(|c| (c.name.clone(), c.arguments.clone())).collect()),
+        })
+        .collect();
+    FakeModel::start(move |r: &FakeRequest| turns[r.turn()].clone()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demonstrations_are_the_episodes_of_perfect_moves() {
+    for harness in ["tools", "text"] {
+        let args = json!({"num_examples": 6, "seed": 5, "harness": harness, "min_distance": 1, "max_distance": 3});
+        let env = WikiNav::new(args.as_object().unwrap()).unwrap();
+        let demos = rl_envs::demonstrations("wiki-nav", args.as_object().unwrap(), "train").unwrap();
+        assert_eq!(demos.conversations.len(), 6);
+        assert_eq!(demos.tools.len(), if harness == "tools" { 2 } else { 0 });
+        let h = serve("wiki-nav", args.clone()).await;
+        for (i, demo) in demos.conversations.into_iter().enumerate() {
+            let task = env.task("train", i as u64).unwrap();
+            assert_eq!(env.prompt(&task).await.unwrap(), demo[..2], "the demonstration starts from the env's prompt");
+            let model = replay(demo.clone()).await;
+            let resp = h
+                .client
+                .run_rollout(pb::RunRolloutRequest {
+                    example: example("train", i as u64),
+                    actor: Some(actor(&model, "0")),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let trace = resp.episode.unwrap().traces.remove(0);
+            assert_eq!(trace.reward, 1.0, "{harness}: a shortest path scores 1");
+            assert_eq!(trace.metrics["moves"], task.data["shortest"].as_f64().unwrap());
+            let recorded: Vec<(String, String, Vec<String>)> = trace
+                .nodes
+                .iter()
+                .map(|n| {
+                    (n.role.clone(), n.content.clone(), n.tool_calls.iter().map(|c| c.arguments.clone()).collect())
+                })
+                .collect();
+            let demo: Vec<(String, String, Vec<String>)> = demo
+                .iter()
+                .map(|m| {
+                    (
+                        m.role.as_str().to_owned(),
+                        m.content.clone(),
+                        m.tool_calls.iter().map(|c| c.arguments.clone()).collect(),
+                    )
+                })
+                .collect();
+            assert_eq!(recorded, demo, "{harness}: the episode records the demonstration's messages");
+        }
+    }
+}
