@@ -185,37 +185,26 @@ enum Corpus {
 }
 
 /// Documents of a tokenizer corpus: conversations rendered as `role` and content lines (the chat
-/// template's own markers are special tokens, which the BPE never merges).
+/// template's own markers are special tokens, which the BPE never merges); a task's
+/// conversations as the chat template renders them, markers left out (the same lines when they
+/// have no tools).
 fn corpus_texts(corpus: &Corpus) -> anyhow::Result<Vec<String>> {
     fn render<'a>(messages: impl Iterator<Item = (&'a str, &'a str)>) -> String {
         messages.map(|(role, content)| format!("{role}\n{content}\n")).collect()
     }
     let texts: Vec<String> = match corpus {
         Corpus::Task(name) => {
-            let corpus = rl_envs::tokenizer_corpus(name).with_context(|| format!("--tokenizer-task {name}"))?;
+            // Rendered by the chat template `rl model init` writes, so the tools' signatures, tool
+            // calls and the template's own text get merges; its special tokens are never merged
+            // and are left out.
+            let template = rl_model::ChatTemplate::new(rl_model::QWEN_TEMPLATE)?;
             let mut texts = Vec::new();
-            for demos in corpus {
-                // Tools and tool calls as the chat template writes them, so their JSON gets merges too.
-                let tools: String = demos
-                    .tools
-                    .iter()
-                    .map(|t| format!("{}\n", serde_json::to_string(&t.to_json()).unwrap_or_default()))
-                    .collect();
-                let calls = |m: &rl_serve::Message| -> String {
-                    m.tool_calls
-                        .iter()
-                        .map(|t| {
-                            format!(
-                                "<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>",
-                                t.name, t.arguments
-                            )
-                        })
-                        .collect()
-                };
+            for demos in rl_envs::tokenizer_corpus(name).with_context(|| format!("--tokenizer-task {name}"))? {
+                let tools: Vec<serde_json::Value> = demos.tools.iter().map(rl_serve::ToolSpec::to_json).collect();
                 for c in &demos.conversations {
-                    let text: Vec<(String, String)> =
-                        c.iter().map(|m| (m.role.as_str().to_owned(), format!("{}{}", m.content, calls(m)))).collect();
-                    texts.push(format!("{tools}{}", render(text.iter().map(|(r, t)| (r.as_str(), t.as_str())))));
+                    let messages: Vec<_> = c.iter().map(crate::sft_data::template_message).collect();
+                    let text = template.render(&messages, &tools, false)?;
+                    texts.push(rl_model::SPECIAL_TOKENS.iter().fold(text, |t, special| t.replace(special, "")));
                 }
             }
             texts
@@ -296,4 +285,36 @@ fn print_command_help<T: ConfigFile>(command: &str, section: Option<&str>) -> an
     }
     write!(out, "{text}")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Corpus, corpus_texts};
+
+    #[test]
+    fn a_task_corpus_without_tools_is_its_role_and_content_lines() {
+        let texts = corpus_texts(&Corpus::Task(String::from("alphabet-sort"))).unwrap();
+        let demos = rl_envs::tokenizer_corpus("alphabet-sort").unwrap();
+        let plain: Vec<String> = demos[0]
+            .conversations
+            .iter()
+            .map(|c| c.iter().map(|m| format!("{}\n{}\n", m.role.as_str(), m.content)).collect())
+            .collect();
+        assert_eq!(texts, plain, "the chat template adds nothing but its special tokens here");
+    }
+
+    #[test]
+    fn a_tool_task_corpus_holds_the_signatures_and_calls_as_rendered_and_both_harnesses() {
+        let texts = corpus_texts(&Corpus::Task(String::from("wiki-nav"))).unwrap();
+        assert_eq!(texts.len(), 2000);
+        let (tools, text): (Vec<&String>, Vec<&String>) = texts.iter().partition(|t| t.contains("# Tools"));
+        assert_eq!((tools.len(), text.len()), (1000, 1000), "half tool-harness, half text-harness");
+        assert!(tools[0].contains(r#""name": "go_back""#), "the signatures as tojson writes them");
+        assert!(
+            tools[0].contains(r#"{"name": "click_link", "arguments": {"title":"#),
+            "the calls as the template writes them"
+        );
+        assert!(text[0].contains("<click_link>"));
+        assert!(texts.iter().all(|t| rl_model::SPECIAL_TOKENS.iter().all(|s| !t.contains(s))), "no special token");
+    }
 }

@@ -7,7 +7,6 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use rl_configs::{SftConfig, SftDataConfig};
-use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use rl_run::RunDir;
 use rl_trainer::{SftEnd, SftExample, SftTrainer, tokenize};
 
@@ -178,7 +177,7 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
                     .conversations
                     .into_iter()
                     .map(|c| SftConversation {
-                        messages: c.into_iter().map(|m| template_message(&m)).collect(),
+                        messages: c.iter().map(crate::sft_data::template_message).collect(),
                         first_trained: 0,
                         tools: tools.clone(),
                     })
@@ -198,21 +197,5 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
             let val = all.split_off(all.len() - val_n);
             Ok((all, val))
         }
-    }
-}
-
-/// An env message as the chat template takes it (tool calls included).
-fn template_message(m: &rl_serve::Message) -> TemplateMessage {
-    TemplateMessage {
-        role: m.role.as_str().to_owned(),
-        content: m.content.clone(),
-        tool_calls: m
-            .tool_calls
-            .iter()
-            .map(|c| TemplateToolCall {
-                kind: String::from("function"),
-                function: TemplateFunction { name: c.name.clone(), arguments: c.arguments.clone() },
-            })
-            .collect(),
     }
 }

@@ -120,6 +120,22 @@ fn message(m: &Value, field: &str) -> anyhow::Result<TemplateMessage> {
     Ok(TemplateMessage { role: role.to_owned(), content, tool_calls })
 }
 
+/// An env message as the chat template takes it (tool calls included).
+pub(crate) fn template_message(m: &rl_serve::Message) -> TemplateMessage {
+    TemplateMessage {
+        role: m.role.as_str().to_owned(),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .iter()
+            .map(|c| TemplateToolCall {
+                kind: String::from("function"),
+                function: TemplateFunction { name: c.name.clone(), arguments: c.arguments.clone() },
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
