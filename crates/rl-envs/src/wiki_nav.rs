@@ -3,7 +3,9 @@
 //! stepping back (`go_back()`). Reward: 1 for reaching the target, times shortest / moves taken.
 //! Invalid actions get an error as their result and count as a move; `max_turns` ends the episode.
 //! The same game runs with native tool calls (`harness = "tools"`) or with actions written as XML
-//! tags in plain text (`harness = "text"`), chosen by the env's args.
+//! tags in plain text (`harness = "text"`), chosen by the env's args. A fifth of the start/target
+//! pairs is held out of every training split (`graph.rs`); `sft_conversations` gives shortest-path
+//! demonstrations played through the harness (`demonstrations.rs`) for a supervised warm start.
 
 use async_trait::async_trait;
 use rl_serve::{
