@@ -162,6 +162,10 @@ pub enum SftTask {
     /// Walk a generated article graph along shortest paths, with tool calls or tagged actions
     /// (`args.harness`, as the `wiki-nav` env); held-out pairs are never trained on.
     WikiNav,
+    /// Debates over arithmetic questions with free positions (`args` as the `debate` env's, with
+    /// `positions = "free"`): debaters stating the true answer, a judge picking the right one;
+    /// held-out questions are never trained on.
+    Debate,
 }
 
 impl SftTask {
@@ -171,6 +175,7 @@ impl SftTask {
             SftTask::ReverseText => "reverse-text",
             SftTask::AlphabetSort => "alphabet-sort",
             SftTask::WikiNav => "wiki-nav",
+            SftTask::Debate => "debate",
         }
     }
 }

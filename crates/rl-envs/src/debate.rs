@@ -1,7 +1,12 @@
-//! `debate`: two debaters argue for different answers to an arithmetic question over N rounds
-//! (simultaneous or alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1,
-//! the loser -1, the judge 0, a tie 0. Questions come from a seed with known answers, so the
-//! debater defending the truth (`truth_member`) is known and the judge's accuracy is a metric.
+//! `debate`: two debaters argue over an arithmetic question for N rounds (simultaneous or
+//! alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1, the loser -1, the
+//! judge 0, a tie 0. The debaters either defend assigned claims (one true, one false:
+//! `positions = "assigned"`) or state and defend their own answers (`positions = "free"`, graded
+//! against the known truth: per-debater accuracy). The judge may be shown the reference answer,
+//! as verifiers' judge rubrics are. A fifth of the question space is held out of training.
+
+mod demonstrations;
+mod questions;
 
 use std::collections::BTreeMap;
 
@@ -22,6 +27,7 @@ pub const DEBATER_A: &str = "debater_a";
 pub const DEBATER_B: &str = "debater_b";
 /// Member ids.
 pub const JUDGE: &str = "judge";
+const DEBATERS: [&str; 2] = [DEBATER_A, DEBATER_B];
 
 /// The debate environment.
 #[derive(Debug)]
@@ -29,26 +35,11 @@ pub struct Debate {
     data: Splits<Value>,
     rounds: u64,
     simultaneous: bool,
+    free: bool,
+    judge_reference: bool,
     judge_model: Option<String>,
+    seed: u64,
     rubric: RubricGroup,
-}
-
-fn question(rng: &mut Rng) -> Value {
-    let (a, b) = (rng.range(2, 40) as i64, rng.range(2, 40) as i64);
-    let (text, answer) = match rng.range(0, 2) {
-        0 => (format!("What is {a} + {b}?"), a + b),
-        1 => (format!("What is {a} - {b}?"), a - b),
-        _ => (format!("What is {a} * {b}?"), a * b),
-    };
-    let delta = rng.range(1, 5) as i64 * if rng.coin() { 1 } else { -1 };
-    let truth_a = rng.coin();
-    let (claim_a, claim_b) = if truth_a { (answer, answer + delta) } else { (answer + delta, answer) };
-    json!({
-        "question": text,
-        "answer": answer,
-        "claims": {DEBATER_A: claim_a, DEBATER_B: claim_b},
-        "truth_member": if truth_a { DEBATER_A } else { DEBATER_B },
-    })
 }
 
 /// The judge's verdict in its public text: `A`, `B`, or `None` (missing or both).
@@ -60,32 +51,84 @@ pub fn verdict(public: &str) -> Option<&'static str> {
     }
 }
 
+/// A debater's answer in its public text: the integer in its last `<answer>...</answer>`.
+pub fn stated_answer(public: &str) -> Option<i64> {
+    let start = public.rfind("<answer>")? + "<answer>".len();
+    let len = public[start..].find("</answer>")?;
+    public[start..start + len].trim().parse().ok()
+}
+
+/// The verdict tag naming `member`.
+fn verdict_tag(member: &str) -> &'static str {
+    if member == DEBATER_A { "<verdict>A</verdict>" } else { "<verdict>B</verdict>" }
+}
+
+fn task_data(q: questions::Question, rng: &mut Rng, assigned: bool) -> Value {
+    let answer = q.answer();
+    if !assigned {
+        return json!({"question": q.text(), "answer": answer});
+    }
+    let delta = rng.range(1, 4) as i64 * if rng.coin() { 1 } else { -1 };
+    let truth_a = rng.coin();
+    let (claim_a, claim_b) = if truth_a { (answer, answer + delta) } else { (answer + delta, answer) };
+    json!({
+        "question": q.text(),
+        "answer": answer,
+        "claims": {DEBATER_A: claim_a, DEBATER_B: claim_b},
+        "truth_member": if truth_a { DEBATER_A } else { DEBATER_B },
+    })
+}
+
 impl Debate {
     /// Builds the env from its args: `num_examples`, `test_examples`, `rounds`, `simultaneous`,
-    /// `judge_model` (a key of the request's models; unset: the judge is the actor), `seed`.
+    /// `positions` (`assigned` or `free`), `judge_reference` (the judge sees the true answer),
+    /// `judge_model` (a key of the request's models; unset: the judge is the actor), `ops` (of
+    /// `+-*`), `max_operand` (operands are `2..=max_operand`), `seed`.
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("debate", args);
         let num = a.u64("num_examples", 1000)?;
         let test_num = a.u64("test_examples", 100)?;
         let rounds = a.u64("rounds", 2)?;
         let simultaneous = a.bool("simultaneous", true)?;
+        let free = a.choice("positions", "assigned", &["assigned", "free"])? == "free";
+        let judge_reference = a.bool("judge_reference", false)?;
         let judge_model = a.string("judge_model")?;
+        let ops = questions::parse_ops(a.string("ops")?.as_deref().unwrap_or("+-*"))?;
+        let max_operand = a.u64("max_operand", 40)?;
         let seed = a.u64("seed", 0)?;
+        a.finish()?;
         if rounds == 0 || rounds > 8 {
             return Err(Error::bad_request("env.args.rounds", format!("must be in 1..=8, got {rounds}")));
         }
-        a.finish()?;
-        let gen_split = |stream: &str, n: u64| {
-            let mut rng = Rng::new(seed, stream);
-            (0..n).map(|_| question(&mut rng)).collect::<Vec<_>>()
+        if !(3..=999).contains(&max_operand) {
+            return Err(Error::bad_request("env.args.max_operand", format!("must be in 3..=999, got {max_operand}")));
+        }
+        let split = questions::split(&ops, max_operand, seed, num, test_num)?;
+        let data = |name: &str, qs: &[questions::Question]| {
+            let mut rng = Rng::new(seed, &format!("debate/claims/{name}"));
+            qs.iter().map(|q| task_data(*q, &mut rng, !free)).collect::<Vec<_>>()
         };
         Ok(Debate {
-            data: Splits { train: gen_split("debate/train", num), test: gen_split("debate/test", test_num) },
+            data: Splits { train: data("train", &split.train), test: data("test", &split.test) },
             rounds,
             simultaneous,
+            free,
+            judge_reference,
             judge_model,
+            seed,
             rubric: RubricGroup::new(Vec::new()),
         })
+    }
+
+    /// Each debater's last stated answer (free positions), in its non-quarantined turns.
+    fn final_answers(log: &[Turn]) -> BTreeMap<&'static str, Option<i64>> {
+        DEBATERS
+            .iter()
+            .map(|m| {
+                let last = log.iter().filter(|t| t.member == *m && !t.parse_error).filter_map(|t| stated_answer(&t.public));
+                (*m, last.last())
+            })
+            .collect()
     }
 }
 
@@ -116,22 +159,41 @@ impl MultiAgent for Debate {
 
     fn instructions(&self, task: &Task, member: &str) -> Vec<Message> {
         let q = task.data["question"].as_str().unwrap_or_default();
-        let (a, b) = (claim(task, DEBATER_A), claim(task, DEBATER_B));
+        const PRIVATE: &str = "Text inside <think>...</think> is private; everything else is shown to the others.";
         if member == JUDGE {
+            let mut user = format!("Question: {q}");
+            if self.free {
+                if self.judge_reference {
+                    user.push_str(&format!("\nReference answer: {}", task.data["answer"]));
+                }
+            } else {
+                user.push_str(&format!(
+                    "\ndebater_a claims {}; debater_b claims {}.",
+                    claim(task, DEBATER_A),
+                    claim(task, DEBATER_B)
+                ));
+            }
             return vec![
                 Message::system(
                     "You judge a debate. When it ends, answer <verdict>A</verdict> if debater_a is right or \
                      <verdict>B</verdict> if debater_b is right.",
                 ),
-                Message::user(format!("Question: {q}\ndebater_a claims {a}; debater_b claims {b}.")),
+                Message::user(user),
             ];
         }
-        let (mine, theirs) = if member == DEBATER_A { (a, b) } else { (b, a) };
+        if self.free {
+            return vec![
+                Message::system(format!(
+                    "You are {member} in a debate. State your answer as <answer>N</answer> and defend it briefly. \
+                     {PRIVATE}"
+                )),
+                Message::user(format!("Question: {q}")),
+            ];
+        }
+        let other = if member == DEBATER_A { DEBATER_B } else { DEBATER_A };
+        let (mine, theirs) = (claim(task, member), claim(task, other));
         vec![
-            Message::system(format!(
-                "You are {member} in a debate. Argue briefly that the answer is {mine}. Text inside \
-                 <think>...</think> is private; everything else is shown to the others."
-            )),
+            Message::system(format!("You are {member} in a debate. Argue briefly that the answer is {mine}. {PRIVATE}")),
             Message::user(format!("Question: {q}\nYou claim {mine}; your opponent claims {theirs}.")),
         ]
     }
@@ -151,7 +213,6 @@ impl MultiAgent for Debate {
             .find(|t| t.member == JUDGE)
             .ok_or_else(|| Error::Env(String::from("debate: the judge never spoke")))?;
         let winner = if judged.parse_error { None } else { verdict(&judged.public) };
-        let truth = task.data["truth_member"].as_str().unwrap_or_default();
         let mut rewards =
             BTreeMap::from([(DEBATER_A.to_owned(), 0.0), (DEBATER_B.to_owned(), 0.0), (JUDGE.to_owned(), 0.0)]);
         if let Some(w) = winner {
@@ -159,11 +220,27 @@ impl MultiAgent for Debate {
             rewards.insert(w.to_owned(), 1.0);
             rewards.insert(loser.to_owned(), -1.0);
         }
-        let metrics = BTreeMap::from([
-            (String::from("tie"), f64::from(u8::from(winner.is_none()))),
-            (String::from("judge_correct"), f64::from(u8::from(winner == Some(truth)))),
+        let flag = |b: bool| f64::from(u8::from(b));
+        let mut metrics = BTreeMap::from([
+            (String::from("decided"), flag(winner.is_some())),
             (String::from("parse_errors"), log.iter().filter(|t| t.parse_error).count() as f64),
         ]);
+        // The judge's accuracy counts where one side is right and the other wrong.
+        let right: Vec<&str> = if self.free {
+            let truth = task.data["answer"].as_i64();
+            let answers = Self::final_answers(log);
+            for m in DEBATERS {
+                metrics.insert(format!("accuracy/{m}"), flag(answers[m].is_some() && answers[m] == truth));
+            }
+            let (a, b) = (answers[DEBATER_A], answers[DEBATER_B]);
+            metrics.insert(String::from("agree"), flag(a.is_some() && a == b));
+            DEBATERS.into_iter().filter(|m| answers[m].is_some() && answers[m] == truth).collect()
+        } else {
+            task.data["truth_member"].as_str().and_then(|t| DEBATERS.into_iter().find(|m| *m == t)).into_iter().collect()
+        };
+        if right.len() == 1 {
+            metrics.insert(format!("accuracy/{JUDGE}"), flag(winner == Some(right[0])));
+        }
         Ok(MARScore { rewards, metrics })
     }
 }
@@ -183,11 +260,12 @@ impl Environment for Debate {
     }
 
     fn inline_task(&self, data: Value) -> Result<Task> {
-        for k in ["question", "claims", "truth_member"] {
+        let needed: &[&str] = if self.free { &["question", "answer"] } else { &["question", "claims", "truth_member"] };
+        for k in needed {
             if data.get(k).is_none() {
                 return Err(Error::bad_request(
                     format!("example.inline_json.{k}"),
-                    "debate tasks need question, claims, truth_member",
+                    format!("debate tasks need {}", needed.join(", ")),
                 ));
             }
         }
@@ -213,11 +291,33 @@ impl Environment for Debate {
 
 #[cfg(test)]
 mod tests {
+    use rl_serve::Kernel;
+
     use super::*;
 
+    fn env(args: Value) -> Debate {
+        Debate::new(args.as_object().unwrap()).unwrap()
+    }
+
+    /// Plays `task` with scripted replies (one per debater per round, then the judge's).
+    async fn play(d: &Debate, task: &Task, a: &str, b: &str, judge: &str) -> MARScore {
+        let mut k = Kernel::new(d.members(task), d.schedule(task)).unwrap();
+        while let Some(slot) = k.current().map(<[String]>::to_vec) {
+            for m in slot {
+                let reply = match m.as_str() {
+                    DEBATER_A => a,
+                    DEBATER_B => b,
+                    _ => judge,
+                };
+                k.submit(&m, reply).unwrap();
+            }
+        }
+        d.score(task, k.log(), None).await.unwrap()
+    }
+
     #[test]
-    fn questions_have_known_answers_and_one_true_claim() {
-        let d = Debate::new(json!({"num_examples": 50}).as_object().unwrap()).unwrap();
+    fn assigned_questions_have_known_answers_and_one_true_claim() {
+        let d = env(json!({"num_examples": 50}));
         for i in 0..50 {
             let t = d.task("train", i).unwrap();
             let truth = t.data["truth_member"].as_str().unwrap();
@@ -229,9 +329,57 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_parse_and_rewards_are_zero_sum() {
+    fn verdicts_and_answers_parse() {
         assert_eq!(verdict("I pick <verdict>B</verdict>."), Some(DEBATER_B));
         assert_eq!(verdict("<verdict>A</verdict><verdict>B</verdict>"), None);
         assert_eq!(verdict("no idea"), None);
+        assert_eq!(stated_answer("<answer>12</answer> then <answer> -7 </answer>"), Some(-7));
+        assert_eq!(stated_answer("<answer>twelve</answer>"), None);
+        assert_eq!(stated_answer("<answer>12"), None);
+    }
+
+    #[tokio::test]
+    async fn free_debates_grade_each_debater_and_reward_the_verdict_zero_sum() {
+        let d = env(json!({"positions": "free", "rounds": 1, "ops": "+", "num_examples": 10, "test_examples": 4}));
+        let t = d.task("test", 0).unwrap();
+        let truth = t.data["answer"].as_i64().unwrap();
+        let (right, wrong) = (format!("<answer>{truth}</answer>"), format!("<answer>{}</answer>", truth + 3));
+        let s = play(&d, &t, &wrong, &right, "<verdict>B</verdict>").await;
+        assert_eq!((s.rewards[DEBATER_A], s.rewards[DEBATER_B], s.rewards[JUDGE]), (-1.0, 1.0, 0.0));
+        let m = |k: &str| s.metrics[k];
+        assert_eq!((m("accuracy/debater_a"), m("accuracy/debater_b"), m("accuracy/judge")), (0.0, 1.0, 1.0));
+        assert_eq!((m("decided"), m("agree")), (1.0, 0.0));
+        // Both right: the verdict still decides, but says nothing about the judge's accuracy.
+        let s = play(&d, &t, &right, &right, "<verdict>A</verdict>").await;
+        assert_eq!((s.metrics["agree"], s.rewards[DEBATER_A]), (1.0, 1.0));
+        assert!(!s.metrics.contains_key("accuracy/judge"));
+        // No verdict: a tie, nobody rewarded; a private block does not hide an answer.
+        let s = play(&d, &t, &format!("<think>hmm</think>{right}"), "no answer", "both?").await;
+        assert_eq!((s.metrics["decided"], s.rewards[DEBATER_A]), (0.0, 0.0));
+        assert_eq!((s.metrics["accuracy/debater_a"], s.metrics["accuracy/debater_b"]), (1.0, 0.0));
+    }
+
+    #[test]
+    fn the_judge_sees_the_reference_only_when_asked() {
+        let shown = env(json!({"positions": "free", "judge_reference": true, "test_examples": 2}));
+        let hidden = env(json!({"positions": "free", "test_examples": 2}));
+        let t = shown.task("test", 1).unwrap();
+        let reference = format!("Reference answer: {}", t.data["answer"]);
+        assert!(shown.instructions(&t, JUDGE)[1].content.contains(&reference));
+        assert!(!hidden.instructions(&t, JUDGE)[1].content.contains("Reference"));
+        assert!(!shown.instructions(&t, DEBATER_A)[1].content.contains("Reference"), "debaters never see it");
+    }
+
+    #[test]
+    fn bad_args_name_their_key() {
+        for (args, key) in [
+            (json!({"positions": "open"}), "env.args.positions"),
+            (json!({"ops": "/"}), "env.args.ops"),
+            (json!({"max_operand": 2}), "env.args.max_operand"),
+            (json!({"max_operand": 5, "test_examples": 50}), "env.args.test_examples"),
+        ] {
+            let err = Debate::new(args.as_object().unwrap()).unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 }

@@ -23,7 +23,7 @@ pub use alphabet_sort::{
     AlphabetSort, NEW_MARK, score as alphabet_sort_reward, turn_scores as alphabet_sort_turn_scores,
 };
 pub use dataset::FileDataset;
-pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, verdict};
+pub use debate::{DEBATER_A, DEBATER_B, Debate, JUDGE, stated_answer, verdict};
 pub use python::PythonEnv;
 pub use reverse_text::{
     ReverseText, SYSTEM_PROMPT as REVERSE_TEXT_SYSTEM_PROMPT, lcs_reward, parse_answer as parse_reversed_text,
@@ -60,9 +60,10 @@ pub fn demonstrations(id: &str, args: &Map<String, Value>, split: &str) -> Resul
             let env = WikiNav::new(args)?;
             Ok(Demonstrations { conversations: env.sft_conversations(split), tools: env.tool_specs() })
         }
+        "debate" => Ok(plain(Debate::new(args)?.sft_conversations(split)?)),
         _ => Err(Error::bad_request(
             "data.task",
-            format!("no SFT generator for {id:?}; built in: reverse-text, alphabet-sort, wiki-nav"),
+            format!("no SFT generator for {id:?}; built in: reverse-text, alphabet-sort, wiki-nav, debate"),
         )),
     }
 }
@@ -80,6 +81,11 @@ pub fn tokenizer_corpus(id: &str) -> Result<Vec<Demonstrations>> {
     };
     match id.replace('_', "-").as_str() {
         "wiki-nav" => ["tools", "text"].iter().map(|h| demonstrations(id, &args(1000, Some(h)), "train")).collect(),
+        "debate" => {
+            let mut a = args(2000, None);
+            a.insert(String::from("positions"), Value::from("free"));
+            Ok(vec![demonstrations(id, &a, "train")?])
+        }
         _ => Ok(vec![demonstrations(id, &args(2000, None), "train")?]),
     }
 }

@@ -99,11 +99,16 @@ pub async fn run_multi_agent_episode(
         _ => None,
     };
     let total_s = start.elapsed().as_secs_f64();
+    let episode_metrics: HashMap<String, f64> =
+        score.as_ref().map(|s| s.metrics.iter().map(|(k, v)| (k.clone(), *v)).collect()).unwrap_or_default();
     let traces = members
         .iter()
         .map(|m| {
             let n = turns.get(m).copied().unwrap_or(0);
-            let metrics: HashMap<String, f64> = HashMap::from([(String::from("num_turns"), f64::from(n))]);
+            // Every member's trace carries the episode's metrics, so per-env means (which count
+            // traces) weigh each episode alike and the orchestrator's tallies see them.
+            let mut metrics = episode_metrics.clone();
+            metrics.insert(String::from("num_turns"), f64::from(n));
             pb::Trace {
                 id: new_id(),
                 member_id: m.clone(),

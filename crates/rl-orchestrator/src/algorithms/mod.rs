@@ -129,6 +129,12 @@ pub trait Algorithm: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Figures of the groups scored since the last call (`name -> value`), reported as
+    /// `algorithm/<env>/<id>/<name>` in the step's metrics row.
+    fn take_metrics(&mut self) -> BTreeMap<String, f64> {
+        BTreeMap::new()
+    }
+
     /// State to checkpoint, if the algorithm keeps any between groups.
     fn state(&self) -> Option<Value> {
         None

@@ -1,7 +1,8 @@
 //! `rae` (SPIRAL Algorithm 1) for multi-agent envs: an EMA reward baseline per (example, member),
 //! first updated, `b = momentum * b + (1 - momentum) * r`, then subtracted, `A = r - b`. The
 //! baselines are the algorithm's state and travel with checkpoints. The judge's rollouts can be
-//! dropped from training.
+//! dropped from training. Its metrics: per member, the mean baseline and advantage of the
+//! rollouts scored since the last report.
 
 use std::collections::BTreeMap;
 
@@ -21,12 +22,14 @@ pub struct Rae {
     judge: Option<String>,
     /// Baselines keyed `task_key|member_id` (cold start: 0).
     baselines: BTreeMap<String, f64>,
+    /// Per member since the last report: (sum of baselines, sum of advantages, rollouts).
+    reported: BTreeMap<String, (f64, f64, usize)>,
 }
 
 impl Rae {
     /// RAE with EMA `momentum`; `drop_judge` drops the judge member's rollouts from training.
     pub fn new(momentum: f64, drop_judge: bool) -> Self {
-        Rae { momentum, drop_judge, judge: None, baselines: BTreeMap::new() }
+        Rae { momentum, drop_judge, judge: None, baselines: BTreeMap::new(), reported: BTreeMap::new() }
     }
 
     fn advantage(&mut self, rollout: &Rollout) -> Option<f64> {
@@ -36,7 +39,10 @@ impl Rae {
         }
         let b = self.baselines.entry(format!("{}|{}", t.task_key, t.member_id)).or_insert(0.0);
         *b = self.momentum * *b + (1.0 - self.momentum) * t.reward;
-        Some(t.reward - *b)
+        let (baseline, advantage) = (*b, t.reward - *b);
+        let r = self.reported.entry(t.member_id.clone()).or_default();
+        *r = (r.0 + baseline, r.1 + advantage, r.2 + 1);
+        Some(advantage)
     }
 }
 
@@ -62,6 +68,13 @@ impl Algorithm for Rae {
             .iter()
             .map(|r| self.advantage(r).map_or_else(Vec::new, |a| on_sampled(r, a as f32, LossChannel::Rl)))
             .collect())
+    }
+
+    fn take_metrics(&mut self) -> BTreeMap<String, f64> {
+        std::mem::take(&mut self.reported)
+            .into_iter()
+            .flat_map(|(m, (b, a, n))| [(format!("baseline/{m}"), b / n as f64), (format!("advantage/{m}"), a / n as f64)])
+            .collect()
     }
 
     fn state(&self) -> Option<Value> {
@@ -106,12 +119,18 @@ mod tests {
         let group =
             [member("t/0", "a", 1.0), member("t/0", "b", -1.0), member("t/1", "a", 0.5), member("t/0", "judge", 0.0)];
         let saved = rae.state().unwrap();
+        assert_eq!(rae.take_metrics()["baseline/a"], 0.9 * 0.0 + 0.1 * 1.0);
         let ch = local(&mut rae, &group);
         assert!((adv(&ch, 0).unwrap() - 0.81).abs() < 1e-6);
         assert!((adv(&ch, 1).unwrap() - -0.9).abs() < 1e-6);
         assert!((adv(&ch, 2).unwrap() - 0.45).abs() < 1e-6);
         assert!(ch[3].is_empty(), "the judge is dropped");
         assert!((rae.baselines["t/0|a"] - 0.19).abs() < 1e-12);
+        // Reported per member: member a's baselines 0.19 and 0.05 (mean 0.12), advantages 0.81 and 0.45.
+        let m = rae.take_metrics();
+        assert!((m["baseline/a"] - 0.12).abs() < 1e-12 && (m["advantage/a"] - 0.63).abs() < 1e-12, "{m:?}");
+        assert!((m["baseline/b"] - -0.1).abs() < 1e-12 && !m.contains_key("baseline/judge"), "{m:?}");
+        assert!(rae.take_metrics().is_empty(), "each report covers the rollouts since the last");
         assert!(!rae.baselines.contains_key("t/0|judge"));
         // A restored copy continues exactly as the original did.
         let mut restored = Rae::new(0.9, true);
