@@ -22,8 +22,16 @@ pub(crate) struct Panel {
     pub(crate) series: Vec<Series>,
 }
 
-const COLORS: [RGBColor; 4] =
-    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
 
 /// `(step, value)` points, finite values only.
 pub(crate) fn points(rows: impl IntoIterator<Item = (u64, f64)>, map: fn(f64) -> f64) -> Vec<(f64, f64)> {
@@ -139,8 +147,20 @@ pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
         name: String::from("entropy (nats/token)"),
         points: points(trainer.iter().map(|r| (r.step, r.entropy)), |v| v),
     };
-    let panels = [
-        Panel { title: String::from("reward"), y_label: String::from("reward"), series: reward },
+    let mut panels = vec![Panel { title: String::from("reward"), y_label: String::from("reward"), series: reward }];
+    // Multi-agent runs: each member's reward next to its RAE baseline, and the env's accuracy
+    // metrics (per member) and decided episodes, in training and in evals.
+    let members = keyed_series(&orch, |k| {
+        k.starts_with("reward/member/") || (k.starts_with("algorithm/") && k.contains("/baseline/"))
+    });
+    if !members.is_empty() {
+        panels.push(Panel { title: String::from("per member"), y_label: String::from("reward"), series: members });
+        let accuracy = keyed_series(&orch, |k| k.contains("/metric/accuracy/") || k.ends_with("/metric/decided"));
+        if !accuracy.is_empty() {
+            panels.push(Panel { title: String::from("accuracy"), y_label: String::from("fraction"), series: accuracy });
+        }
+    }
+    panels.extend([
         Panel {
             title: String::from("trainer vs inference mismatch KL"),
             y_label: String::from("log10 KL"),
@@ -151,8 +171,21 @@ pub(crate) fn rl_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
             y_label: String::from("nats/token"),
             series: vec![entropy],
         },
-    ];
+    ]);
     write(&run.curves(), &format!("{}: RL", run_name(run)), &panels)
+}
+
+/// A series per keyed metric whose name matches, named by its key.
+fn keyed_series(rows: &[MetricsRow], wanted: impl Fn(&str) -> bool) -> Vec<Series> {
+    let mut keys: Vec<&String> = rows.iter().flat_map(|r| r.keyed.keys().filter(|k| wanted(k))).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| Series {
+            name: k.clone(),
+            points: points(rows.iter().filter_map(|r| Some((r.step, r.keyed.get(k)?.as_f64()?))), |v| v),
+        })
+        .collect()
 }
 
 /// `<run>/curves.svg` of an SFT run: train and validation loss.

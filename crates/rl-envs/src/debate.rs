@@ -1,5 +1,5 @@
-//! `debate`: two debaters argue over an arithmetic question for N rounds (simultaneous or
-//! alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1, the loser -1, the
+//! `debate`: two debaters argue over a question with one true answer (arithmetic, reversing two
+//! words, or which of two words comes first alphabetically) for N rounds (simultaneous or alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1, the loser -1, the
 //! judge 0, a tie 0. The debaters either defend assigned claims (one true, one false:
 //! `positions = "assigned"`) or state and defend their own answers (`positions = "free"`, graded
 //! against the known truth: per-debater accuracy). The judge may be shown the reference answer,
@@ -17,7 +17,9 @@ use rl_serve::{
 };
 use serde_json::{Map, Value, json};
 
+use self::questions::{Question, plain};
 use crate::args::Args;
+use crate::reverse_text::WORDS;
 use crate::rng::Rng;
 use crate::splits::Splits;
 
@@ -33,6 +35,8 @@ const DEBATERS: [&str; 2] = [DEBATER_A, DEBATER_B];
 #[derive(Debug)]
 pub struct Debate {
     data: Splits<Value>,
+    /// The questions behind `data` (the demonstrations' near misses need them).
+    questions: Splits<Question>,
     rounds: u64,
     simultaneous: bool,
     free: bool,
@@ -51,11 +55,11 @@ pub fn verdict(public: &str) -> Option<&'static str> {
     }
 }
 
-/// A debater's answer in its public text: the integer in its last `<answer>...</answer>`.
-pub fn stated_answer(public: &str) -> Option<i64> {
+/// A debater's answer in its public text: what its last `<answer>...</answer>` holds, trimmed.
+pub fn stated_answer(public: &str) -> Option<String> {
     let start = public.rfind("<answer>")? + "<answer>".len();
     let len = public[start..].find("</answer>")?;
-    public[start..start + len].trim().parse().ok()
+    Some(public[start..start + len].trim().to_owned()).filter(|a| !a.is_empty())
 }
 
 /// The verdict tag naming `member`.
@@ -63,14 +67,14 @@ fn verdict_tag(member: &str) -> &'static str {
     if member == DEBATER_A { "<verdict>A</verdict>" } else { "<verdict>B</verdict>" }
 }
 
-fn task_data(q: questions::Question, rng: &mut Rng, assigned: bool) -> Value {
+fn task_data(q: &Question, rng: &mut Rng, assigned: bool) -> Value {
     let answer = q.answer();
     if !assigned {
         return json!({"question": q.text(), "answer": answer});
     }
-    let delta = rng.range(1, 4) as i64 * if rng.coin() { 1 } else { -1 };
+    let wrong = q.near_miss(rng);
     let truth_a = rng.coin();
-    let (claim_a, claim_b) = if truth_a { (answer, answer + delta) } else { (answer + delta, answer) };
+    let (claim_a, claim_b) = if truth_a { (answer.clone(), wrong) } else { (wrong, answer.clone()) };
     json!({
         "question": q.text(),
         "answer": answer,
@@ -82,8 +86,9 @@ fn task_data(q: questions::Question, rng: &mut Rng, assigned: bool) -> Value {
 impl Debate {
     /// Builds the env from its args: `num_examples`, `test_examples`, `rounds`, `simultaneous`,
     /// `positions` (`assigned` or `free`), `judge_reference` (the judge sees the true answer),
-    /// `judge_model` (a key of the request's models; unset: the judge is the actor), `ops` (of
-    /// `+-*`), `max_operand` (operands are `2..=max_operand`), `seed`.
+    /// `judge_model` (a key of the request's models; unset: the judge is the actor), `questions`
+    /// (`arithmetic`, `reverse` or `first-word`), for arithmetic `ops` (of `+-*`) and `max_operand` (operands
+    /// are `2..=max_operand`), `seed`.
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("debate", args);
         let num = a.u64("num_examples", 1000)?;
@@ -93,23 +98,35 @@ impl Debate {
         let free = a.choice("positions", "assigned", &["assigned", "free"])? == "free";
         let judge_reference = a.bool("judge_reference", false)?;
         let judge_model = a.string("judge_model")?;
+        let kind = a.choice("questions", "arithmetic", &["arithmetic", "reverse", "first-word"])?;
         let ops = questions::parse_ops(a.string("ops")?.as_deref().unwrap_or("+-*"))?;
         let max_operand = a.u64("max_operand", 40)?;
         let seed = a.u64("seed", 0)?;
         a.finish()?;
+        if kind != "arithmetic"
+            && let Some(k) = ["ops", "max_operand"].into_iter().find(|k| args.contains_key(*k))
+        {
+            return Err(Error::bad_request(format!("env.args.{k}"), "only arithmetic questions take it"));
+        }
         if rounds == 0 || rounds > 8 {
             return Err(Error::bad_request("env.args.rounds", format!("must be in 1..=8, got {rounds}")));
         }
         if !(3..=999).contains(&max_operand) {
             return Err(Error::bad_request("env.args.max_operand", format!("must be in 3..=999, got {max_operand}")));
         }
-        let split = questions::split(&ops, max_operand, seed, num, test_num)?;
-        let data = |name: &str, qs: &[questions::Question]| {
+        let space = match kind.as_str() {
+            "reverse" => questions::reversals(WORDS),
+            "first-word" => questions::first_words(WORDS),
+            _ => questions::arithmetic(&ops, max_operand),
+        };
+        let split = questions::split(space, seed, num, test_num)?;
+        let data = |name: &str, qs: &[Question]| {
             let mut rng = Rng::new(seed, &format!("debate/claims/{name}"));
-            qs.iter().map(|q| task_data(*q, &mut rng, !free)).collect::<Vec<_>>()
+            qs.iter().map(|q| task_data(q, &mut rng, !free)).collect::<Vec<_>>()
         };
         Ok(Debate {
             data: Splits { train: data("train", &split.train), test: data("test", &split.test) },
+            questions: split,
             rounds,
             simultaneous,
             free,
@@ -121,7 +138,7 @@ impl Debate {
     }
 
     /// Each debater's last stated answer (free positions), in its non-quarantined turns.
-    fn final_answers(log: &[Turn]) -> BTreeMap<&'static str, Option<i64>> {
+    fn final_answers(log: &[Turn]) -> BTreeMap<&'static str, Option<String>> {
         DEBATERS
             .iter()
             .map(|m| {
@@ -133,7 +150,7 @@ impl Debate {
 }
 
 fn claim(task: &Task, member: &str) -> String {
-    task.data["claims"][member].to_string()
+    plain(&task.data["claims"][member])
 }
 
 #[async_trait]
@@ -159,12 +176,12 @@ impl MultiAgent for Debate {
 
     fn instructions(&self, task: &Task, member: &str) -> Vec<Message> {
         let q = task.data["question"].as_str().unwrap_or_default();
-        const PRIVATE: &str = "Text inside <think>...</think> is private; everything else is shown to the others.";
+        const PRIVATE: &str = "Text in <think>...</think> is private.";
         if member == JUDGE {
             let mut user = format!("Question: {q}");
             if self.free {
                 if self.judge_reference {
-                    user.push_str(&format!("\nReference answer: {}", task.data["answer"]));
+                    user.push_str(&format!("\nReference answer: {}", plain(&task.data["answer"])));
                 }
             } else {
                 user.push_str(&format!(
@@ -175,8 +192,8 @@ impl MultiAgent for Debate {
             }
             return vec![
                 Message::system(
-                    "You judge a debate. When it ends, answer <verdict>A</verdict> if debater_a is right or \
-                     <verdict>B</verdict> if debater_b is right.",
+                    "You judge a debate: answer <verdict>A</verdict> if debater_a is right, <verdict>B</verdict> if \
+                     debater_b is.",
                 ),
                 Message::user(user),
             ];
@@ -184,8 +201,7 @@ impl MultiAgent for Debate {
         if self.free {
             return vec![
                 Message::system(format!(
-                    "You are {member} in a debate. State your answer as <answer>N</answer> and defend it briefly. \
-                     {PRIVATE}"
+                    "You are {member} in a debate. State your answer as <answer>N</answer>. {PRIVATE}"
                 )),
                 Message::user(format!("Question: {q}")),
             ];
@@ -227,14 +243,14 @@ impl MultiAgent for Debate {
         ]);
         // The judge's accuracy counts where one side is right and the other wrong.
         let right: Vec<&str> = if self.free {
-            let truth = task.data["answer"].as_i64();
+            let truth = Some(plain(&task.data["answer"]));
             let answers = Self::final_answers(log);
             for m in DEBATERS {
-                metrics.insert(format!("accuracy/{m}"), flag(answers[m].is_some() && answers[m] == truth));
+                metrics.insert(format!("accuracy/{m}"), flag(answers[m] == truth));
             }
-            let (a, b) = (answers[DEBATER_A], answers[DEBATER_B]);
+            let (a, b) = (&answers[DEBATER_A], &answers[DEBATER_B]);
             metrics.insert(String::from("agree"), flag(a.is_some() && a == b));
-            DEBATERS.into_iter().filter(|m| answers[m].is_some() && answers[m] == truth).collect()
+            DEBATERS.into_iter().filter(|m| answers[m] == truth).collect()
         } else {
             task.data["truth_member"].as_str().and_then(|t| DEBATERS.into_iter().find(|m| *m == t)).into_iter().collect()
         };
@@ -333,8 +349,9 @@ mod tests {
         assert_eq!(verdict("I pick <verdict>B</verdict>."), Some(DEBATER_B));
         assert_eq!(verdict("<verdict>A</verdict><verdict>B</verdict>"), None);
         assert_eq!(verdict("no idea"), None);
-        assert_eq!(stated_answer("<answer>12</answer> then <answer> -7 </answer>"), Some(-7));
-        assert_eq!(stated_answer("<answer>twelve</answer>"), None);
+        assert_eq!(stated_answer("<answer>12</answer> then <answer> -7 </answer>").as_deref(), Some("-7"));
+        assert_eq!(stated_answer("<answer>ab cd</answer>").as_deref(), Some("ab cd"));
+        assert_eq!(stated_answer("<answer> </answer>"), None);
         assert_eq!(stated_answer("<answer>12"), None);
     }
 
@@ -343,7 +360,7 @@ mod tests {
         let d = env(json!({"positions": "free", "rounds": 1, "ops": "+", "num_examples": 10, "test_examples": 4}));
         let t = d.task("test", 0).unwrap();
         let truth = t.data["answer"].as_i64().unwrap();
-        let (right, wrong) = (format!("<answer>{truth}</answer>"), format!("<answer>{}</answer>", truth + 3));
+        let (right, wrong) = (format!("<answer> {truth}</answer>"), format!("<answer>{}</answer>", truth + 3));
         let s = play(&d, &t, &wrong, &right, "<verdict>B</verdict>").await;
         assert_eq!((s.rewards[DEBATER_A], s.rewards[DEBATER_B], s.rewards[JUDGE]), (-1.0, 1.0, 0.0));
         let m = |k: &str| s.metrics[k];
@@ -357,6 +374,23 @@ mod tests {
         let s = play(&d, &t, &format!("<think>hmm</think>{right}"), "no answer", "both?").await;
         assert_eq!((s.metrics["decided"], s.rewards[DEBATER_A]), (0.0, 0.0));
         assert_eq!((s.metrics["accuracy/debater_a"], s.metrics["accuracy/debater_b"]), (1.0, 0.0));
+    }
+
+    #[tokio::test]
+    async fn reversal_debates_grade_exact_strings() {
+        let d = env(json!({"positions": "free", "rounds": 1, "questions": "reverse", "test_examples": 4}));
+        let t = d.task("test", 2).unwrap();
+        let truth = t.data["answer"].as_str().unwrap().to_owned();
+        assert!(t.data["question"].as_str().unwrap().starts_with("Reverse the letters of: "));
+        let s = play(&d, &t, &format!("<answer>{truth}</answer>"), &format!("<answer>{truth}x</answer>"), "<verdict>A</verdict>")
+            .await;
+        assert_eq!((s.metrics["accuracy/debater_a"], s.metrics["accuracy/debater_b"], s.metrics["accuracy/judge"]), (1.0, 0.0, 1.0));
+        let assigned = env(json!({"questions": "reverse", "num_examples": 20}));
+        for i in 0..20 {
+            let t = assigned.task("train", i).unwrap();
+            let truth = t.data["truth_member"].as_str().unwrap();
+            assert_eq!(t.data["claims"][truth], t.data["answer"]);
+        }
     }
 
     #[test]
@@ -377,6 +411,8 @@ mod tests {
             (json!({"ops": "/"}), "env.args.ops"),
             (json!({"max_operand": 2}), "env.args.max_operand"),
             (json!({"max_operand": 5, "test_examples": 50}), "env.args.test_examples"),
+            (json!({"questions": "reverse", "ops": "+"}), "env.args.ops"),
+            (json!({"questions": "trivia"}), "env.args.questions"),
         ] {
             let err = Debate::new(args.as_object().unwrap()).unwrap_err().to_string();
             assert!(err.contains(key), "{err}");

@@ -15,7 +15,7 @@ use crate::splits::Splits;
 /// The system prompt.
 pub const SYSTEM_PROMPT: &str = "Reverse the text character-by-character. Put your answer in <reversed_text> tags.";
 
-const WORDS: &[&str] = &[
+pub(crate) const WORDS: &[&str] = &[
     "the", "cat", "sat", "on", "a", "mat", "blue", "sky", "sun", "moon", "star", "tree", "leaf", "river", "stone",
     "bird", "fish", "rain", "snow", "wind", "fire", "gold", "red", "green", "old", "new", "big", "small", "fast",
     "slow", "dog", "ran", "home", "road", "hill", "sea", "ship", "map", "key", "door", "book", "pen", "cup", "tea",

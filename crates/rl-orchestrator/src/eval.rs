@@ -1,7 +1,9 @@
 //! Online evaluation: every `eval.interval` steps, each eval env's held-out examples are sampled `k`
 //! times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
 //! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1), and for
-//! multi-turn envs with turn rewards the mean and solved fraction of each turn.
+//! multi-turn envs with turn rewards the mean and solved fraction of each turn. A multi-agent env's
+//! traces are its members' (no sample "solves" an example): its members' mean rewards instead of
+//! avg@k and pass@k.
 
 use std::time::Instant;
 
@@ -31,8 +33,9 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
     1.0 - fail
 }
 
-/// The metrics of one eval env from the rewards of each example's samples.
-pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize) -> Map<String, Value> {
+/// The metrics of one eval env from the rewards of each example's samples (avg@k and pass@k only
+/// where each sample `solves`, i.e. is one attempt at the example).
+pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize, solves: bool) -> Map<String, Value> {
     let mut m = Map::new();
     let all: Vec<f64> = per_example.iter().flatten().copied().collect();
     let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
@@ -40,7 +43,7 @@ pub fn eval_metrics(name: &str, per_example: &[Vec<f64>], errors: usize) -> Map<
     m.insert(format!("eval/{name}/reward/mean"), json!(mean(&all)));
     m.insert(format!("eval/{name}/examples"), json!(per_example.len()));
     m.insert(format!("eval/{name}/errors"), json!(errors));
-    if k > 0 {
+    if k > 0 && solves {
         let avg: Vec<f64> = per_example.iter().map(|r| mean(&r[..k])).collect();
         m.insert(format!("eval/{name}/avg@{k}"), json!(mean(&avg)));
         let mut j = 1;
@@ -91,6 +94,17 @@ pub(crate) fn component_metrics(name: &str, traces: &[&rl_serve::pb::Trace]) -> 
     sums.into_iter().map(|(k, (sum, n))| (k, json!(sum / n as f64))).collect()
 }
 
+/// Each member's mean reward over the evaluated traces (`eval/<env>/reward/member/<member>`).
+pub(crate) fn member_rewards(name: &str, traces: &[&rl_serve::pb::Trace]) -> Map<String, Value> {
+    let mut sums: std::collections::BTreeMap<&str, (f64, usize)> = std::collections::BTreeMap::new();
+    for t in traces {
+        let entry = sums.entry(t.member_id.as_str()).or_default();
+        entry.0 += t.reward;
+        entry.1 += 1;
+    }
+    sums.into_iter().map(|(m, (sum, n))| (format!("eval/{name}/reward/member/{m}"), json!(sum / n as f64))).collect()
+}
+
 /// Evaluates every eval env with the policy version loaded now: each of its first `examples`
 /// tasks `k` times, as one dispatch.
 pub(crate) async fn evaluate(
@@ -119,19 +133,24 @@ pub(crate) async fn evaluate(
             .filter(|(traces, _)| !traces.is_empty())
             .map(|(traces, _)| traces.iter().map(|(_, t)| t.reward).collect())
             .collect();
+        let traces: Vec<&rl_serve::pb::Trace> =
+            collected.groups.iter().flat_map(|(traces, _)| traces.iter().map(|(_, t)| t)).collect();
+        let multi_agent = traces.iter().any(|t| !t.member_id.is_empty());
         out.extend(eval_metrics(
             &e.name,
             &per_example,
             collected.retried.values().sum::<usize>() + collected.dropped_total(),
+            !multi_agent,
         ));
+        if multi_agent {
+            out.extend(member_rewards(&e.name, &traces));
+        }
         let turns: Vec<&[f64]> = collected
             .groups
             .iter()
             .flat_map(|(traces, _)| traces.iter().map(|(_, t)| t.turn_rewards.as_slice()))
             .collect();
         out.extend(turn_metrics(&e.name, &turns));
-        let traces: Vec<&rl_serve::pb::Trace> =
-            collected.groups.iter().flat_map(|(traces, _)| traces.iter().map(|(_, t)| t)).collect();
         for (key, value) in component_metrics(&e.name, &traces) {
             // `reward/mean` is the total's; a reward function of that name keeps the total's key.
             out.entry(key).or_insert(value);
@@ -162,7 +181,7 @@ mod tests {
     #[test]
     fn eval_metrics_by_hand() {
         let per_example = vec![vec![1.0, 0.0, 0.0, 0.0], vec![0.5, 0.5, 1.0, 1.0]];
-        let m = eval_metrics("rt", &per_example, 0);
+        let m = eval_metrics("rt", &per_example, 0, true);
         assert_eq!(m["eval/rt/reward/mean"], json!(0.5));
         assert_eq!(m["eval/rt/avg@4"], json!(0.5));
         // Example 1: pass@1 1/4, example 2: 2/4 -> 0.375. pass@2: (0.5 + (1 - 1/6)) / 2.
@@ -170,6 +189,14 @@ mod tests {
         assert!((m["eval/rt/pass@2"].as_f64().unwrap() - (0.5 + 5.0 / 6.0) / 2.0).abs() < 1e-12);
         assert_eq!(m["eval/rt/pass@4"], json!(1.0), "with 4 draws of 4 samples any correct one is drawn");
         assert!(!m.contains_key("eval/rt/pass@8"));
+        // Members' traces are not attempts: no avg@k or pass@k, and each member's mean reward.
+        let m = eval_metrics("debate", &per_example, 0, false);
+        assert_eq!(m["eval/debate/reward/mean"], json!(0.5));
+        assert!(!m.keys().any(|k| k.contains("pass@") || k.contains("avg@")), "{m:?}");
+        let trace = |member: &str, reward| rl_serve::pb::Trace { member_id: member.into(), reward, ..Default::default() };
+        let traces = [trace("a", 1.0), trace("b", -1.0), trace("a", 0.0)];
+        let m = member_rewards("debate", &traces.iter().collect::<Vec<_>>());
+        assert_eq!((m["eval/debate/reward/member/a"].clone(), m["eval/debate/reward/member/b"].clone()), (json!(0.5), json!(-1.0)));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The shipped recipes' plumbing, shrunk to seconds: what `scripts/reverse-text.sh`,
-//! `scripts/alphabet-sort.sh` and `scripts/wiki-nav.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
+//! `scripts/alphabet-sort.sh`, `scripts/wiki-nav.sh` and `scripts/debate.sh` run — `rl model init`, `rl sft @ configs/<recipe>/sft.toml`, then
 //! `rl rl @ configs/<recipe>/rl.toml` from the SFT model — with the real configs and a few steps,
 //! checking that the greedy held-out evaluation runs before RL and at the end. (The learning
 //! targets take minutes and are measured by running the scripts; see docs/recipes.md.)
@@ -122,4 +122,37 @@ fn the_wiki_nav_recipe_runs_with_the_tools_and_the_text_harness() {
             rows[2].keyed.keys().collect::<Vec<_>>()
         );
     }
+}
+
+#[test]
+fn the_debate_recipe_runs_self_play_with_per_member_metrics() {
+    let rows = recipe(
+        "debate",
+        None,
+        &[],
+        &["--data.num-examples", "64"],
+        &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
+    );
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let has = |row: &MetricsRow, key: &str| {
+        assert!(row.keyed.contains_key(key), "no {key} at step {}: {:?}", row.step, row.keyed.keys().collect::<Vec<_>>())
+    };
+    for row in [&rows[0], &rows[2]] {
+        assert_eq!(row.keyed["eval/debate/examples"], 2);
+        for m in ["accuracy/debater_a", "accuracy/debater_b", "decided", "agree"] {
+            has(row, &format!("eval/debate/metric/{m}"));
+        }
+    }
+    // 8 debates of 3 members each: every member's reward, the RAE baselines of the two trained
+    // members (the judge is dropped), the debaters' accuracy and the decided fraction.
+    assert_eq!(rows[1].rollouts.as_ref().map(|r| r.rollouts), Some(24));
+    for m in ["debater_a", "debater_b", "judge"] {
+        has(&rows[1], &format!("reward/member/debate/{m}"));
+    }
+    for m in ["debater_a", "debater_b"] {
+        has(&rows[1], &format!("algorithm/debate/rae/baseline/{m}"));
+        has(&rows[1], &format!("env/debate/metric/accuracy/{m}"));
+    }
+    assert!(!rows[1].keyed.contains_key("algorithm/debate/rae/baseline/judge"));
+    has(&rows[1], "env/debate/metric/decided");
 }
