@@ -1,9 +1,11 @@
 //! `debate`: two debaters argue over a question with one true answer (arithmetic, reversing two
-//! words, or which of two words comes first alphabetically) for N rounds (simultaneous or alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1, the loser -1, the
+//! words, or which of several words or letters comes first alphabetically) for N rounds (simultaneous or alternating), then a judge gives a verdict. Zero-sum rewards: the winner +1, the loser -1, the
 //! judge 0, a tie 0. The debaters either defend assigned claims (one true, one false:
 //! `positions = "assigned"`) or state and defend their own answers (`positions = "free"`, graded
 //! against the known truth: per-debater accuracy). The judge may be shown the reference answer,
-//! as verifiers' judge rubrics are. A fifth of the question space is held out of training.
+//! as verifiers' judge rubrics are; or the verdict comes from the grader instead of a judge member
+//! (`verdict = "grader"`: the seed's grader path, each debater's final answer against the known
+//! truth). A fifth of the question space is held out of training.
 
 mod demonstrations;
 mod questions;
@@ -30,6 +32,10 @@ pub const DEBATER_B: &str = "debater_b";
 /// Member ids.
 pub const JUDGE: &str = "judge";
 const DEBATERS: [&str; 2] = [DEBATER_A, DEBATER_B];
+const LETTERS: [&str; 26] = [
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x",
+    "y", "z",
+];
 
 /// The debate environment.
 #[derive(Debug)]
@@ -41,6 +47,8 @@ pub struct Debate {
     simultaneous: bool,
     free: bool,
     judge_reference: bool,
+    /// The grader gives the verdict; no judge member is scheduled.
+    grader_verdict: bool,
     judge_model: Option<String>,
     seed: u64,
     rubric: RubricGroup,
@@ -62,9 +70,13 @@ pub fn stated_answer(public: &str) -> Option<String> {
     Some(public[start..start + len].trim().to_owned()).filter(|a| !a.is_empty())
 }
 
-/// The verdict tag naming `member`.
-fn verdict_tag(member: &str) -> &'static str {
-    if member == DEBATER_A { "<verdict>A</verdict>" } else { "<verdict>B</verdict>" }
+/// The verdict tag naming `member` (`None`: no winner).
+fn verdict_tag(member: Option<&str>) -> &'static str {
+    match member {
+        Some(DEBATER_A) => "<verdict>A</verdict>",
+        Some(_) => "<verdict>B</verdict>",
+        None => "<verdict>none</verdict>",
+    }
 }
 
 fn task_data(q: &Question, rng: &mut Rng, assigned: bool) -> Value {
@@ -86,8 +98,10 @@ fn task_data(q: &Question, rng: &mut Rng, assigned: bool) -> Value {
 impl Debate {
     /// Builds the env from its args: `num_examples`, `test_examples`, `rounds`, `simultaneous`,
     /// `positions` (`assigned` or `free`), `judge_reference` (the judge sees the true answer),
+    /// `verdict` (`judge`, a member, or `grader`: the debater whose final answer is the truth wins,
+    /// a coin flip between two right ones, a tie between two wrong ones; free positions only),
     /// `judge_model` (a key of the request's models; unset: the judge is the actor), `questions`
-    /// (`arithmetic`, `reverse` or `first-word`), for arithmetic `ops` (of `+-*`) and `max_operand` (operands
+    /// (`arithmetic`, `reverse`, `first-word` of two words or `first-letter` of three letters), for arithmetic `ops` (of `+-*`) and `max_operand` (operands
     /// are `2..=max_operand`), `seed`.
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("debate", args);
@@ -97,12 +111,19 @@ impl Debate {
         let simultaneous = a.bool("simultaneous", true)?;
         let free = a.choice("positions", "assigned", &["assigned", "free"])? == "free";
         let judge_reference = a.bool("judge_reference", false)?;
+        let grader_verdict = a.choice("verdict", "judge", &["judge", "grader"])? == "grader";
         let judge_model = a.string("judge_model")?;
-        let kind = a.choice("questions", "arithmetic", &["arithmetic", "reverse", "first-word"])?;
+        let kind = a.choice("questions", "arithmetic", &["arithmetic", "reverse", "first-word", "first-letter"])?;
         let ops = questions::parse_ops(a.string("ops")?.as_deref().unwrap_or("+-*"))?;
         let max_operand = a.u64("max_operand", 40)?;
         let seed = a.u64("seed", 0)?;
         a.finish()?;
+        if grader_verdict && !free {
+            return Err(Error::bad_request(
+                "env.args.verdict",
+                "the grader judges stated answers: verdict = \"grader\" needs positions = \"free\"",
+            ));
+        }
         if kind != "arithmetic"
             && let Some(k) = ["ops", "max_operand"].into_iter().find(|k| args.contains_key(*k))
         {
@@ -116,7 +137,8 @@ impl Debate {
         }
         let space = match kind.as_str() {
             "reverse" => questions::reversals(WORDS),
-            "first-word" => questions::first_words(WORDS),
+            "first-word" => questions::firsts(WORDS, 2),
+            "first-letter" => questions::firsts(&LETTERS, 3),
             _ => questions::arithmetic(&ops, max_operand),
         };
         let split = questions::split(space, seed, num, test_num)?;
@@ -131,6 +153,7 @@ impl Debate {
             simultaneous,
             free,
             judge_reference,
+            grader_verdict,
             judge_model,
             seed,
             rubric: RubricGroup::new(Vec::new()),
@@ -156,7 +179,8 @@ fn claim(task: &Task, member: &str) -> String {
 #[async_trait]
 impl MultiAgent for Debate {
     fn members(&self, _task: &Task) -> Vec<String> {
-        vec![DEBATER_A.to_owned(), DEBATER_B.to_owned(), JUDGE.to_owned()]
+        let judge = (!self.grader_verdict).then(|| JUDGE.to_owned());
+        [DEBATER_A.to_owned(), DEBATER_B.to_owned()].into_iter().chain(judge).collect()
     }
 
     fn schedule(&self, _task: &Task) -> Vec<Vec<String>> {
@@ -170,7 +194,9 @@ impl MultiAgent for Debate {
                 slots.push(vec![b.clone()]);
             }
         }
-        slots.push(vec![JUDGE.to_owned()]);
+        if !self.grader_verdict {
+            slots.push(vec![JUDGE.to_owned()]);
+        }
         slots
     }
 
@@ -190,13 +216,15 @@ impl MultiAgent for Debate {
                     claim(task, DEBATER_B)
                 ));
             }
-            return vec![
-                Message::system(
-                    "You judge a debate: answer <verdict>A</verdict> if debater_a is right, <verdict>B</verdict> if \
-                     debater_b is.",
-                ),
-                Message::user(user),
-            ];
+            // With free positions both sides can be wrong: then there is no winner.
+            let system = if self.free {
+                "You judge a debate: answer <verdict>A</verdict> if debater_a is right, <verdict>B</verdict> if \
+                 debater_b is, <verdict>none</verdict> if neither is."
+            } else {
+                "You judge a debate: answer <verdict>A</verdict> if debater_a is right, <verdict>B</verdict> if \
+                 debater_b is."
+            };
+            return vec![Message::system(system), Message::user(user)];
         }
         if self.free {
             return vec![
@@ -219,18 +247,39 @@ impl MultiAgent for Debate {
     }
 
     fn judge(&self) -> Option<String> {
-        Some(JUDGE.to_owned())
+        (!self.grader_verdict).then(|| JUDGE.to_owned())
     }
 
     async fn score(&self, task: &Task, log: &[Turn], _context: Option<&TrainingContext>) -> Result<MARScore> {
-        let judged = log
-            .iter()
-            .rev()
-            .find(|t| t.member == JUDGE)
-            .ok_or_else(|| Error::Env(String::from("debate: the judge never spoke")))?;
-        let winner = if judged.parse_error { None } else { verdict(&judged.public) };
-        let mut rewards =
-            BTreeMap::from([(DEBATER_A.to_owned(), 0.0), (DEBATER_B.to_owned(), 0.0), (JUDGE.to_owned(), 0.0)]);
+        // Who is right: with free positions the debaters whose final answer is the truth, with
+        // assigned ones the holder of the true claim.
+        let answers = Self::final_answers(log);
+        let truth = Some(plain(&task.data["answer"]));
+        let right: Vec<&'static str> = if self.free {
+            DEBATERS.into_iter().filter(|m| answers[m] == truth).collect()
+        } else {
+            task.data["truth_member"].as_str().and_then(|t| DEBATERS.into_iter().find(|m| *m == t)).into_iter().collect()
+        };
+        let winner = if self.grader_verdict {
+            match right[..] {
+                [] => None,
+                [one] => Some(one),
+                // Both right: a coin flip, the same for the same replies to the same task.
+                _ => {
+                    let raw: Vec<&str> = log.iter().map(|t| t.raw.as_str()).collect();
+                    let mut coin = Rng::new(self.seed, &format!("debate/tie/{}/{}", task.key, raw.join("\u{0}")));
+                    Some(if coin.coin() { DEBATER_A } else { DEBATER_B })
+                }
+            }
+        } else {
+            let judged = log
+                .iter()
+                .rev()
+                .find(|t| t.member == JUDGE)
+                .ok_or_else(|| Error::Env(String::from("debate: the judge never spoke")))?;
+            if judged.parse_error { None } else { verdict(&judged.public) }
+        };
+        let mut rewards: BTreeMap<String, f64> = self.members(task).into_iter().map(|m| (m, 0.0)).collect();
         if let Some(w) = winner {
             let loser = if w == DEBATER_A { DEBATER_B } else { DEBATER_A };
             rewards.insert(w.to_owned(), 1.0);
@@ -241,20 +290,15 @@ impl MultiAgent for Debate {
             (String::from("decided"), flag(winner.is_some())),
             (String::from("parse_errors"), log.iter().filter(|t| t.parse_error).count() as f64),
         ]);
-        // The judge's accuracy counts where one side is right and the other wrong.
-        let right: Vec<&str> = if self.free {
-            let truth = Some(plain(&task.data["answer"]));
-            let answers = Self::final_answers(log);
+        if self.free {
             for m in DEBATERS {
                 metrics.insert(format!("accuracy/{m}"), flag(answers[m] == truth));
             }
             let (a, b) = (&answers[DEBATER_A], &answers[DEBATER_B]);
             metrics.insert(String::from("agree"), flag(a.is_some() && a == b));
-            DEBATERS.into_iter().filter(|m| answers[m] == truth).collect()
-        } else {
-            task.data["truth_member"].as_str().and_then(|t| DEBATERS.into_iter().find(|m| *m == t)).into_iter().collect()
-        };
-        if right.len() == 1 {
+        }
+        // The judge's accuracy counts where one side is right and the other wrong.
+        if right.len() == 1 && !self.grader_verdict {
             metrics.insert(format!("accuracy/{JUDGE}"), flag(winner == Some(right[0])));
         }
         Ok(MARScore { rewards, metrics })
@@ -391,6 +435,31 @@ mod tests {
             let truth = t.data["truth_member"].as_str().unwrap();
             assert_eq!(t.data["claims"][truth], t.data["answer"]);
         }
+    }
+
+    #[tokio::test]
+    async fn the_grader_verdict_needs_no_judge() {
+        let d = env(json!({"positions": "free", "verdict": "grader", "rounds": 1, "questions": "first-letter", "test_examples": 4}));
+        let t = d.task("test", 0).unwrap();
+        assert_eq!(d.members(&t), [DEBATER_A, DEBATER_B]);
+        assert_eq!((d.schedule(&t).len(), d.judge()), (1, None));
+        let truth = t.data["answer"].as_str().unwrap().to_owned();
+        let (right, wrong) = (format!("<answer>{truth}</answer>"), String::from("<answer>?</answer>"));
+        let s = play(&d, &t, &wrong, &right, "").await;
+        assert_eq!((s.rewards[DEBATER_A], s.rewards[DEBATER_B], s.metrics["decided"]), (-1.0, 1.0, 1.0));
+        assert!(!s.rewards.contains_key(JUDGE) && !s.metrics.contains_key("accuracy/judge"));
+        let s = play(&d, &t, &wrong, &wrong, "").await;
+        assert_eq!((s.rewards[DEBATER_A], s.metrics["decided"]), (0.0, 0.0), "neither right: a tie");
+        // Both right: decided by a coin that depends on the replies, so both sides win some.
+        let mut winners = std::collections::BTreeSet::new();
+        for i in 0..16 {
+            let s = play(&d, &t, &format!("<think>{i}</think>{right}"), &right, "").await;
+            assert_eq!((s.metrics["decided"], s.rewards[DEBATER_A] + s.rewards[DEBATER_B]), (1.0, 0.0));
+            winners.insert(s.rewards[DEBATER_A] > 0.0);
+        }
+        assert_eq!(winners.len(), 2);
+        let err = Debate::new(json!({"verdict": "grader"}).as_object().unwrap()).unwrap_err().to_string();
+        assert!(err.contains("env.args.verdict") && err.contains("free"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Demonstrations for the debate's supervised warm start (free positions): debates played by the
 //! kernel with scripted replies, so each conversation is exactly a member's view in RL. A
 //! debater states the true answer whatever its opponent says; the judge picks the debater that is
-//! right, and either one where both are right or both wrong (so a sampling judge breaks such ties
-//! at random, and the verdict only rewards being right).
+//! right, either one where both are (so a sampling judge breaks such ties at random), and no one
+//! where neither is (a tie: the verdict only ever rewards being right).
 
 use rl_serve::{Error, Kernel, Message, MultiAgent, Result, Role, Task};
 
@@ -14,7 +14,7 @@ use crate::rng::Rng;
 
 impl Debate {
     /// Two conversations per question of `split`: one debater's (which one alternates) and the
-    /// judge's. Free positions only: an assigned claim is not something to imitate.
+    /// judge's (none where the grader gives the verdict). Free positions only: an assigned claim is not something to imitate.
     pub fn sft_conversations(&self, split: &str) -> Result<Vec<Vec<Message>>> {
         if !self.free {
             return Err(Error::bad_request(
@@ -38,11 +38,18 @@ impl Debate {
             let last_own = view.iter().rposition(|m| m.role == Role::Assistant).unwrap_or(view.len());
             view.truncate(last_own + 1);
             out.push(view);
-            // The judge's: each debater right or wrong at even odds.
+            // The judge's (where a judge speaks): each debater right or wrong at even odds.
+            if self.grader_verdict {
+                continue;
+            }
             let answers = [maybe_right(&mut rng), maybe_right(&mut rng)];
             let right: Vec<&str> =
                 DEBATERS.into_iter().zip(&answers).filter(|(_, a)| **a == truth).map(|(m, _)| m).collect();
-            let pick = if right.len() == 1 { right[0] } else if rng.coin() { DEBATER_A } else { DEBATER_B };
+            let pick = match right.len() {
+                0 => None,
+                1 => Some(right[0]),
+                _ => Some(if rng.coin() { DEBATER_A } else { DEBATER_B }),
+            };
             let kernel = self.scripted(&task, &answers)?;
             let mut view = kernel.view(JUDGE, &self.instructions(&task, JUDGE));
             view.push(Message::assistant(verdict_tag(pick)));
@@ -78,7 +85,7 @@ mod tests {
 
     #[tokio::test]
     async fn demonstrations_are_views_that_score_as_intended() {
-        for (rounds, questions) in [(1, "arithmetic"), (2, "arithmetic"), (1, "reverse"), (1, "first-word")] {
+        for (rounds, questions) in [(1, "arithmetic"), (2, "arithmetic"), (1, "reverse"), (1, "first-word"), (1, "first-letter")] {
             let args = json!({"positions": "free", "rounds": rounds, "simultaneous": rounds == 1, "questions": questions, "num_examples": 40, "test_examples": 8});
             let d = Debate::new(args.as_object().unwrap()).unwrap();
             let convs = d.sft_conversations("train").unwrap();
@@ -106,14 +113,19 @@ mod tests {
                         let line = seen.lines().rev().find(|l| l.starts_with(&format!("[{m}]"))).unwrap();
                         stated_answer(line)
                     };
-                    let pick = verdict(&last.content).unwrap();
+                    let pick = verdict(&last.content);
                     let (a, b) = (said(DEBATER_A) == truth, said(DEBATER_B) == truth);
-                    if a != b {
-                        assert_eq!(pick, if a { DEBATER_A } else { DEBATER_B });
+                    match (a, b) {
+                        (false, false) => assert_eq!(last.content, "<verdict>none</verdict>"),
+                        (true, true) => assert!(pick.is_some()),
+                        _ => assert_eq!(pick, Some(if a { DEBATER_A } else { DEBATER_B })),
                     }
                 }
             }
         }
+        let graded = json!({"positions": "free", "verdict": "grader", "num_examples": 10, "test_examples": 2});
+        let graded = Debate::new(graded.as_object().unwrap()).unwrap().sft_conversations("train").unwrap();
+        assert_eq!(graded.len(), 10, "no judge to demonstrate");
         let assigned = Debate::new(json!({}).as_object().unwrap()).unwrap();
         assert!(assigned.sft_conversations("train").unwrap_err().to_string().contains("positions"));
     }

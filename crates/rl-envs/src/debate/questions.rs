@@ -1,6 +1,7 @@
 //! The debate's questions, each with one true answer: integer arithmetic (each operator over every
-//! pair of operands), reversing the letters of two words, or which of two words comes first
-//! alphabetically (every ordered pair of distinct words). A fifth of the space is held out of every training split, so greedy accuracy on the
+//! pair of operands), reversing the letters of two words (every ordered pair of distinct words),
+//! or which of several options comes first alphabetically (every ordered pair of distinct words,
+//! or every ordered triple of distinct letters). A fifth of the space is held out of every training split, so greedy accuracy on the
 //! test split measures answers to questions never trained on (in SFT or RL).
 
 use rl_serve::{Error, Result};
@@ -16,8 +17,8 @@ pub(crate) enum Question {
     Arithmetic { op: char, a: i64, b: i64 },
     /// The letters of `text` in reverse order.
     Reverse { text: String },
-    /// Which of `a` and `b` comes first alphabetically.
-    FirstWord { a: String, b: String },
+    /// Which of the options comes first alphabetically.
+    First { options: Vec<String> },
 }
 
 impl Question {
@@ -26,7 +27,10 @@ impl Question {
         match self {
             Question::Arithmetic { op, a, b } => format!("What is {a} {op} {b}?"),
             Question::Reverse { text } => format!("Reverse the letters of: {text}"),
-            Question::FirstWord { a, b } => format!("Which comes first alphabetically: {a} or {b}?"),
+            Question::First { options } => {
+                let (last, rest) = options.split_last().expect("a question has options");
+                format!("Which comes first alphabetically: {} or {last}?", rest.join(", "))
+            }
         }
     }
 
@@ -37,17 +41,18 @@ impl Question {
             Question::Arithmetic { op: '-', a, b } => Value::from(a - b),
             Question::Arithmetic { a, b, .. } => Value::from(a * b),
             Question::Reverse { text } => Value::from(text.chars().rev().collect::<String>()),
-            Question::FirstWord { a, b } => Value::from(a.min(b).as_str()),
+            Question::First { options } => Value::from(options.iter().min().map_or("", String::as_str)),
         }
     }
 
-    /// A wrong answer close to the true one: off by 1-10, two neighbouring letters swapped, or the
-    /// other word.
+    /// A wrong answer close to the true one: off by 1-10, two neighbouring letters swapped, or
+    /// another option.
     pub(crate) fn near_miss(&self, rng: &mut Rng) -> Value {
-        if let Question::FirstWord { a, b } = self {
-            return Value::from(a.max(b).as_str());
-        }
         let answer = self.answer();
+        if let Question::First { options } = self {
+            let others: Vec<&String> = options.iter().filter(|o| answer != o.as_str()).collect();
+            return Value::from(rng.choose(&others).as_str());
+        }
         if let Some(n) = answer.as_i64() {
             return Value::from(n + rng.range(1, 10) as i64 * if rng.coin() { 1 } else { -1 });
         }
@@ -99,14 +104,18 @@ pub(crate) fn reversals(words: &[&str]) -> Vec<Question> {
         .collect()
 }
 
-/// Every ordered pair of distinct words of `words`, as a which-comes-first question.
-pub(crate) fn first_words(words: &[&str]) -> Vec<Question> {
-    words
-        .iter()
-        .flat_map(|a| {
-            words.iter().filter(move |b| *b != a).map(move |b| Question::FirstWord { a: (*a).to_owned(), b: (*b).to_owned() })
-        })
-        .collect()
+/// Every ordered `n`-tuple of distinct `options`, as a which-comes-first question.
+pub(crate) fn firsts(options: &[&str], n: usize) -> Vec<Question> {
+    let mut tuples: Vec<Vec<String>> = vec![Vec::new()];
+    for _ in 0..n {
+        tuples = tuples
+            .into_iter()
+            .flat_map(|t| {
+                options.iter().filter(|o| !t.iter().any(|x| x == *o)).map(|o| [t.clone(), vec![(*o).to_owned()]].concat()).collect::<Vec<_>>()
+            })
+            .collect();
+    }
+    tuples.into_iter().map(|options| Question::First { options }).collect()
 }
 
 /// Splits `all`: shuffled with `seed`, its first fifth is held out (the test split is its first
@@ -161,10 +170,15 @@ mod tests {
             assert!(miss != 12 && miss.abs_diff(12) <= 10, "{miss}");
             assert_ne!(Question::Reverse { text: String::from("aa bb") }.near_miss(&mut rng), "bb aa");
         }
-        let q = Question::FirstWord { a: String::from("sun"), b: String::from("sea") };
+        let q = Question::First { options: vec![String::from("sun"), String::from("sea")] };
         assert_eq!((q.answer(), q.near_miss(&mut rng)), (Value::from("sea"), Value::from("sun")));
         assert_eq!(q.text(), "Which comes first alphabetically: sun or sea?");
-        assert_eq!(first_words(&["a", "b", "c"]).len(), 6);
+        assert_eq!(firsts(&["a", "b", "c"], 2).len(), 6);
+        let triples = firsts(&["q", "d", "m", "x"], 3);
+        assert_eq!(triples.len(), 24);
+        assert_eq!(triples[0].text(), "Which comes first alphabetically: q, d or m?");
+        assert_eq!(triples[0].answer(), "d");
+        assert!((0..20).all(|_| ["q", "m"].contains(&plain(&triples[0].near_miss(&mut rng)).as_str())));
         assert_eq!(plain(&Value::from("x y")), "x y");
         assert_eq!(plain(&Value::from(-4)), "-4");
     }
