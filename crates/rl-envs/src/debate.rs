@@ -333,7 +333,8 @@ impl Environment for Debate {
     }
 
     async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
-        Ok(self.instructions(task, JUDGE))
+        // The member that sees the whole debate, where there is one.
+        Ok(self.instructions(task, if self.grader_verdict { DEBATER_A } else { JUDGE }))
     }
 
     async fn env_response(&self, _task: &Task, _state: &mut State) -> Result<EnvReply> {

@@ -143,16 +143,16 @@ fn the_debate_recipe_runs_self_play_with_per_member_metrics() {
             has(row, &format!("eval/debate/metric/{m}"));
         }
     }
-    // 8 debates of 3 members each: every member's reward, the RAE baselines of the two trained
-    // members (the judge is dropped), the debaters' accuracy and the decided fraction.
-    assert_eq!(rows[1].rollouts.as_ref().map(|r| r.rollouts), Some(24));
-    for m in ["debater_a", "debater_b", "judge"] {
-        has(&rows[1], &format!("reward/member/debate/{m}"));
-    }
+    // 8 debates of 2 debaters (the recipe's verdict is the grader's: no judge member): each
+    // member's reward and RAE baseline, the debaters' accuracy and the decided fraction.
+    assert_eq!(rows[1].rollouts.as_ref().map(|r| r.rollouts), Some(16));
     for m in ["debater_a", "debater_b"] {
+        has(&rows[1], &format!("reward/member/debate/{m}"));
         has(&rows[1], &format!("algorithm/debate/rae/baseline/{m}"));
+        has(&rows[1], &format!("algorithm/debate/rae/advantage/{m}"));
         has(&rows[1], &format!("env/debate/metric/accuracy/{m}"));
+        has(&rows[2], &format!("eval/debate/reward/member/{m}"));
     }
-    assert!(!rows[1].keyed.contains_key("algorithm/debate/rae/baseline/judge"));
+    assert!(!rows[2].keyed.keys().any(|k| k.contains("pass@")), "members' traces are not attempts");
     has(&rows[1], "env/debate/metric/decided");
 }
