@@ -33,8 +33,8 @@ pub const DEBATER_B: &str = "debater_b";
 pub const JUDGE: &str = "judge";
 const DEBATERS: [&str; 2] = [DEBATER_A, DEBATER_B];
 const LETTERS: [&str; 26] = [
-    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t", "u", "v", "w", "x",
-    "y", "z",
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t", "u", "v", "w",
+    "x", "y", "z",
 ];
 
 /// The debate environment.
@@ -165,8 +165,9 @@ impl Debate {
         DEBATERS
             .iter()
             .map(|m| {
-                let last = log.iter().filter(|t| t.member == *m && !t.parse_error).filter_map(|t| stated_answer(&t.public));
-                (*m, last.last())
+                let mut stated =
+                    log.iter().filter(|t| t.member == *m && !t.parse_error).filter_map(|t| stated_answer(&t.public));
+                (*m, stated.next_back())
             })
             .collect()
     }
@@ -237,7 +238,9 @@ impl MultiAgent for Debate {
         let other = if member == DEBATER_A { DEBATER_B } else { DEBATER_A };
         let (mine, theirs) = (claim(task, member), claim(task, other));
         vec![
-            Message::system(format!("You are {member} in a debate. Argue briefly that the answer is {mine}. {PRIVATE}")),
+            Message::system(format!(
+                "You are {member} in a debate. Argue briefly that the answer is {mine}. {PRIVATE}"
+            )),
             Message::user(format!("Question: {q}\nYou claim {mine}; your opponent claims {theirs}.")),
         ]
     }
@@ -258,7 +261,11 @@ impl MultiAgent for Debate {
         let right: Vec<&'static str> = if self.free {
             DEBATERS.into_iter().filter(|m| answers[m] == truth).collect()
         } else {
-            task.data["truth_member"].as_str().and_then(|t| DEBATERS.into_iter().find(|m| *m == t)).into_iter().collect()
+            task.data["truth_member"]
+                .as_str()
+                .and_then(|t| DEBATERS.into_iter().find(|m| *m == t))
+                .into_iter()
+                .collect()
         };
         let winner = if self.grader_verdict {
             match right[..] {
@@ -356,7 +363,7 @@ mod tests {
 
     use super::*;
 
-    fn env(args: Value) -> Debate {
+    fn env(args: &Value) -> Debate {
         Debate::new(args.as_object().unwrap()).unwrap()
     }
 
@@ -378,7 +385,7 @@ mod tests {
 
     #[test]
     fn assigned_questions_have_known_answers_and_one_true_claim() {
-        let d = env(json!({"num_examples": 50}));
+        let d = env(&json!({"num_examples": 50}));
         for i in 0..50 {
             let t = d.task("train", i).unwrap();
             let truth = t.data["truth_member"].as_str().unwrap();
@@ -402,7 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn free_debates_grade_each_debater_and_reward_the_verdict_zero_sum() {
-        let d = env(json!({"positions": "free", "rounds": 1, "ops": "+", "num_examples": 10, "test_examples": 4}));
+        let d = env(&json!({"positions": "free", "rounds": 1, "ops": "+", "num_examples": 10, "test_examples": 4}));
         let t = d.task("test", 0).unwrap();
         let truth = t.data["answer"].as_i64().unwrap();
         let (right, wrong) = (format!("<answer> {truth}</answer>"), format!("<answer>{}</answer>", truth + 3));
@@ -423,14 +430,23 @@ mod tests {
 
     #[tokio::test]
     async fn reversal_debates_grade_exact_strings() {
-        let d = env(json!({"positions": "free", "rounds": 1, "questions": "reverse", "test_examples": 4}));
+        let d = env(&json!({"positions": "free", "rounds": 1, "questions": "reverse", "test_examples": 4}));
         let t = d.task("test", 2).unwrap();
         let truth = t.data["answer"].as_str().unwrap().to_owned();
         assert!(t.data["question"].as_str().unwrap().starts_with("Reverse the letters of: "));
-        let s = play(&d, &t, &format!("<answer>{truth}</answer>"), &format!("<answer>{truth}x</answer>"), "<verdict>A</verdict>")
-            .await;
-        assert_eq!((s.metrics["accuracy/debater_a"], s.metrics["accuracy/debater_b"], s.metrics["accuracy/judge"]), (1.0, 0.0, 1.0));
-        let assigned = env(json!({"questions": "reverse", "num_examples": 20}));
+        let s = play(
+            &d,
+            &t,
+            &format!("<answer>{truth}</answer>"),
+            &format!("<answer>{truth}x</answer>"),
+            "<verdict>A</verdict>",
+        )
+        .await;
+        assert_eq!(
+            (s.metrics["accuracy/debater_a"], s.metrics["accuracy/debater_b"], s.metrics["accuracy/judge"]),
+            (1.0, 0.0, 1.0)
+        );
+        let assigned = env(&json!({"questions": "reverse", "num_examples": 20}));
         for i in 0..20 {
             let t = assigned.task("train", i).unwrap();
             let truth = t.data["truth_member"].as_str().unwrap();
@@ -440,7 +456,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_grader_verdict_needs_no_judge() {
-        let d = env(json!({"positions": "free", "verdict": "grader", "rounds": 1, "questions": "first-letter", "test_examples": 4}));
+        let d = env(
+            &json!({"positions": "free", "verdict": "grader", "rounds": 1, "questions": "first-letter", "test_examples": 4}),
+        );
         let t = d.task("test", 0).unwrap();
         assert_eq!(d.members(&t), [DEBATER_A, DEBATER_B]);
         assert_eq!((d.schedule(&t).len(), d.judge()), (1, None));
@@ -465,8 +483,8 @@ mod tests {
 
     #[test]
     fn the_judge_sees_the_reference_only_when_asked() {
-        let shown = env(json!({"positions": "free", "judge_reference": true, "test_examples": 2}));
-        let hidden = env(json!({"positions": "free", "test_examples": 2}));
+        let shown = env(&json!({"positions": "free", "judge_reference": true, "test_examples": 2}));
+        let hidden = env(&json!({"positions": "free", "test_examples": 2}));
         let t = shown.task("test", 1).unwrap();
         let reference = format!("Reference answer: {}", t.data["answer"]);
         assert!(shown.instructions(&t, JUDGE)[1].content.contains(&reference));

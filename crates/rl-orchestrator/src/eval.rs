@@ -193,10 +193,14 @@ mod tests {
         let m = eval_metrics("debate", &per_example, 0, false);
         assert_eq!(m["eval/debate/reward/mean"], json!(0.5));
         assert!(!m.keys().any(|k| k.contains("pass@") || k.contains("avg@")), "{m:?}");
-        let trace = |member: &str, reward| rl_serve::pb::Trace { member_id: member.into(), reward, ..Default::default() };
+        let trace =
+            |member: &str, reward| rl_serve::pb::Trace { member_id: member.into(), reward, ..Default::default() };
         let traces = [trace("a", 1.0), trace("b", -1.0), trace("a", 0.0)];
         let m = member_rewards("debate", &traces.iter().collect::<Vec<_>>());
-        assert_eq!((m["eval/debate/reward/member/a"].clone(), m["eval/debate/reward/member/b"].clone()), (json!(0.5), json!(-1.0)));
+        assert_eq!(
+            (m["eval/debate/reward/member/a"].clone(), m["eval/debate/reward/member/b"].clone()),
+            (json!(0.5), json!(-1.0))
+        );
     }
 
     #[test]

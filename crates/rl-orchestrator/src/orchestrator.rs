@@ -239,7 +239,8 @@ impl Orchestrator {
             let env = e.name().to_owned();
             for a in &mut e.algorithms {
                 let id = a.id().to_owned();
-                keyed.extend(a.take_metrics().into_iter().map(|(k, v)| (format!("algorithm/{env}/{id}/{k}"), json!(v))));
+                keyed
+                    .extend(a.take_metrics().into_iter().map(|(k, v)| (format!("algorithm/{env}/{id}/{k}"), json!(v))));
             }
         }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));

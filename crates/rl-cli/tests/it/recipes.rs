@@ -135,7 +135,12 @@ fn the_debate_recipe_runs_self_play_with_per_member_metrics() {
     );
     assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 1, 2]);
     let has = |row: &MetricsRow, key: &str| {
-        assert!(row.keyed.contains_key(key), "no {key} at step {}: {:?}", row.step, row.keyed.keys().collect::<Vec<_>>())
+        assert!(
+            row.keyed.contains_key(key),
+            "no {key} at step {}: {:?}",
+            row.step,
+            row.keyed.keys().collect::<Vec<_>>()
+        )
     };
     for row in [&rows[0], &rows[2]] {
         assert_eq!(row.keyed["eval/debate/examples"], 2);

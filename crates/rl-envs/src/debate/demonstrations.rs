@@ -85,7 +85,9 @@ mod tests {
 
     #[tokio::test]
     async fn demonstrations_are_views_that_score_as_intended() {
-        for (rounds, questions) in [(1, "arithmetic"), (2, "arithmetic"), (1, "reverse"), (1, "first-word"), (1, "first-letter")] {
+        for (rounds, questions) in
+            [(1, "arithmetic"), (2, "arithmetic"), (1, "reverse"), (1, "first-word"), (1, "first-letter")]
+        {
             let args = json!({"positions": "free", "rounds": rounds, "simultaneous": rounds == 1, "questions": questions, "num_examples": 40, "test_examples": 8});
             let d = Debate::new(args.as_object().unwrap()).unwrap();
             let convs = d.sft_conversations("train").unwrap();

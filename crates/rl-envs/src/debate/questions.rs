@@ -100,7 +100,9 @@ pub(crate) fn arithmetic(ops: &[char], max_operand: u64) -> Vec<Question> {
 pub(crate) fn reversals(words: &[&str]) -> Vec<Question> {
     words
         .iter()
-        .flat_map(|a| words.iter().filter(move |b| *b != a).map(move |b| Question::Reverse { text: format!("{a} {b}") }))
+        .flat_map(|a| {
+            words.iter().filter(move |b| *b != a).map(move |b| Question::Reverse { text: format!("{a} {b}") })
+        })
         .collect()
 }
 
@@ -111,7 +113,11 @@ pub(crate) fn firsts(options: &[&str], n: usize) -> Vec<Question> {
         tuples = tuples
             .into_iter()
             .flat_map(|t| {
-                options.iter().filter(|o| !t.iter().any(|x| x == *o)).map(|o| [t.clone(), vec![(*o).to_owned()]].concat()).collect::<Vec<_>>()
+                options
+                    .iter()
+                    .filter(|o| !t.iter().any(|x| x == *o))
+                    .map(|o| [t.clone(), vec![(*o).to_owned()]].concat())
+                    .collect::<Vec<_>>()
             })
             .collect();
     }

@@ -73,7 +73,9 @@ impl Algorithm for Rae {
     fn take_metrics(&mut self) -> BTreeMap<String, f64> {
         std::mem::take(&mut self.reported)
             .into_iter()
-            .flat_map(|(m, (b, a, n))| [(format!("baseline/{m}"), b / n as f64), (format!("advantage/{m}"), a / n as f64)])
+            .flat_map(|(m, (b, a, n))| {
+                [(format!("baseline/{m}"), b / n as f64), (format!("advantage/{m}"), a / n as f64)]
+            })
             .collect()
     }
 
