@@ -95,10 +95,11 @@ impl Progress {
         }
         writeln!(
             out,
-            "step {}{} | reward {:.4} | {trained}{} | elapsed {:.0}s",
+            "step {}{} | reward {:.4}{} | {trained}{} | elapsed {:.0}s",
             row.step,
             self.max_steps.map(|m| format!("/{m}")).unwrap_or_default(),
             rollouts.reward_mean,
+            member_rewards(row),
             nothing_to_train(rollouts).unwrap_or_default(),
             self.started.elapsed().as_secs_f64()
         )?;
@@ -134,6 +135,17 @@ fn reward_error_note(row: &MetricsRow, traces: &Path) -> Option<String> {
 }
 
 /// Why a step gave the trainer nothing, for its progress line (a run that trains nothing says why).
+/// Each member's mean reward of a multi-agent step (` (debate/debater_a +0.250, ...)`): the
+/// rewards of a zero-sum game average to 0, so the step's mean alone says nothing.
+fn member_rewards(row: &MetricsRow) -> String {
+    let members: Vec<String> = row
+        .keyed
+        .iter()
+        .filter_map(|(k, v)| Some(format!("{} {:+.3}", k.strip_prefix("reward/member/")?, v.as_f64()?)))
+        .collect();
+    if members.is_empty() { String::new() } else { format!(" ({})", members.join(", ")) }
+}
+
 fn nothing_to_train(rollouts: &RolloutMetrics) -> Option<String> {
     if rollouts.samples > 0 {
         return None;
@@ -222,6 +234,17 @@ mod tests {
         let clean: rl_run::MetricsRow =
             serde_json::from_value(serde_json::json!({"step": 3, "env/arith/reward_errors": 0.0})).unwrap();
         assert_eq!(super::reward_error_note(&clean, &traces), None);
+    }
+
+    #[test]
+    fn multi_agent_steps_show_each_members_reward() {
+        let row: rl_run::MetricsRow = serde_json::from_value(serde_json::json!({
+            "step": 3, "reward/member/debate/debater_a": 0.25, "reward/member/debate/debater_b": -0.25, "other": 1.0
+        }))
+        .unwrap();
+        assert_eq!(super::member_rewards(&row), " (debate/debater_a +0.250, debate/debater_b -0.250)");
+        let single: rl_run::MetricsRow = serde_json::from_value(serde_json::json!({"step": 3})).unwrap();
+        assert_eq!(super::member_rewards(&single), "");
     }
 
     #[test]
