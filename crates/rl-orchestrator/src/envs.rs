@@ -41,6 +41,18 @@ impl TrainEnv {
     pub(crate) fn name(&self) -> &str {
         &self.info.name
     }
+
+    /// Its curriculum's metrics and its algorithms' (`algorithm/<env>/<id>/<name>`) since the last
+    /// call.
+    pub(crate) fn take_metrics(&mut self) -> Vec<(String, serde_json::Value)> {
+        let env = self.info.name.clone();
+        let mut out: Vec<(String, serde_json::Value)> = self.curriculum.metrics(&env).into_iter().collect();
+        for a in &mut self.algorithms {
+            let id = a.id().to_owned();
+            out.extend(a.take_metrics().into_iter().map(|(k, v)| (format!("algorithm/{env}/{id}/{k}"), v.into())));
+        }
+        out
+    }
 }
 
 /// An eval env.

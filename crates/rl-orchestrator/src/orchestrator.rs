@@ -235,13 +235,7 @@ impl Orchestrator {
         keyed.extend(members);
         keyed.extend(self.policy.take_metrics());
         for e in &mut self.envs {
-            keyed.extend(e.curriculum.metrics(e.name()));
-            let env = e.name().to_owned();
-            for a in &mut e.algorithms {
-                let id = a.id().to_owned();
-                keyed
-                    .extend(a.take_metrics().into_iter().map(|(k, v)| (format!("algorithm/{env}/{id}/{k}"), json!(v))));
-            }
+            keyed.extend(e.take_metrics());
         }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
         keyed.extend(dispatched.dropped.into_iter().map(|(k, n)| (format!("groups_dropped/{k}"), json!(n))));
