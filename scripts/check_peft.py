@@ -2,7 +2,8 @@
 """Checks that a LoRA adapter trained by `rl` is a PEFT adapter computing the same function.
 
 1. `rl model init` (tiny), then `rl sft` with `[lora]` for a few steps: `<run>/adapter` holds
-   adapter_config.json + adapter_model.safetensors (every projection adapted, rank 8).
+   adapter_config.json + adapter_model.safetensors (every projection adapted, rank 8, trained
+   with adapter dropout 0.1, which PEFT reads as `lora_dropout`).
 2. HF PEFT loads it (`PeftModel.from_pretrained(base, adapter)`); its log-probabilities of every
    token of a sequence equal those of `rl inference` serving the base with the adapter loaded
    through `/update_weights`, within 1e-4.
@@ -50,7 +51,7 @@ def main():
         subprocess.run([RL, "model", "init", "--out", base_dir, "--seed", "11"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run([RL, "sft", "@", "configs/reverse_text/sft.toml", "--output-dir", tmp, "--model.path", base_dir,
                         "--max-steps", "8", "--batch-size", "8", "--optim.lr", "0.01", "--lora.rank", "8",
-                        "--lora.alpha", "16", "--scheduler.warmup-steps", "1"], check=True, stdout=subprocess.DEVNULL)
+                        "--lora.alpha", "16", "--lora.dropout", "0.1", "--scheduler.warmup-steps", "1"], check=True, stdout=subprocess.DEVNULL)
         adapter = f"{tmp}/reverse-text-sft/adapter"
         print("adapter config:", json.load(open(f"{adapter}/adapter_config.json")))
 
@@ -58,6 +59,9 @@ def main():
         peft_model = PeftModel.from_pretrained(base, adapter).eval()
         n = sum(p.numel() for name, p in peft_model.named_parameters() if "lora_" in name)
         print(f"PEFT loaded {n} adapter parameters")
+        if peft_model.peft_config["default"].lora_dropout != 0.1:
+            ok = False
+            print("MISMATCH: PEFT reads lora_dropout", peft_model.peft_config["default"].lora_dropout)
         ids = [1, 40, 50, 60, 70, 2, 33, 12, 9, 14, 80, 5]
         theirs = hf_logprobs(peft_model, ids)
         plain = hf_logprobs(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), ids)

@@ -18,8 +18,11 @@ pub struct LoraConfig {
     pub rank: u32,
     /// Scaling numerator: the update is `alpha / rank * B A`.
     pub alpha: f64,
-    /// Dropout on the adapters' input. Only 0 is supported: the fused layer has no dropout mask,
-    /// and RL wants the trainer and the inference engine to compute the same function.
+    /// Dropout on the adapters' inputs during training (PEFT's `lora_dropout`), in `[0, 1)`: each
+    /// adapted projection zeroes each input element with this probability and scales the rest
+    /// by `1 / (1 - dropout)`. Evaluation, generation and the inference engine compute without
+    /// it, so in RL a non-zero value makes the trainer's log-probabilities differ from the
+    /// sampler's (it shows in the mismatch KL).
     pub dropout: f64,
     /// Projections that carry an adapter (any of q_proj, k_proj, v_proj, o_proj, gate_proj,
     /// up_proj, down_proj).
@@ -46,14 +49,10 @@ impl LoraConfig {
         if !(self.alpha.is_finite() && self.alpha > 0.0) {
             return Err(ConfigError::invalid(format!("{key}.alpha"), format!("must be positive, got {}", self.alpha)));
         }
-        if self.dropout != 0.0 {
+        if !(0.0..1.0).contains(&self.dropout) {
             return Err(ConfigError::invalid(
                 format!("{key}.dropout"),
-                format!(
-                    "only 0 is supported, got {}: adapter dropout would make the trainer compute a different \
-                     function from the inference engine's (and the fused layer has no dropout mask)",
-                    self.dropout
-                ),
+                format!("must be in [0, 1) (a probability of zeroing an input), got {}", self.dropout),
             ));
         }
         if self.target_modules.is_empty() {
@@ -91,7 +90,10 @@ mod tests {
         let bad = |c: LoraConfig| c.validate("trainer.lora").unwrap_err().to_string();
         assert!(bad(LoraConfig { rank: 0, ..c.clone() }).contains("trainer.lora.rank"));
         assert!(bad(LoraConfig { alpha: f64::NAN, ..c.clone() }).contains("trainer.lora.alpha"));
-        assert!(bad(LoraConfig { dropout: 0.05, ..c.clone() }).contains("trainer.lora.dropout"));
+        assert!(LoraConfig { dropout: 0.05, ..c.clone() }.validate("trainer.lora").is_ok());
+        assert!(bad(LoraConfig { dropout: 1.0, ..c.clone() }).contains("trainer.lora.dropout"));
+        assert!(bad(LoraConfig { dropout: -0.1, ..c.clone() }).contains("trainer.lora.dropout"));
+        assert!(bad(LoraConfig { dropout: f64::NAN, ..c.clone() }).contains("trainer.lora.dropout"));
         let e = bad(LoraConfig { target_modules: vec!["qproj".into()], ..c });
         assert!(e.contains("trainer.lora.target_modules") && e.contains("q_proj"), "{e}");
         assert!(bad(LoraConfig { target_modules: vec!["q_proj".into(), "q_proj".into()], ..c }).contains("twice"));

@@ -46,7 +46,7 @@ pub struct TrainerConfig {
     pub max_steps: Option<u64>,
     /// How long to wait for a step's batch before failing, in seconds.
     pub batch_timeout_s: f64,
-    /// Seed for anything random in the trainer.
+    /// Seed for anything random in the trainer (the adapters' initialisation, their dropout masks).
     pub seed: u64,
     /// Checkpoints (weights, optimizer, scheduler, progress); off when unset.
     #[serde(skip_serializing_if = "Option::is_none")]

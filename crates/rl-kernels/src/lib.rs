@@ -22,6 +22,7 @@ mod process;
 
 pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
+pub use cpu::dropout::Dropout;
 pub use cpu::layer::LayerShape;
 pub use cpu::logprobs::Targets;
 pub use cpu::lora::{LoraShape, Proj};

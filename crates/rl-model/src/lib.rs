@@ -37,7 +37,7 @@ pub use lora::{
     ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_name, adapter_shapes, check_adapters, init_adapters, is_adapter_dir,
     merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
 };
-pub use model::CausalLm;
+pub use model::{CausalLm, Pass};
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};

@@ -22,13 +22,16 @@ pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 /// The adapter directory's weights file (PEFT's name).
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 
-/// What an adapter is: rank, scale and targets (from a config, or read back from a directory).
+/// What an adapter is: rank, scale and targets (from a config, or read back from a directory),
+/// and the dropout it trains with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lora {
     /// Rank, `alpha / r` and targets, as the fused layer takes them.
     pub shape: LoraShape,
     /// `lora_alpha`.
     pub alpha: f64,
+    /// `lora_dropout`: the probability of zeroing an adapter input element in a training pass.
+    pub dropout: f64,
 }
 
 impl Lora {
@@ -40,7 +43,14 @@ impl Lora {
                 targets[p as usize] = true;
             }
         }
-        Lora { shape: LoraShape { rank: c.rank as usize, scale: c.scale(), targets }, alpha: c.alpha }
+        let shape = LoraShape { rank: c.rank as usize, scale: c.scale(), targets };
+        Lora { shape, alpha: c.alpha, dropout: c.dropout }
+    }
+
+    /// Whether `other` has the same adapters (rank, alpha, targets): what a checkpoint must match
+    /// to resume. The dropout is how they train, not what they are.
+    pub fn same_adapters(&self, other: &Lora) -> bool {
+        self.shape == other.shape && self.alpha == other.alpha
     }
 
     /// The targeted projections, in the flat order.
@@ -137,7 +147,7 @@ pub fn write_adapter_files(dir: &Path, lora: &Lora, base: &str, tensors: &[(Stri
         "base_model_name_or_path": base,
         "r": lora.shape.rank,
         "lora_alpha": lora.alpha,
-        "lora_dropout": 0.0,
+        "lora_dropout": lora.dropout,
         "target_modules": modules,
         "bias": "none",
         "fan_in_fan_out": false,
@@ -175,7 +185,11 @@ pub fn read_adapter_dir(cfg: &ModelConfig, dir: &Path, device: &Device) -> Resul
             return Err(bad(format!("`{key}: {}` is not supported", !ok)));
         }
     }
-    let config = LoraConfig { rank: rank as u32, alpha, dropout: 0.0, target_modules: modules };
+    let dropout = match &v["lora_dropout"] {
+        serde_json::Value::Null => 0.0,
+        d => d.as_f64().ok_or_else(|| bad(format!("`lora_dropout` must be a number, got {d}")))?,
+    };
+    let config = LoraConfig { rank: rank as u32, alpha, dropout, target_modules: modules };
     config.validate("adapter_config").map_err(|e| bad(e.to_string()))?;
     let lora = Lora::from_config(&config);
     let file = dir.join(ADAPTER_WEIGHTS);

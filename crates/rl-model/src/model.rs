@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_kernels::ops::{LayerWeights, Rope, decoder_layer_adapted, head_norm_rope, rms_norm, rope, swiglu};
-use rl_kernels::{LayerShape, RowLayout};
+use rl_kernels::ops::{
+    LayerAdapters, LayerWeights, Rope, decoder_layer_adapted, head_norm_rope, rms_norm, rope, swiglu,
+};
+use rl_kernels::{Dropout, LayerShape, RowLayout};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -148,6 +150,21 @@ pub struct CausalLm {
     compute: DType,
     /// The adapters' shape when the layers carry low-rank adapters.
     pub(crate) lora: Option<rl_kernels::LoraShape>,
+    /// Dropout probability on the adapters' inputs in a training pass ([`Pass::Train`]).
+    pub(crate) lora_dropout: f64,
+}
+
+/// What a forward pass is for: the adapters' dropout draws masks only in a training pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Scoring or validation: no dropout.
+    Eval,
+    /// A training pass whose dropout masks are drawn from `seed` (one per micro-batch of a
+    /// step, so the same step draws the same masks when it runs again after a resume).
+    Train {
+        /// Seeds every layer's masks.
+        seed: u64,
+    },
 }
 
 /// `x W^T` for `x [T, in]` and an HF weight `W [out, in]`.
@@ -205,6 +222,7 @@ impl CausalLm {
             device: vb.device().clone(),
             compute,
             lora: None,
+            lora_dropout: 0.0,
         })
     }
 
@@ -254,6 +272,11 @@ impl CausalLm {
     /// Final-normed hidden states `[T, hidden]` of one packed row (`ids` laid out as `layout`).
     /// Differentiable in every weight.
     pub fn hidden(&self, ids: &[u32], layout: &Arc<RowLayout>) -> Result<Tensor> {
+        self.hidden_in(ids, layout, Pass::Eval)
+    }
+
+    /// [`CausalLm::hidden`] in a training or an eval pass (they differ only under adapter dropout).
+    pub fn hidden_in(&self, ids: &[u32], layout: &Arc<RowLayout>, pass: Pass) -> Result<Tensor> {
         self.check_ids(ids)?;
         if ids.len() != layout.len() || ids.is_empty() {
             return Err(Error::Input(format!("{} token ids for a layout of {} tokens", ids.len(), layout.len())));
@@ -269,16 +292,24 @@ impl CausalLm {
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.at(&self.embed.index_select(&Tensor::new(ids, &self.device)?, 0)?)?;
         let shape = self.layer_shape();
-        for l in &self.layers {
+        let dropout = match pass {
+            Pass::Train { seed } if self.lora_dropout > 0.0 => Some(Dropout { p: self.lora_dropout, seed }),
+            _ => None,
+        };
+        for (i, l) in self.layers.iter().enumerate() {
             let w = match &l.flat {
                 Some(flat) => self.at(flat)?,
                 None => l.map(|w| self.at(w))?.weights().flat()?,
             };
-            let adapters = match (&l.lora, self.lora) {
+            let values = match (&l.lora, self.lora) {
                 (Some(a), Some(s)) => Some((self.at(a)?, s)),
                 _ => None,
             };
-            let adapters = adapters.as_ref().map(|(a, s)| (a, *s));
+            let adapters = values.as_ref().map(|(values, shape)| LayerAdapters {
+                values,
+                shape: *shape,
+                dropout: dropout.map(|d| d.for_layer(i)),
+            });
             x = decoder_layer_adapted(&x, &w, adapters, layout.clone(), positions.clone(), &self.rope, shape, scale)?;
         }
         Ok(rms_norm(&x, &self.at(&self.norm)?, eps)?)

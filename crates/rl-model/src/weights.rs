@@ -296,6 +296,7 @@ impl Trainable {
                 layer.flat = Some(flat.clone());
             }
             model.lora = Some(f.lora.shape);
+            model.lora_dropout = f.lora.dropout;
             return Ok(model);
         }
         let dtype = self.vars.first().map_or(DType::F32, |(_, v)| v.dtype());

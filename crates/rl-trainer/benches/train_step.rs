@@ -13,7 +13,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use rl_configs::{LossConfig, OptimConfig};
 use rl_model::{Lora, ModelConfig, Preset, Trainable, random_weights};
-use rl_trainer::{MicroBatch, Optimizer, step_counts, step_gradients};
+use rl_trainer::{MicroBatch, Optimizer, StepId, step_counts, step_gradients};
 
 /// Packed row of `tokens` tokens: 4 samples, every completion token trained.
 fn row(tokens: usize) -> MicroBatch {
@@ -98,7 +98,9 @@ fn qwen3_0_6b() {
         let counts = step_counts(std::slice::from_ref(&mb)).expect("counts");
         let mut step = || {
             let rows = std::slice::from_ref(&mb);
-            let (g, _) = step_gradients(&model, &vars, rows, &LossConfig::default(), counts, 1).expect("gradients");
+            let (g, _) =
+                step_gradients(&model, &vars, rows, &LossConfig::default(), counts, StepId { step: 1, seed: 0 })
+                    .expect("gradients");
             opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
         };
         step();
@@ -150,7 +152,9 @@ fn main() {
             // The trainer's own path: gradients of the step's rows, then the optimizer.
             let mut step = || {
                 let rows = std::slice::from_ref(&mb);
-                let (g, _) = step_gradients(&model, &vars, rows, &LossConfig::default(), counts, 1).expect("gradients");
+                let (g, _) =
+                    step_gradients(&model, &vars, rows, &LossConfig::default(), counts, StepId { step: 1, seed: 0 })
+                        .expect("gradients");
                 opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
             };
             step();

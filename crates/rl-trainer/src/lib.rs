@@ -19,7 +19,8 @@ pub use checkpoint::{clean_broadcasts, find_checkpoint, write_broadcast, write_c
 pub use error::{Error, Result};
 pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, step_counts, token_logprobs};
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
+pub use rl_model::Pass;
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
 pub use sft::{Fit, SftEnd, SftExample, SftReport, SftTrainer, fit, pack, tokenize};
-pub use train::{RlTrainer, StepReport, device, step_gradients};
+pub use train::{RlTrainer, StepId, StepReport, device, step_gradients};
 pub use weights::Trained;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use rl_configs::LossConfig;
-use rl_model::{CausalLm, RowLayout, Targets};
+use rl_model::{CausalLm, Pass, RowLayout, Targets};
 use rl_proto::train::v1::MicroBatch;
 
 use crate::error::{Error, Result};
@@ -128,12 +128,18 @@ pub struct TokenLogprobs {
 pub fn token_logprobs(model: &CausalLm, mb: &MicroBatch) -> Result<TokenLogprobs> {
     let layout = row_layout(mb)?;
     let m = members(mb, &layout);
-    scored(model, mb, &Arc::new(layout), &m)
+    scored(model, mb, &Arc::new(layout), &m, Pass::Eval)
 }
 
-fn scored(model: &CausalLm, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Members) -> Result<TokenLogprobs> {
+fn scored(
+    model: &CausalLm,
+    mb: &MicroBatch,
+    layout: &Arc<RowLayout>,
+    m: &Members,
+    pass: Pass,
+) -> Result<TokenLogprobs> {
     let device = model.device();
-    let hidden = model.hidden(&mb.input_ids, layout)?;
+    let hidden = model.hidden_in(&mb.input_ids, layout, pass)?;
     // The output head runs only on rows that predict a scored token (each once).
     let mut rows: Vec<u32> = m.sources.iter().map(|&s| s as u32).collect();
     rows.sort_unstable();
@@ -150,12 +156,14 @@ fn scored(model: &CausalLm, mb: &MicroBatch, layout: &Arc<RowLayout>, m: &Member
     Ok(TokenLogprobs { tokens: m.tokens.clone(), lp: out.narrow(1, 0, 1)?.squeeze(1)?, entropy })
 }
 
-/// The loss of one micro-batch, already divided by the step's counts, and its statistics.
+/// The loss of one micro-batch, already divided by the step's counts, and its statistics; `pass`
+/// says whether adapter dropout draws masks (a training step) or not (validation).
 pub fn micro_loss(
     model: &CausalLm,
     mb: &MicroBatch,
     cfg: &LossConfig,
     counts: StepCounts,
+    pass: Pass,
 ) -> Result<(Tensor, LossStats)> {
     let device = model.device().clone();
     let mut stats = LossStats::default();
@@ -164,7 +172,7 @@ pub fn micro_loss(
     if m.tokens.is_empty() {
         return Ok((Tensor::zeros((), DType::F32, &device)?, stats));
     }
-    let scored = scored(model, mb, &Arc::new(layout), &m)?;
+    let scored = scored(model, mb, &Arc::new(layout), &m, pass)?;
     let lp = &scored.lp;
     let (dtype, n) = (lp.dtype(), m.tokens.len());
     let lp_v: Vec<f64> = lp.to_dtype(DType::F64)?.to_vec1()?;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use candle_core::Device;
 use rl_configs::{LossConfig, LossMaskConfig, SftConfig, SftValConfig};
-use rl_model::{CausalLm, ChatTemplate, ModelConfig, TemplateMessage, Tok, Trainable, read_config};
+use rl_model::{CausalLm, ChatTemplate, ModelConfig, Pass, TemplateMessage, Tok, Trainable, read_config};
 use rl_run::RunDir;
 use rl_run::{SftRow, append_jsonl, retain_jsonl};
 
@@ -17,7 +17,7 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::train::{device, step_gradients};
+use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
 
 /// One tokenized conversation: ids and, per token, whether it is a training target.
@@ -215,7 +215,7 @@ impl SftTrainer {
         let counts = step_counts(rows)?;
         let mut total = 0.0;
         for r in rows {
-            let (_, s) = micro_loss(&self.model, r, &LossConfig::default(), counts)?;
+            let (_, s) = micro_loss(&self.model, r, &LossConfig::default(), counts, Pass::Eval)?;
             total += s.ce_loss;
         }
         Ok(total)
@@ -245,8 +245,14 @@ impl SftTrainer {
                 (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
-            let (grads, stats) =
-                step_gradients(&self.model, &self.vars, &rows, &LossConfig::default(), counts, self.step)?;
+            let (grads, stats) = step_gradients(
+                &self.model,
+                &self.vars,
+                &rows,
+                &LossConfig::default(),
+                counts,
+                StepId { step: self.step, seed: self.cfg.seed },
+            )?;
             let (loss, tokens) = (stats.ce_loss, rows.iter().map(|r| r.input_ids.len()).sum::<usize>());
             let grad_norm = global_norm(&grads)?;
             let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
 use rl_configs::TrainerConfig;
-use rl_model::{CausalLm, ModelConfig, Trainable, read_config};
+use rl_model::{CausalLm, ModelConfig, Pass, Trainable, read_config};
 use rl_proto::train::v1::TrainBatch;
 use rl_run::RunDir;
 use rl_run::{TrainerRow, append_jsonl, retain_jsonl};
@@ -109,6 +109,13 @@ impl RlTrainer {
         };
         let from = Source { src: &dir, resume: resume_dir.as_deref(), lora: cfg.lora.as_ref(), seed: cfg.seed };
         let (vars, model) = crate::weights::load(&model_cfg, from, &device, cfg.dtype)?;
+        if let Some(p) = cfg.lora.as_ref().map(|l| l.dropout).filter(|&p| p > 0.0) {
+            tracing::info!(
+                dropout = p,
+                "adapter dropout in training only: the trainer's log-probabilities differ from the sampler's by it \
+                 (the mismatch KL shows how much)"
+            );
+        }
         let mut opt = opt;
         opt.regroup(&vars.groups())?;
         Ok(RlTrainer { cfg: cfg.clone(), model_cfg, vars, model, opt, step, device })
@@ -159,8 +166,14 @@ impl RlTrainer {
                 optimizer_skipped: true,
             });
         }
-        let (grads, stats) =
-            step_gradients(&self.model, &self.vars, &batch.micro_batches, &self.cfg.loss, counts, batch.step)?;
+        let (grads, stats) = step_gradients(
+            &self.model,
+            &self.vars,
+            &batch.micro_batches,
+            &self.cfg.loss,
+            counts,
+            StepId { step: batch.step, seed: self.cfg.seed },
+        )?;
         let grad_norm = global_norm(&grads)?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
@@ -228,9 +241,31 @@ pub fn step_gradients(
     rows: &[rl_proto::train::v1::MicroBatch],
     loss: &rl_configs::LossConfig,
     counts: crate::loss::StepCounts,
-    step: u64,
+    step: StepId,
 ) -> Result<(Vec<Tensor>, LossStats)> {
     rl_kernels::on_awake_pool(|| gradients_here(model, vars, rows, loss, counts, step))
+}
+
+/// A training step of a run: with a row's index it seeds that row's adapter-dropout masks, so a
+/// step draws the same masks whenever it runs (a resumed run repeats the uninterrupted one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepId {
+    /// The step.
+    pub step: u64,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl StepId {
+    /// The training pass of row `row` of this step.
+    pub fn pass(self, row: usize) -> Pass {
+        let mut rng = rl_model::SplitMix64::new(
+            self.seed
+                ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ (row as u64).wrapping_mul(0xd1b5_4a32_d192_ed03),
+        );
+        Pass::Train { seed: rng.next_u64() }
+    }
 }
 
 fn gradients_here(
@@ -239,12 +274,13 @@ fn gradients_here(
     rows: &[rl_proto::train::v1::MicroBatch],
     loss: &rl_configs::LossConfig,
     counts: crate::loss::StepCounts,
-    step: u64,
+    id: StepId,
 ) -> Result<(Vec<Tensor>, LossStats)> {
+    let step = id.step;
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.vars.len()];
     let mut stats = LossStats::default();
-    for mb in rows {
-        let (l, s) = micro_loss(model, mb, loss, counts)?;
+    for (i, mb) in rows.iter().enumerate() {
+        let (l, s) = micro_loss(model, mb, loss, counts, id.pass(i))?;
         if !(s.rl_loss + s.ce_loss).is_finite() {
             return Err(Error::NonFinite { step, what: String::from("loss") });
         }

@@ -41,7 +41,7 @@ pub(crate) fn load(
             let adapters = match from.resume {
                 Some(dir) => {
                     let (saved, adapters) = rl_model::read_adapter_dir(cfg, dir, device)?;
-                    if saved != lora {
+                    if !saved.same_adapters(&lora) {
                         return Err(Error::Checkpoint {
                             path: dir.to_owned(),
                             message: format!(

@@ -11,6 +11,7 @@
 use std::ops::Range;
 
 use crate::cpu::attention::{Qkv, backward_packed, forward};
+use crate::cpu::dropout::Dropout;
 pub use crate::cpu::layer_shape::{LayerParts, LayerShape};
 use crate::cpu::lora::{LoraPart, LoraShape, Proj, Site, lora_backward, lora_forward};
 use crate::cpu::norm::{RopeTables, heads_norm_rope_backward, heads_norm_rope_forward};
@@ -45,13 +46,15 @@ pub struct Saved<T> {
     pub lora_u: Vec<Vec<T>>,
 }
 
-/// A layer pass's adapters: the flat buffer and its shape.
+/// A layer pass's adapters: the flat buffer, its shape and the dropout on their inputs.
 #[derive(Debug, Clone, Copy)]
 pub struct Adapters<'a, T> {
     /// `A` and `B` of every adapted projection ([`LoraShape::parts`]).
     pub values: &'a [T],
     /// Rank, scale and targets.
     pub shape: LoraShape,
+    /// Dropout on each adapter's input (a training pass; `None` evaluates).
+    pub dropout: Option<Dropout>,
 }
 
 impl<T: Real> Adapters<'_, T> {
@@ -62,6 +65,11 @@ impl<T: Real> Adapters<'_, T> {
 
     fn scale(&self) -> T {
         T::of(self.shape.scale)
+    }
+
+    /// The active dropout, if any.
+    fn dropout(&self) -> Option<Dropout> {
+        self.dropout.filter(Dropout::is_active)
     }
 }
 
@@ -79,7 +87,13 @@ fn adapt<T: Real>(
     let t = y.len() / ld;
     for (i, part) in ad.parts_of(sh, projs) {
         let site = Site { t, ld, col: part.proj.column(sh) };
-        u[i] = lora_forward(y, x, ad.values, &part, site, ad.shape.rank, ad.scale());
+        u[i] = match ad.dropout() {
+            None => lora_forward(y, x, ad.values, &part, site, ad.shape.rank, ad.scale()),
+            Some(d) => {
+                let xd = d.apply(part.proj, x, part.inp);
+                lora_forward(y, &xd, ad.values, &part, site, ad.shape.rank, ad.scale())
+            }
+        };
     }
 }
 
@@ -100,7 +114,19 @@ fn adapt_backward<T: Real>(
     let t = dy.len() / ld;
     for (i, part) in ad.parts_of(sh, projs) {
         let site = Site { t, ld, col: part.proj.column(sh) };
-        lora_backward(dy, x, &u[i], ad.values, d_ad, dx, &part, site, ad.shape.rank, ad.scale());
+        let (r, s) = (ad.shape.rank, ad.scale());
+        match ad.dropout() {
+            None => lora_backward(dy, x, &u[i], ad.values, d_ad, dx, &part, site, r, s),
+            Some(d) => {
+                // The adapter saw `mask * x`: its gradients read that input again (the same
+                // draw), and the input's gradient goes back through the same mask.
+                let xd = d.apply(part.proj, x, part.inp);
+                let mut dxd = crate::cpu::zeroed(dx.len());
+                lora_backward(dy, &xd, &u[i], ad.values, d_ad, &mut dxd, &part, site, r, s);
+                d.apply_in_place(part.proj, &mut dxd, part.inp);
+                dx.iter_mut().zip(&dxd).for_each(|(a, b)| *a += *b);
+            }
+        }
     }
 }
 

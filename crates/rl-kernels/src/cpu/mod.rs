@@ -5,6 +5,7 @@ pub mod adamw;
 pub mod attention;
 mod attention_blocks;
 pub mod decode;
+pub mod dropout;
 mod flash;
 mod flash_tiles;
 pub mod layer;

@@ -199,13 +199,14 @@ pub fn decoder_layer(
     decoder_layer_adapted(x, w, None, layout, positions, rope_tables, sh, scale)
 }
 
-/// [`decoder_layer`] with low-rank adapters on some projections (`y += s (x A^T) B^T`; the
-/// adapters' flat layout is [`crate::cpu::lora::LoraShape::parts`]).
+/// [`decoder_layer`] with low-rank adapters on some projections (`y += s (drop(x) A^T) B^T`; the
+/// adapters' flat layout is [`crate::cpu::lora::LoraShape::parts`], the dropout mask
+/// [`crate::cpu::dropout::Dropout`]'s, as the fused layer draws it).
 #[allow(clippy::too_many_arguments)]
 pub fn decoder_layer_adapted(
     x: &Tensor,
     w: &Tensor,
-    adapters: Option<(&Tensor, crate::cpu::lora::LoraShape)>,
+    adapters: Option<super::adapters::LayerAdapters<'_>>,
     layout: &RowLayout,
     positions: &[u32],
     rope_tables: &Rope,
@@ -220,16 +221,23 @@ pub fn decoder_layer_adapted(
     let linear = |x: &Tensor, r: &std::ops::Range<usize>, out: usize, inp: usize| -> candle_core::Result<Tensor> {
         x.matmul(&part(r, &[out, inp])?.t()?)
     };
-    let lora_parts = adapters.map(|(_, s)| s.parts(&sh)).unwrap_or_default();
-    // `y + s (x A^T) B^T` when `proj` is adapted, else `y`.
+    let lora_parts = adapters.map(|a| a.shape.parts(&sh)).unwrap_or_default();
+    // `y + s (drop(x) A^T) B^T` when `proj` is adapted, else `y`.
     let adapt = |y: Tensor, x: &Tensor, proj: Proj| -> candle_core::Result<Tensor> {
-        let (Some((a, shape)), Some(lp)) = (adapters, lora_parts.iter().find(|lp| lp.proj == proj)) else {
+        let (Some(ad), Some(lp)) = (adapters, lora_parts.iter().find(|lp| lp.proj == proj)) else {
             return Ok(y);
         };
-        let r = shape.rank;
-        let am = a.narrow(0, lp.a.start, lp.a.len())?.reshape((r, lp.inp))?;
-        let bm = a.narrow(0, lp.b.start, lp.b.len())?.reshape((lp.out, r))?;
-        y + (x.matmul(&am.t()?)?.matmul(&bm.t()?)? * shape.scale)?
+        let r = ad.shape.rank;
+        let am = ad.values.narrow(0, lp.a.start, lp.a.len())?.reshape((r, lp.inp))?;
+        let bm = ad.values.narrow(0, lp.b.start, lp.b.len())?.reshape((lp.out, r))?;
+        let x = match ad.dropout.filter(crate::cpu::dropout::Dropout::is_active) {
+            None => x.clone(),
+            Some(d) => {
+                let mask = Tensor::from_vec(d.multipliers(proj, x.elem_count()), x.shape(), x.device())?;
+                x.broadcast_mul(&mask.to_dtype(x.dtype())?)?
+            }
+        };
+        y + (x.matmul(&am.t()?)?.matmul(&bm.t()?)? * ad.shape.scale)?
     };
     let h1 = rms_norm(x, &part(&p.ln1, &[h])?, sh.eps)?;
     let mut qkv = linear(&h1, &p.qkv, width, h)?;

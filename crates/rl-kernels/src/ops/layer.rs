@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
+use super::adapters::LayerAdapters;
 use super::rope::Rope;
+use crate::cpu::dropout::Dropout;
 use crate::cpu::layer::{Adapters, LayerCtx, LayerShape, Saved, Wanted, layer_backward, layer_forward};
 use crate::cpu::lora::LoraShape;
 use crate::cpu::norm::RopeTables;
@@ -69,6 +71,8 @@ struct DecoderLayer {
     shape: LayerShape,
     /// The adapters' shape, when the op has a third input (their flat buffer).
     lora: Option<LoraShape>,
+    /// Dropout on the adapters' inputs.
+    dropout: Option<Dropout>,
     layout: Arc<RowLayout>,
     positions: Arc<[u32]>,
     rope: Rope,
@@ -83,7 +87,7 @@ impl DecoderLayer {
     }
 
     fn adapters<'a, T>(&self, values: Option<&'a [T]>) -> Option<Adapters<'a, T>> {
-        Some(Adapters { values: values?, shape: self.lora? })
+        Some(Adapters { values: values?, shape: self.lora?, dropout: self.dropout })
     }
 
     fn check(&self, x: usize, w: usize, ad: Option<usize>, tables: usize) -> candle_core::Result<()> {
@@ -243,14 +247,14 @@ pub fn decoder_layer(
     decoder_layer_adapted(x, w, None, layout, positions, rope, shape, scale)
 }
 
-/// [`decoder_layer`] with low-rank adapters: `adapters` is a layer's flat adapter buffer and its
-/// shape ([`LoraShape::parts`]). Differentiable in `x`, `w` and the adapters; a `w` that is not
-/// a variable (frozen base weights) gets no gradient and costs no weight-gradient product.
+/// [`decoder_layer`] with low-rank adapters. Differentiable in `x`, `w` and the adapters; a `w`
+/// that is not a variable (frozen base weights) gets no gradient and costs no weight-gradient
+/// product.
 #[allow(clippy::too_many_arguments)]
 pub fn decoder_layer_adapted(
     x: &Tensor,
     w: &Tensor,
-    adapters: Option<(&Tensor, LoraShape)>,
+    adapters: Option<LayerAdapters<'_>>,
     layout: Arc<RowLayout>,
     positions: Arc<[u32]>,
     rope: &Rope,
@@ -260,10 +264,11 @@ pub fn decoder_layer_adapted(
     if !super::runs_fused(x) {
         return super::composed::decoder_layer_adapted(x, w, adapters, &layout, &positions, rope, shape, scale);
     }
-    let lora = adapters.map(|(_, s)| s);
-    let op = DecoderLayer { shape, lora, layout, positions, rope: rope.clone(), scale, saved: Mutex::new(None) };
+    let (lora, dropout) = (adapters.map(|a| a.shape), adapters.and_then(|a| a.dropout));
+    let rope = rope.clone();
+    let op = DecoderLayer { shape, lora, dropout, layout, positions, rope, scale, saved: Mutex::new(None) };
     match adapters {
-        Some((a, _)) => x.contiguous()?.apply_op3(&w.contiguous()?, &a.contiguous()?, op),
+        Some(a) => x.contiguous()?.apply_op3(&w.contiguous()?, &a.values.contiguous()?, op),
         None => x.contiguous()?.apply_op2(&w.contiguous()?, op),
     }
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod access;
 mod adamw;
+mod adapters;
 mod attention;
 pub mod composed;
 mod elementwise;
@@ -15,6 +16,7 @@ mod norm;
 mod rope;
 
 pub use adamw::{adamw_step, sum_squares};
+pub use adapters::LayerAdapters;
 pub use attention::attention;
 pub use elementwise::swiglu;
 pub use layer::{LayerWeights, decoder_layer, decoder_layer_adapted};

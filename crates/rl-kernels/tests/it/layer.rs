@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, Var};
-use rl_kernels::ops::{self, LayerWeights, Rope, composed};
-use rl_kernels::{AttnShape, LayerShape, LoraShape, Proj, RowLayout};
+use rl_kernels::ops::{self, LayerAdapters, LayerWeights, Rope, composed};
+use rl_kernels::{AttnShape, Dropout, LayerShape, LoraShape, Proj, RowLayout};
 
 use crate::{check_grads, max_abs_diff, probe, rand};
 
@@ -184,10 +184,18 @@ fn target_sets() -> Vec<[bool; 7]> {
     vec![[true; 7], [true, false, true, false, false, false, false], [false, true, false, true, true, false, true]]
 }
 
+/// The adapters `a` of shape `lora`, with `dropout` on their inputs.
+fn with(a: &Tensor, lora: LoraShape, dropout: Option<Dropout>) -> Option<LayerAdapters<'_>> {
+    Some(LayerAdapters { values: a, shape: lora, dropout })
+}
+
 #[test]
 fn adapted_fused_layer_equals_the_composed_one_and_frozen_weights_get_no_gradient() {
     let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
-    for (sh, targets) in shapes().into_iter().zip(target_sets().into_iter().cycle()) {
+    let drops = [None, Some(Dropout { p: 0.3, seed: 5 })];
+    for ((sh, targets), drop) in
+        shapes().into_iter().zip(target_sets().into_iter().cycle()).zip(drops.into_iter().cycle())
+    {
         let layout = layouts()[1].clone();
         let positions: Arc<[u32]> = layout.positions().into();
         let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 30, 1.5, DType::F64)).unwrap();
@@ -196,28 +204,72 @@ fn adapted_fused_layer_equals_the_composed_one_and_frozen_weights_get_no_gradien
         let (lora, ad) = adapters(sh, targets, 31);
         let a = flat(&ad);
         let fused =
-            ops::decoder_layer_adapted(&x, &w, Some((&a, lora)), layout.clone(), positions.clone(), &rope, sh, 0.5)
+            ops::decoder_layer_adapted(&x, &w, with(&a, lora, drop), layout.clone(), positions.clone(), &rope, sh, 0.5)
                 .unwrap();
         let comp =
-            composed::decoder_layer_adapted(&x, &w, Some((&a, lora)), &layout, &positions, &rope, sh, 0.5).unwrap();
-        assert!(max_abs_diff(&fused, &comp) < 1e-10, "{sh:?}: outputs differ");
+            composed::decoder_layer_adapted(&x, &w, with(&a, lora, drop), &layout, &positions, &rope, sh, 0.5).unwrap();
+        assert!(max_abs_diff(&fused, &comp) < 1e-10, "{sh:?} {drop:?}: outputs differ");
         let plain = ops::decoder_layer(&x, &w, layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
         assert!(max_abs_diff(&fused, &plain) > 1e-3, "{sh:?}: the adapters changed nothing");
+        if drop.is_some() {
+            let undropped = ops::decoder_layer_adapted(
+                &x,
+                &w,
+                with(&a, lora, None),
+                layout.clone(),
+                positions.clone(),
+                &rope,
+                sh,
+                0.5,
+            )
+            .unwrap();
+            assert!(max_abs_diff(&fused, &undropped) > 1e-6, "{sh:?}: dropout changed nothing");
+        }
         let (gf, gc) = (probe(&fused, 32).backward().unwrap(), probe(&comp, 32).backward().unwrap());
         assert!(gf.get(&w).is_none(), "a frozen weight got a gradient");
         for (i, v) in ad.iter().chain([&x]).enumerate() {
             let (a, b) = (gf.get(v.as_tensor()).expect("fused grad"), gc.get(v.as_tensor()).expect("composed grad"));
             let scale = 1.0 + b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
-            assert!(max_abs_diff(a, b) < 1e-10 * scale, "{sh:?}: gradient {i} differs by {}", max_abs_diff(a, b));
+            assert!(
+                max_abs_diff(a, b) < 1e-10 * scale,
+                "{sh:?} {drop:?}: gradient {i} differs by {}",
+                max_abs_diff(a, b)
+            );
             assert!(a.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap() > 0.0, "gradient {i} is zero");
         }
     }
 }
 
 #[test]
+fn dropout_is_off_at_zero_and_draws_new_masks_per_seed() {
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    let sh = shapes()[0];
+    let layout = layouts()[1].clone();
+    let positions: Arc<[u32]> = layout.positions().into();
+    let x = rand(&[layout.len(), sh.hidden], 40, 1.5, DType::F64);
+    let w = Weights::new(sh).flat();
+    let (lora, ad) = adapters(sh, [true; 7], 41);
+    let a = flat(&ad);
+    let run = |drop: Option<Dropout>| {
+        ops::decoder_layer_adapted(&x, &w, with(&a, lora, drop), layout.clone(), positions.clone(), &rope, sh, 0.5)
+            .unwrap()
+    };
+    assert_eq!(max_abs_diff(&run(None), &run(Some(Dropout { p: 0.0, seed: 9 }))), 0.0);
+    let (one, again, other) = (
+        run(Some(Dropout { p: 0.2, seed: 9 })),
+        run(Some(Dropout { p: 0.2, seed: 9 })),
+        run(Some(Dropout { p: 0.2, seed: 10 })),
+    );
+    assert_eq!(max_abs_diff(&one, &again), 0.0, "a seed draws one mask");
+    assert!(max_abs_diff(&one, &other) > 1e-6, "another seed, another mask");
+}
+
+#[test]
 fn adapted_layer_gradients_match_finite_differences() {
     let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
-    for sh in [shapes()[0], shapes()[2]] {
+    // The second shape with dropout: the masks are a function of the seed, so the layer is a
+    // fixed function the finite differences can probe.
+    for (sh, drop) in [(shapes()[0], None), (shapes()[2], Some(Dropout { p: 0.4, seed: 11 }))] {
         let layout = layouts()[1].clone();
         let positions: Arc<[u32]> = layout.positions().into();
         let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 33, 1.5, DType::F64)).unwrap();
@@ -232,7 +284,7 @@ fn adapted_layer_gradients_match_finite_differences() {
             let y = ops::decoder_layer_adapted(
                 &x,
                 &w.flat(),
-                Some((&a, lora)),
+                with(&a, lora, drop),
                 layout.clone(),
                 positions.clone(),
                 &rope,
@@ -261,11 +313,11 @@ fn zero_b_adapters_leave_the_layer_unchanged_and_a_wrong_buffer_is_an_error() {
     let a = Tensor::new(a.as_slice(), &Device::Cpu).unwrap();
     let plain = ops::decoder_layer(&x, &w, layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
     let adapted =
-        ops::decoder_layer_adapted(&x, &w, Some((&a, lora)), layout.clone(), positions.clone(), &rope, sh, 0.5)
+        ops::decoder_layer_adapted(&x, &w, with(&a, lora, None), layout.clone(), positions.clone(), &rope, sh, 0.5)
             .unwrap();
     assert_eq!(max_abs_diff(&plain, &adapted), 0.0);
     let short = a.narrow(0, 0, 5).unwrap();
-    let err = ops::decoder_layer_adapted(&x, &w, Some((&short, lora)), layout, positions, &rope, sh, 0.5)
+    let err = ops::decoder_layer_adapted(&x, &w, with(&short, lora, None), layout, positions, &rope, sh, 0.5)
         .unwrap_err()
         .to_string();
     assert!(err.contains("adapter values"), "{err}");

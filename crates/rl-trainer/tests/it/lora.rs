@@ -1,7 +1,7 @@
 //! LoRA in the training loop: only the adapters train, move and travel (broadcasts and checkpoints
 //! hold PEFT adapter files, a fraction of the weights' bytes), the base never moves, the optimizer
-//! holds state for the adapters alone, resume is exact, and a checkpoint of other adapters is
-//! refused naming both.
+//! holds state for the adapters alone, resume is exact (with adapter dropout too), and a
+//! checkpoint of other adapters is refused naming both.
 
 use std::path::Path;
 
@@ -14,8 +14,12 @@ use crate::loop_::{config, synthetic_batch, weights_equal, write_batch};
 use crate::model_dir;
 
 fn lora_config(run: &Path, model: &Path, steps: u64, rank: u32) -> rl_configs::TrainerConfig {
+    dropout_config(run, model, steps, rank, 0.0)
+}
+
+fn dropout_config(run: &Path, model: &Path, steps: u64, rank: u32, dropout: f64) -> rl_configs::TrainerConfig {
     let mut c = config(run, model, steps);
-    c.lora = Some(LoraConfig { rank, alpha: 2.0 * rank as f64, ..LoraConfig::default() });
+    c.lora = Some(LoraConfig { rank, alpha: 2.0 * rank as f64, dropout, ..LoraConfig::default() });
     c
 }
 
@@ -79,4 +83,37 @@ fn only_adapters_train_travel_and_resume_exactly() {
     other.resume = Some(ResumeConfig::default());
     let err = RlTrainer::new(&other).unwrap_err().to_string();
     assert!(err.contains("rank 2") && err.contains("rank 3"), "{err}");
+}
+
+#[test]
+fn adapter_dropout_changes_the_training_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), 8);
+    let runs: Vec<_> = ["plain", "dropped", "resumed"].iter().map(|n| tmp.path().join(n)).collect();
+    for run in &runs {
+        for step in 1..=3 {
+            write_batch(run, &synthetic_batch(step));
+        }
+    }
+    let mut plain = RlTrainer::new(&lora_config(&runs[0], &model, 3, 2)).unwrap();
+    plain.run(|_| {}).unwrap();
+    let mut dropped = RlTrainer::new(&dropout_config(&runs[1], &model, 3, 2, 0.3)).unwrap();
+    let mut reports = Vec::new();
+    dropped.run(|r| reports.push(r.clone())).unwrap();
+    assert!(reports.iter().all(|r| r.grad_norm > 0.0 && r.grad_norm.is_finite()));
+    assert!(!weights_equal(&plain.weights(), &dropped.weights()), "dropout 0.3 trained the same adapters as none");
+    // PEFT's config records the dropout the adapters trained with.
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(RunDir::new(&runs[1]).broadcast(3).join(rl_model::ADAPTER_CONFIG)).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["lora_dropout"], 0.3);
+    // A resumed run draws the masks the uninterrupted one drew.
+    RlTrainer::new(&dropout_config(&runs[2], &model, 2, 2, 0.3)).unwrap().run(|_| {}).unwrap();
+    let mut resumed = dropout_config(&runs[2], &model, 3, 2, 0.3);
+    resumed.resume = Some(ResumeConfig::default());
+    let mut b = RlTrainer::new(&resumed).unwrap();
+    assert_eq!(b.step, 3);
+    b.run(|_| {}).unwrap();
+    assert!(weights_equal(&dropped.weights(), &b.weights()), "resumed adapters differ under dropout");
 }

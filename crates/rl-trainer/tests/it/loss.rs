@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use rl_configs::LossConfig;
 use rl_model::{CpuRuntime, Sampler, Trainable, log_softmax};
-use rl_trainer::{MicroBatch, micro_loss, step_counts, token_logprobs};
+use rl_trainer::{MicroBatch, Pass, micro_loss, step_counts, token_logprobs};
 
 use crate::{micro_config, weights};
 
@@ -54,7 +54,7 @@ fn the_loss_equals_the_formula_for_masked_and_kept_tokens_and_mixed_temperatures
     let loss_cfg = LossConfig { mask_low: 0.2, mask_high: 0.001, kl_tau: 1e-3, adv_tau: 1.0 };
     let counts = step_counts(std::slice::from_ref(&mb)).unwrap();
     assert_eq!((counts.rl, counts.ce), (5, 2));
-    let (loss, stats) = micro_loss(&model, &mb, &loss_cfg, counts).unwrap();
+    let (loss, stats) = micro_loss(&model, &mb, &loss_cfg, counts, Pass::Eval).unwrap();
 
     let (mut rl, mut ce, mut low, mut high) = (0.0f64, 0.0f64, 0, 0);
     for (j, &lp_j) in lp.iter().enumerate() {
@@ -100,7 +100,7 @@ fn the_gradient_of_the_full_loss_matches_finite_differences() {
     let mb = batch(lmu);
     let loss_cfg = LossConfig { kl_tau: 0.1, ..LossConfig::default() };
     let counts = step_counts(std::slice::from_ref(&mb)).unwrap();
-    let loss_of = || micro_loss(&model, &mb, &loss_cfg, counts).unwrap().0;
+    let loss_of = || micro_loss(&model, &mb, &loss_cfg, counts, Pass::Eval).unwrap().0;
     let grads = loss_of().backward().unwrap();
     let eps = 1e-6;
     for (name, var) in t.vars.iter().step_by(3) {
@@ -156,7 +156,8 @@ fn trainer_logprobs_equal_the_generation_logprobs() {
         parents: vec![],
     };
     let (_, stats) =
-        micro_loss(&model, &mb, &LossConfig::default(), step_counts(std::slice::from_ref(&mb)).unwrap()).unwrap();
+        micro_loss(&model, &mb, &LossConfig::default(), step_counts(std::slice::from_ref(&mb)).unwrap(), Pass::Eval)
+            .unwrap();
     let kl = stats.mismatch_kl / stats.rl_tokens as f64;
     assert_eq!(stats.rl_tokens, 16);
     assert!(kl < 1e-6, "mismatch KL {kl}");
@@ -216,7 +217,7 @@ fn a_shared_prompt_gives_the_same_logprobs_loss_and_gradients_as_unshared_packin
     let cfg_loss = LossConfig { kl_tau: 0.1, ..LossConfig::default() };
     let run = |mb: &MicroBatch| {
         let counts = step_counts(std::slice::from_ref(mb)).unwrap();
-        let (loss, stats) = micro_loss(&model, mb, &cfg_loss, counts).unwrap();
+        let (loss, stats) = micro_loss(&model, mb, &cfg_loss, counts, Pass::Eval).unwrap();
         (loss.to_scalar::<f64>().unwrap(), stats, loss.backward().unwrap())
     };
     let ((l1, s1, g1), (l2, s2, g2)) = (run(&shared), run(&unshared));
