@@ -23,6 +23,11 @@ mod training;
 use std::io::Write;
 use std::process::ExitCode;
 
+/// Large freed blocks (activations, logits, gradients of a real-size model) are reused instead of
+/// page-faulted in fresh every step.
+#[global_allocator]
+static ALLOC: rl_kernels::LargeBlockCache = rl_kernels::LargeBlockCache::new();
+
 fn main() -> ExitCode {
     // Before any thread exists (the orphan watch below starts one).
     rl_kernels::tune_process();

@@ -7,11 +7,14 @@
 //!   runtime.
 //! - [`RowLayout`]: which tokens of a packed row see which (the attention pattern and positions).
 //!
-//! - [`tune_process`]: process-wide settings for compute-heavy binaries (call first in `main`).
+//! - [`tune_process`]: process-wide settings for compute-heavy binaries (call first in `main`);
+//!   [`LargeBlockCache`]: their global allocator (large freed blocks kept for reuse).
 //!
-//! `gemm.rs` (a checked call into the `gemm` crate) and `process.rs` (setting the environment
-//! while single-threaded, `mallopt`) hold the workspace's only `unsafe` code.
+//! `gemm.rs` (a checked call into the `gemm` crate), `process.rs` (setting the environment
+//! while single-threaded, `mallopt`) and `alloc.rs` (the global allocator) hold the workspace's
+//! only `unsafe` code.
 
+mod alloc;
 pub mod cpu;
 mod float;
 pub mod gemm;
@@ -20,6 +23,7 @@ pub mod ops;
 mod pool;
 mod process;
 
+pub use alloc::{LARGE_BLOCK, LargeBlockCache};
 pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
 pub use cpu::dropout::Dropout;

@@ -83,6 +83,10 @@ fn qwen3_0_6b() {
     }
 }
 
+/// The allocator `rl` runs with.
+#[global_allocator]
+static ALLOC: rl_kernels::LargeBlockCache = rl_kernels::LargeBlockCache::new();
+
 fn main() {
     rl_kernels::tune_process();
     if std::env::args().any(|a| a == "qwen3-0.6b") {

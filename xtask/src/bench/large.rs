@@ -13,9 +13,14 @@ use super::reference::{json_lines, print_out};
 
 /// Runs both sides once (each case takes a minute or more on 2 cores) and prints the table.
 pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
-    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
-    cargo.args(["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step", "--", "qwen3-0.6b"]);
-    let ours = by_mode(&json_lines(&mut cargo, "our benchmark")?);
+    // Each case in its own process, so each peak is its own (a process keeps freed blocks).
+    let mut lines = Vec::new();
+    for mode in ["full", "lora"] {
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
+        cargo.args(["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step", "--", "qwen3-0.6b", mode]);
+        lines.extend(json_lines(&mut cargo, "our benchmark")?);
+    }
+    let ours = by_mode(&lines);
     let theirs = match python {
         Some(p) => {
             by_mode(&json_lines(Command::new(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]), "PyTorch")?)
