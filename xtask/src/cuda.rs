@@ -10,19 +10,21 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// The compiler, pinned to one CUDA minor version: cudarc 0.19 rejects nvcc 13.5, and a 13.5 nvvm
-/// with a 13.4 ptxas fails ("Unsupported .version 9.5"). CCCL supplies `<nv/target>`, which
-/// `cuda_fp16.h` includes (header-only; PyPI's newest is 13.3.x).
+/// The compiler, pinned to CUDA 13.0, the oldest 13.x: candle's kernels ship as PTX that the
+/// driver compiles when it loads them, and a driver JITs PTX no newer than its own CUDA version
+/// (13.4's PTX fails on the r580 drivers that carry CUDA 13.0). Built with 13.0, the binary runs on
+/// every CUDA 13 driver. CCCL supplies `<nv/target>`, which `cuda_fp16.h` includes.
 const COMPILER: &[&str] = &[
-    "nvidia-cuda-nvcc==13.4.92",
-    "nvidia-nvvm==13.4.92",
-    "nvidia-cuda-runtime==13.4.92",
-    "nvidia-cuda-crt==13.4.92",
-    "nvidia-cuda-cccl==13.3.5.0.6",
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-cccl==13.0.85",
 ];
 
-/// The libraries candle links (cudarc's `dynamic-linking`), besides the driver.
-const RUNTIME: &[&str] = &["nvidia-cublas==13.4.3.11", "nvidia-curand==10.4.4.72", "nvidia-cuda-nvrtc==13.4.92"];
+/// The libraries candle links (cudarc's `dynamic-linking`), besides the driver: 13.0 builds, which
+/// the newer 13.x drivers also run.
+const RUNTIME: &[&str] = &["nvidia-cublas==13.0.2.14", "nvidia-curand==10.4.0.35", "nvidia-cuda-nvrtc==13.0.88"];
 
 /// Every crate's `cuda` feature: the workspace's whole GPU surface.
 pub(crate) const FEATURES: &str = "rl-kernels/cuda,rl-model/cuda,rl-trainer/cuda,rl-inference/cuda,rl-cli/cuda";
@@ -164,8 +166,13 @@ pub(crate) fn build() -> anyhow::Result<()> {
 const LAUNCHER: &str = r#"#!/bin/sh
 # rl with CUDA, made by `cargo xtask build-cuda`.
 here=$(dirname "$(readlink -f "$0")")
-if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
-  export LD_LIBRARY_PATH="$here/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+found=no
+if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then found=yes; fi
+for d in $(echo "${LD_LIBRARY_PATH:-}" | tr ':' ' '); do
+  if [ -e "$d/libcuda.so.1" ]; then found=yes; fi
+done
+if [ "$found" = no ]; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$here/stub"
 fi
 exec "$here/bin/rl" "$@"
 "#;

@@ -317,7 +317,13 @@ impl CausalLm {
 
     /// Logits `[R, vocab]` of final-normed hidden rows `[R, hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        linear(hidden, &self.at(&self.lm_head)?)
+        linear(hidden, &self.head_weight()?)
+    }
+
+    /// The output head `[vocab, hidden]` in the compute dtype (differentiable; the embedding where
+    /// they are tied).
+    pub fn head_weight(&self) -> Result<Tensor> {
+        self.at(&self.lm_head)
     }
 
     /// Logits `[B, T, vocab]` for packed rows: `input_ids` and `positions` are `B` rows of `T`;

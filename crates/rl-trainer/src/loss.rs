@@ -151,7 +151,7 @@ fn scored(
         temps: m.tokens.iter().map(|&i| mb.temperatures[i]).collect(),
     });
     let picked = hidden.index_select(&Tensor::from_vec(rows.clone(), rows.len(), device)?, 0)?;
-    let out = rl_kernels::ops::token_logprobs(&model.logits(&picked)?, targets)?;
+    let out = rl_kernels::ops::head_logprobs(&picked, &model.head_weight()?, targets)?;
     let entropy = out.narrow(1, 1, 1)?.squeeze(1)?.to_dtype(DType::F64)?.to_vec1()?;
     Ok(TokenLogprobs { tokens: m.tokens.clone(), lp: out.narrow(1, 0, 1)?.squeeze(1)?, entropy })
 }

@@ -3,7 +3,9 @@
 //! precision. Reductions (norms, softmax, logsumexp) run in f32 at least, whatever the input dtype. Every
 //! function here equals its fused counterpart, forward and backward (tested against it on CPU).
 
-use candle_core::{D, DType, Device, Tensor};
+use std::sync::Arc;
+
+use candle_core::{D, DType, Device, Tensor, Var};
 
 use crate::cpu::attention::AttnShape;
 use crate::cpu::logprobs::Targets;
@@ -80,6 +82,9 @@ fn log_softmax_f32(x: &Tensor) -> candle_core::Result<Tensor> {
 /// Additive mask `[rows, keys]`: 0 where query `q0 + i` sees key `j` (its ancestors' tokens, and
 /// its own segment's up to itself; as [`RowLayout::sees`]), -inf elsewhere.
 fn mask(layout: &RowLayout, q0: usize, rows: usize, keys: usize, device: &Device) -> candle_core::Result<Tensor> {
+    if !device.is_cpu() {
+        return mask_on_device(layout, q0, rows, keys, device);
+    }
     let seg_of = layout.segment_of();
     let segments = layout.segments();
     let mut data = vec![f32::NEG_INFINITY; rows * keys];
@@ -99,6 +104,29 @@ fn mask(layout: &RowLayout, q0: usize, rows: usize, keys: usize, device: &Device
     Tensor::from_vec(data, (rows, keys), device)
 }
 
+/// [`mask`] built on `device` from the tokens' segments, so a GPU receives a few kilobytes rather
+/// than `rows x keys` floats per block: token i sees token j where j's segment is i's or one of
+/// its ancestors (whose tokens all come before i's segment) and j <= i.
+fn mask_on_device(layout: &RowLayout, q0: usize, rows: usize, keys: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let segs = layout.segments();
+    let n = segs.len();
+    let mut sees = vec![f32::NEG_INFINITY; n * n];
+    for s in 0..n {
+        let mut cur = Some(s);
+        while let Some(a) = cur {
+            sees[s * n + a] = 0.0;
+            cur = segs[a].parent;
+        }
+    }
+    let seg_of = layout.segment_of();
+    let ids = |r: std::ops::Range<usize>| Tensor::from_iter(seg_of[r].iter().map(|&s| s as u32), device);
+    let by_segment = Tensor::from_vec(sees, (n, n), device)?.index_select(&ids(q0..q0 + rows)?, 0)?.index_select(&ids(0..keys)?, 1)?;
+    let query = Tensor::arange(q0 as u32, (q0 + rows) as u32, device)?.reshape((rows, 1))?;
+    let key = Tensor::arange(0u32, keys as u32, device)?.reshape((1, keys))?;
+    let causal = key.broadcast_le(&query)?;
+    causal.where_cond(&by_segment, &Tensor::full(f32::NEG_INFINITY, (rows, keys), device)?)
+}
+
 /// Attention of `q [T, Hq*d]` over `k`, `v [T, Hk*d]` for a row laid out as `layout`, in query
 /// blocks so the scores never exceed [`MAX_SCORES`]; a block attends to keys up to its last query
 /// (a token only sees tokens before it in the row).
@@ -113,7 +141,9 @@ pub fn attention(
     attention_in_blocks(q, k, v, layout, s, scale, MAX_SCORES)
 }
 
-/// [`attention`] holding at most `max_scores` scores at once (at least one query row's).
+/// [`attention`] holding at most `max_scores` scores at once (at least one query row's). When a
+/// gradient is wanted, the scores are not kept for the backward: it recomputes them a query block
+/// at a time ([`BlockedAttention`]).
 pub fn attention_in_blocks(
     q: &Tensor,
     k: &Tensor,
@@ -123,31 +153,102 @@ pub fn attention_in_blocks(
     scale: f64,
     max_scores: usize,
 ) -> candle_core::Result<Tensor> {
-    let t = layout.len();
-    let (d, hk) = (s.head_dim, s.kv_heads);
-    let rep = s.q_heads / hk;
-    // Heads first: [Hk, T, d] for keys and values, [Hk, rep, T, d] for queries (q head g*rep + r).
-    let kh = k.reshape((t, hk, d))?.transpose(0, 1)?.contiguous()?;
-    let vh = v.reshape((t, hk, d))?.transpose(0, 1)?.contiguous()?;
-    let qh = q.reshape((t, hk, rep, d))?.permute((1, 2, 0, 3))?.contiguous()?;
-    let block = (max_scores / (s.q_heads * t).max(1)).clamp(1, t);
-    let mut outs = Vec::new();
-    let mut q0 = 0;
-    while q0 < t {
-        let rows = block.min(t - q0);
-        let keys = q0 + rows;
-        let qb = qh.narrow(2, q0, rows)?.reshape((hk, rep * rows, d))?;
-        let kb = kh.narrow(1, 0, keys)?;
-        let vb = vh.narrow(1, 0, keys)?;
-        let scores = (qb.matmul(&kb.t()?)? * scale)?.reshape((hk, rep, rows, keys))?;
-        let scores = f32_of(&scores)?;
-        let scores = scores.broadcast_add(&mask(layout, q0, rows, keys, q.device())?.to_dtype(scores.dtype())?)?;
-        let p = softmax_f32(&scores)?.to_dtype(q.dtype())?.reshape((hk, rep * rows, keys))?;
-        outs.push(p.matmul(&vb)?.reshape((hk, rep, rows, d))?);
-        q0 += rows;
+    let op = BlockedAttention { layout: Arc::new(layout.clone()), s, scale, max_scores };
+    super::recompute::apply(op, &[q, k, v])
+}
+
+/// Attention computed (and differentiated) one query block at a time.
+struct BlockedAttention {
+    layout: Arc<RowLayout>,
+    s: AttnShape,
+    scale: f64,
+    max_scores: usize,
+}
+
+impl BlockedAttention {
+    /// Query rows per block.
+    fn block(&self) -> usize {
+        let t = self.layout.len();
+        (self.max_scores / (self.s.q_heads * t).max(1)).clamp(1, t.max(1))
     }
-    let out = Tensor::cat(&outs, 2)?; // [Hk, rep, T, d]
-    out.permute((2, 0, 1, 3))?.reshape((t, s.q_heads * d))
+
+    /// `[Hk, T, d]`: keys or values heads first.
+    fn heads(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.reshape((self.layout.len(), self.s.kv_heads, self.s.head_dim))?.transpose(0, 1)?.contiguous()
+    }
+
+    /// Output rows `q0..q0 + rows` `[rows, Hq*d]` from those query rows `qb [rows, Hq*d]` and the
+    /// heads-first keys and values; the block attends to keys up to its last query.
+    fn rows(&self, qb: &Tensor, kh: &Tensor, vh: &Tensor, q0: usize) -> candle_core::Result<Tensor> {
+        let (d, hk) = (self.s.head_dim, self.s.kv_heads);
+        let rep = self.s.q_heads / hk;
+        let rows = qb.dim(0)?;
+        let keys = q0 + rows;
+        // Query head g*rep + r reads kv head g.
+        let qh = qb.reshape((rows, hk, rep, d))?.permute((1, 2, 0, 3))?.contiguous()?.reshape((hk, rep * rows, d))?;
+        let (kb, vb) = (kh.narrow(1, 0, keys)?, vh.narrow(1, 0, keys)?);
+        let scores = (qh.matmul(&kb.t()?)? * self.scale)?.reshape((hk, rep, rows, keys))?;
+        let scores = f32_of(&scores)?;
+        let mask = mask(&self.layout, q0, rows, keys, qb.device())?.to_dtype(scores.dtype())?;
+        let p = softmax_f32(&scores.broadcast_add(&mask)?)?.to_dtype(qb.dtype())?.reshape((hk, rep * rows, keys))?;
+        p.matmul(&vb)?.reshape((hk, rep, rows, d))?.permute((2, 0, 1, 3))?.reshape((rows, self.s.q_heads * d))
+    }
+}
+
+impl super::recompute::Recomputed for BlockedAttention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn eval(&self, xs: &[Tensor]) -> candle_core::Result<Tensor> {
+        let [q, k, v] = xs else { return Err(super::access::op_error("attention", "takes q, k, v")) };
+        let (t, block) = (self.layout.len(), self.block());
+        let (kh, vh) = (self.heads(k)?, self.heads(v)?);
+        let mut outs = Vec::new();
+        let mut q0 = 0;
+        while q0 < t {
+            let rows = block.min(t - q0);
+            outs.push(self.rows(&q.narrow(0, q0, rows)?, &kh, &vh, q0)?);
+            q0 += rows;
+        }
+        Tensor::cat(&outs, 0)
+    }
+
+    fn grads(&self, xs: &[&Tensor], dy: &Tensor) -> candle_core::Result<Vec<Option<Tensor>>> {
+        use super::recompute::{accumulate, grad_of};
+        let [q, k, v] = xs else { return Err(super::access::op_error("attention", "takes q, k, v")) };
+        let (t, block) = (self.layout.len(), self.block());
+        // Keys and values heads first, as variables when they want a gradient.
+        let var = |x: &Tensor| -> candle_core::Result<(Tensor, Option<Var>)> {
+            let h = self.heads(&x.detach())?;
+            if !x.track_op() {
+                return Ok((h, None));
+            }
+            let v = Var::from_tensor(&h)?;
+            Ok((v.as_tensor().clone(), Some(v)))
+        };
+        let ((kh, kvar), (vh, vvar)) = (var(k)?, var(v)?);
+        let (mut dq, mut dkh, mut dvh) = (Vec::new(), None, None);
+        let mut q0 = 0;
+        while q0 < t {
+            let rows = block.min(t - q0);
+            let qb = q.narrow(0, q0, rows)?.detach();
+            let qvar = if q.track_op() { Some(Var::from_tensor(&qb)?) } else { None };
+            let qb = qvar.as_ref().map_or(qb, |v| v.as_tensor().clone());
+            let out = self.rows(&qb, &kh, &vh, q0)?;
+            let store = (out * dy.narrow(0, q0, rows)?.detach())?.sum_all()?.backward()?;
+            if let Some(qv) = &qvar {
+                dq.push(grad_of(qv, &store)?);
+            }
+            accumulate(&mut dkh, kvar.as_ref().map(|v| grad_of(v, &store)).transpose()?)?;
+            accumulate(&mut dvh, vvar.as_ref().map(|v| grad_of(v, &store)).transpose()?)?;
+            q0 += rows;
+        }
+        let (d, hk) = (self.s.head_dim, self.s.kv_heads);
+        let back = |h: Option<Tensor>| h.map(|h| h.transpose(0, 1)?.reshape((t, hk * d))).transpose();
+        let dq = if q.track_op() { Some(Tensor::cat(&dq, 0)?) } else { None };
+        Ok(vec![dq, back(dkh)?, back(dvh)?])
+    }
 }
 
 /// `[N, 2]` (f32 at least): each target's log-probability under `softmax(logits[row] / temp)` and that
@@ -267,4 +368,21 @@ pub fn decoder_layer_adapted(
     let up = adapt(gu.narrow(1, inter, inter)?, &h2, Proj::Up)?;
     let act = swiglu(&gate.contiguous()?, &up.contiguous()?)?;
     x2 + adapt(linear(&act, &p.down, h, inter)?, &act, Proj::Down)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_mask_equals_the_host_mask() {
+        let layout = RowLayout::new(&[5, 4, 3, 6, 2], &[None, Some(0), Some(0), None, Some(3)]).unwrap();
+        let t = layout.len();
+        for (q0, rows) in [(0, t), (0, 3), (4, 7), (9, 11), (17, 3)] {
+            let keys = q0 + rows;
+            let host = mask(&layout, q0, rows, keys, &Device::Cpu).unwrap();
+            let dev = mask_on_device(&layout, q0, rows, keys, &Device::Cpu).unwrap();
+            assert_eq!(host.to_vec2::<f32>().unwrap(), dev.to_vec2::<f32>().unwrap(), "block at {q0} of {rows} rows");
+        }
+    }
 }

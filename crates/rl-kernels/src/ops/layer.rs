@@ -262,7 +262,7 @@ pub fn decoder_layer_adapted(
     scale: f64,
 ) -> candle_core::Result<Tensor> {
     if !super::runs_fused(x) {
-        return super::composed::decoder_layer_adapted(x, w, adapters, &layout, &positions, rope, shape, scale);
+        return decoder_layer_recomputed(x, w, adapters, layout, positions, rope, shape, scale);
     }
     let (lora, dropout) = (adapters.map(|a| a.shape), adapters.and_then(|a| a.dropout));
     let rope = rope.clone();
@@ -270,5 +270,59 @@ pub fn decoder_layer_adapted(
     match adapters {
         Some(a) => x.contiguous()?.apply_op3(&w.contiguous()?, &a.values.contiguous()?, op),
         None => x.contiguous()?.apply_op2(&w.contiguous()?, op),
+    }
+}
+
+/// What devices without the fused kernels run for [`decoder_layer_adapted`]: the composed layer
+/// ([`super::composed::decoder_layer_adapted`]) as one op that keeps only its inputs for the
+/// backward, which recomputes the layer (attention inside it one query block at a time). The
+/// gradients equal the composed layer's; a training pass holds one layer's intermediates at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_layer_recomputed(
+    x: &Tensor,
+    w: &Tensor,
+    adapters: Option<LayerAdapters<'_>>,
+    layout: Arc<RowLayout>,
+    positions: Arc<[u32]>,
+    rope: &Rope,
+    shape: LayerShape,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    let (lora, dropout) = (adapters.map(|a| a.shape), adapters.and_then(|a| a.dropout));
+    let op = ComposedLayer { lora, dropout, layout, positions, rope: rope.clone(), shape, scale };
+    match adapters {
+        Some(a) => super::recompute::apply(op, &[x, w, a.values]),
+        None => super::recompute::apply(op, &[x, w]),
+    }
+}
+
+/// The composed layer (devices without the fused kernels) as one op that keeps only its inputs:
+/// its backward recomputes the layer, so a training pass holds one layer's intermediates at a time.
+struct ComposedLayer {
+    lora: Option<LoraShape>,
+    dropout: Option<Dropout>,
+    layout: Arc<RowLayout>,
+    positions: Arc<[u32]>,
+    rope: Rope,
+    shape: LayerShape,
+    scale: f64,
+}
+
+impl super::recompute::Recomputed for ComposedLayer {
+    fn name(&self) -> &'static str {
+        LAYER
+    }
+
+    fn eval(&self, xs: &[Tensor]) -> candle_core::Result<Tensor> {
+        let (x, w) = match xs {
+            [x, w, ..] => (x, w),
+            _ => return Err(op_error(LAYER, "takes x and the weights")),
+        };
+        let adapters = match (xs.get(2), self.lora) {
+            (Some(values), Some(shape)) => Some(LayerAdapters { values, shape, dropout: self.dropout }),
+            _ => None,
+        };
+        let (layout, positions) = (&self.layout, &self.positions);
+        super::composed::decoder_layer_adapted(x, w, adapters, layout, positions, &self.rope, self.shape, self.scale)
     }
 }

@@ -13,15 +13,16 @@ mod layer;
 mod linear;
 mod logprobs;
 mod norm;
+mod recompute;
 mod rope;
 
 pub use adamw::{adamw_step, sum_squares};
 pub use adapters::LayerAdapters;
 pub use attention::attention;
 pub use elementwise::swiglu;
-pub use layer::{LayerWeights, decoder_layer, decoder_layer_adapted};
+pub use layer::{LayerWeights, decoder_layer, decoder_layer_adapted, decoder_layer_recomputed};
 pub use linear::linear;
-pub use logprobs::token_logprobs;
+pub use logprobs::{head_logprobs, token_logprobs};
 pub use norm::{head_norm_rope, rms_norm, rope};
 pub use rope::Rope;
 

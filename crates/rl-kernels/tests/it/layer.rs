@@ -241,6 +241,48 @@ fn adapted_fused_layer_equals_the_composed_one_and_frozen_weights_get_no_gradien
 }
 
 #[test]
+fn recomputed_layer_equals_the_composed_one_in_value_and_gradient() {
+    // What CUDA and half precision run: the layer keeps only its inputs and recomputes itself
+    // (attention a query block at a time) in the backward. Here in f64 on CPU, trainable and
+    // frozen base weights, with and without adapters and dropout.
+    let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
+    let drops = [None, Some(Dropout { p: 0.3, seed: 5 })];
+    for (((sh, targets), drop), frozen) in shapes()
+        .into_iter()
+        .zip(target_sets().into_iter().cycle())
+        .zip(drops.into_iter().cycle())
+        .zip([false, true].into_iter().cycle())
+    {
+        let layout = layouts()[1].clone();
+        let positions: Arc<[u32]> = layout.positions().into();
+        let x = Var::from_tensor(&rand(&[layout.len(), sh.hidden], 50, 1.5, DType::F64)).unwrap();
+        let wv = Var::from_tensor(&Weights::new(sh).flat()).unwrap();
+        let w = if frozen { wv.as_tensor().detach() } else { wv.as_tensor().clone() };
+        let (lora, ad) = adapters(sh, targets, 51);
+        let a = flat(&ad);
+        let adapted = if frozen { with(&a, lora, drop) } else { None };
+        let rec =
+            ops::decoder_layer_recomputed(&x, &w, adapted, layout.clone(), positions.clone(), &rope, sh, 0.5).unwrap();
+        let comp = composed::decoder_layer_adapted(&x, &w, adapted, &layout, &positions, &rope, sh, 0.5).unwrap();
+        assert!(max_abs_diff(&rec, &comp) < 1e-12, "{sh:?} {drop:?}: outputs differ");
+        let (gr, gc) = (probe(&rec, 52).backward().unwrap(), probe(&comp, 52).backward().unwrap());
+        let mut wanted = vec![x.as_tensor().clone()];
+        if frozen {
+            assert!(gr.get(wv.as_tensor()).is_none(), "a frozen weight got a gradient");
+            wanted.extend(ad.iter().map(|v| v.as_tensor().clone()));
+        } else {
+            wanted.push(wv.as_tensor().clone());
+        }
+        for (i, t) in wanted.iter().enumerate() {
+            let (a, b) = (gr.get(t).expect("recomputed grad"), gc.get(t).expect("composed grad"));
+            let scale = 1.0 + b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            let err = max_abs_diff(a, b);
+            assert!(err < 1e-10 * scale, "{sh:?} {drop:?}: gradient {i} differs by {err}");
+        }
+    }
+}
+
+#[test]
 fn dropout_is_off_at_zero_and_draws_new_masks_per_seed() {
     let rope = Rope::new(4, 10_000.0, 64, DType::F64, &Device::Cpu).unwrap();
     let sh = shapes()[0];
