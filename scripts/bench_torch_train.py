@@ -7,7 +7,12 @@ With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), a full ste
 step (r = 16, alpha 32, every projection) on one 512-token row of 4 samples, each with its peak
 resident memory (`cargo xtask bench train-0.6b`).
 
-Usage: python3 scripts/bench_torch_train.py [qwen3-0.6b]
+With `gpu MODEL_DIR TOKENS STEPS`: the reference of `cargo xtask bench gpu` on the same GPU: the
+model directory `rl model init` wrote, loaded by transformers (sdpa attention), f32 weights and
+AdamW state with bf16 autocast (as `rl sft --dtype bf16`), one TOKENS-token row per step, the
+median tokens/s of the steps after the first and the peak GPU memory.
+
+Usage: python3 scripts/bench_torch_train.py [qwen3-0.6b | gpu MODEL_DIR TOKENS STEPS]
 """
 import json
 import sys
@@ -63,6 +68,33 @@ def qwen3_0_6b():
                           "torch": torch.__version__}), flush=True)
         del model, opt, params
 
+
+def gpu(path, tokens, steps):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
+    ids = (torch.arange(tokens, device="cuda") * 13 % 26 + 3).view(1, tokens)
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(input_ids=ids).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        (-logp.mean()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    after = sorted(times[1:])
+    print(json.dumps({"bench": "gpu", "tokens": tokens, "tokens_per_s": round(tokens / after[len(after) // 2], 1),
+                      "peak_gpu_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2), "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name()}), flush=True)
+
+
+if sys.argv[1:2] == ["gpu"]:
+    gpu(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    sys.exit(0)
 
 if sys.argv[1:] == ["qwen3-0.6b"]:
     qwen3_0_6b()

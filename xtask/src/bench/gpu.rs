@@ -119,6 +119,29 @@ fn trainer(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
     Ok(median(tps))
 }
 
+/// The same trainer step in PyTorch + transformers on this machine's GPU (the python3 on PATH must
+/// have torch with CUDA and transformers, as the GPU machines' images do; none is installed).
+fn torch_reference(o: &Options, model: &Path) -> anyhow::Result<Value> {
+    if o.device != "cuda" {
+        bail!("only on CUDA");
+    }
+    let script = crate::workspace::project_root().join("scripts/bench_torch_train.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg("gpu")
+        .arg(model)
+        .args([o.tokens.to_string(), String::from("6")])
+        .output()
+        .context("cannot run python3")?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!("{} failed: {}", script.display(), err.lines().last().unwrap_or(""));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().context("the reference printed nothing")?;
+    serde_json::from_str(line).context("the reference printed no JSON")
+}
+
 /// A running `rl inference`, stopped on drop.
 struct Server {
     child: Child,
@@ -140,7 +163,7 @@ fn serve(o: &Options, model: &Path, work: &Path) -> anyhow::Result<Server> {
         .arg("--output-dir")
         .arg(work)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(work.join("inference.log")).context("cannot create inference.log")?)
         .spawn()
         .context("cannot start rl inference")?;
     let stdout = child.stdout.take().context("no stdout")?;
@@ -231,13 +254,29 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let name = o.preset.clone();
 
     let train = trainer(&o, &model, &work)?;
+    crate::workspace::eprintln_flush(&format!("bench gpu: trainer {train:.0} tokens/s"));
+    let reference = torch_reference(&o, &model);
+    crate::workspace::eprintln_flush(&format!("bench gpu: PyTorch reference {reference:?}"));
     let server = serve(&o, &model, &work)?;
     let _ = decode(&server, &name, 1, 8)?;
     let b1 = decode(&server, &name, 1, 256)?;
+    crate::workspace::eprintln_flush(&format!("bench gpu: decode batch 1 {b1:.0} tokens/s"));
     let b64 = decode(&server, &name, 64, 128)?;
+    crate::workspace::eprintln_flush(&format!("bench gpu: decode batch 64 {b64:.0} tokens/s"));
     drop(server);
     let kl = mismatch_kl(&o, &model, &work)?;
 
+    let reference = match reference {
+        Ok(v) => format!(
+            "  PyTorch {} + transformers, same GPU ({}), bf16 autocast, sdpa: {:.0} tokens/s, peak {} GB; ours / PyTorch {:.2}x\n",
+            v["torch"].as_str().unwrap_or("?"),
+            v["device"].as_str().unwrap_or("?"),
+            v["tokens_per_s"].as_f64().unwrap_or(0.0),
+            v["peak_gpu_gb"],
+            train / v["tokens_per_s"].as_f64().unwrap_or(f64::NAN),
+        ),
+        Err(e) => format!("  PyTorch reference not measured: {e:#}\n"),
+    };
     let text = format!(
         "\nGPU benchmark: {} ({} {}), {}\n  trainer, {}-token rows: {train:.0} tokens/s (prime-rl, Qwen3-0.6B RL at 16k on one H100: {PRIME_RL_TOKENS_PER_S:.0}; ratio {:.2}x)\n  decode, batch 1: {b1:.0} tokens/s; batch 64: {b64:.0} tokens/s\n  mismatch KL (trainer vs inference, on-policy): {kl:.2e} (target < 1e-3)\n",
         o.preset,
@@ -247,6 +286,6 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         o.tokens,
         train / PRIME_RL_TOKENS_PER_S,
     );
-    super::reference::print_out(&text);
+    super::reference::print_out(&(text + &reference));
     Ok(())
 }

@@ -107,7 +107,13 @@ fn mask(layout: &RowLayout, q0: usize, rows: usize, keys: usize, device: &Device
 /// [`mask`] built on `device` from the tokens' segments, so a GPU receives a few kilobytes rather
 /// than `rows x keys` floats per block: token i sees token j where j's segment is i's or one of
 /// its ancestors (whose tokens all come before i's segment) and j <= i.
-fn mask_on_device(layout: &RowLayout, q0: usize, rows: usize, keys: usize, device: &Device) -> candle_core::Result<Tensor> {
+fn mask_on_device(
+    layout: &RowLayout,
+    q0: usize,
+    rows: usize,
+    keys: usize,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
     let segs = layout.segments();
     let n = segs.len();
     let mut sees = vec![f32::NEG_INFINITY; n * n];
@@ -120,7 +126,9 @@ fn mask_on_device(layout: &RowLayout, q0: usize, rows: usize, keys: usize, devic
     }
     let seg_of = layout.segment_of();
     let ids = |r: std::ops::Range<usize>| Tensor::from_iter(seg_of[r].iter().map(|&s| s as u32), device);
-    let by_segment = Tensor::from_vec(sees, (n, n), device)?.index_select(&ids(q0..q0 + rows)?, 0)?.index_select(&ids(0..keys)?, 1)?;
+    let by_segment = Tensor::from_vec(sees, (n, n), device)?
+        .index_select(&ids(q0..q0 + rows)?, 0)?
+        .index_select(&ids(0..keys)?, 1)?;
     let query = Tensor::arange(q0 as u32, (q0 + rows) as u32, device)?.reshape((rows, 1))?;
     let key = Tensor::arange(0u32, keys as u32, device)?.reshape((1, keys))?;
     let causal = key.broadcast_le(&query)?;
