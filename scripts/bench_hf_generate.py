@@ -34,14 +34,17 @@ def qwen3_0_6b():
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                       rope_theta=1_000_000.0, tie_word_embeddings=True, attn_implementation="sdpa")
     model = Qwen3ForCausalLM(cfg).float().eval()
-    for batch in (1, 8):
-        ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
-        timed(model, ids, 2)
-        prefill = min(timed(model, ids, 1) for _ in range(2))
-        total = min(timed(model, ids, 32) for _ in range(2))
-        tps = batch * 31 / max(total - prefill, 1e-9)
-        print(json.dumps({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": round(tps, 2),
-                          "torch": torch.__version__}), flush=True)
+    # f32, then the same weights in bf16 (beside `rl`'s bf16-packed weights).
+    for weights, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        model = model.to(dtype)
+        for batch in (1, 8):
+            ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
+            timed(model, ids, 2)
+            prefill = min(timed(model, ids, 1) for _ in range(2))
+            total = min(timed(model, ids, 32) for _ in range(2))
+            tps = batch * 31 / max(total - prefill, 1e-9)
+            print(json.dumps({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "weights": weights, "batch": batch,
+                              "tokens_per_s": round(tps, 2), "torch": torch.__version__}), flush=True)
 
 
 if sys.argv[1:] == ["qwen3-0.6b"]:

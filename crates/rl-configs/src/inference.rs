@@ -39,8 +39,9 @@ pub struct InferenceConfig {
     pub stuck_after_s: f64,
     /// Where to run.
     pub device: Device,
-    /// Precision the model computes in: f32 on the CPU runs the fused CPU kernels; bf16/f16 (or
-    /// any dtype on CUDA) run candle's ops, with caches in that dtype.
+    /// Precision of the model: on the CPU, f32 runs the fused CPU kernels and bf16 runs them with
+    /// the weights held in bf16 (half the bytes per decoded token; activations, caches and sums
+    /// f32), f16 runs candle's ops; on CUDA any dtype runs candle's ops with caches in that dtype.
     pub dtype: Dtype,
     /// Seed for requests that do not set one.
     pub seed: u64,

@@ -121,8 +121,10 @@ impl Engine {
             running: AtomicU64::new(0),
         });
         let guard = AliveGuard(beat.clone());
-        // f32 on the CPU runs the slice kernels; any other device or dtype candle's ops.
-        let cpu = model.device().is_cpu() && model.compute_dtype() == candle_core::DType::F32;
+        // The CPU runs the slice kernels (bf16: weights packed in bf16, activations f32); any other
+        // device or dtype candle's ops.
+        let cpu = model.device().is_cpu()
+            && matches!(model.compute_dtype(), candle_core::DType::F32 | candle_core::DType::BF16);
         let run: Box<dyn FnOnce() + Send> = if cpu {
             let rt = CpuRuntime::new(model)?;
             Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx, &guard.0))

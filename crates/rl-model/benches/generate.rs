@@ -13,11 +13,14 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use rl_model::{CausalLm, CpuRuntime, ModelConfig, Preset, SeqCache, random_weights};
 
-fn model(preset: Preset) -> CpuRuntime {
+fn causal_lm(preset: Preset) -> CausalLm {
     let cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(128));
     let map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
-    let m = CausalLm::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model");
-    CpuRuntime::new(&m).expect("runtime")
+    CausalLm::new(&cfg, &VarBuilder::from_tensors(map, DType::F32, &Device::Cpu)).expect("model")
+}
+
+fn model(preset: Preset) -> CpuRuntime {
+    CpuRuntime::new(&causal_lm(preset)).expect("runtime")
 }
 
 fn prompt(len: usize, salt: u32) -> Vec<u32> {
@@ -69,17 +72,22 @@ fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -
     caches
 }
 
-/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two).
+/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two),
+/// with the weights packed in f32, then in bf16.
 fn qwen3_0_6b() {
-    let m = model(Preset::Qwen3_0_6B);
-    let _ = decode(&m, &prefilled(&m, 1, 2), 2);
-    for batch in [1usize, 8] {
-        let caches = prefilled(&m, batch, 32);
-        let d = (0..2).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
-        println!(
-            "{}",
-            serde_json::json!({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "batch": batch, "tokens_per_s": d})
-        );
+    let lm = causal_lm(Preset::Qwen3_0_6B);
+    for (weights, dtype) in [("f32", DType::F32), ("bf16", DType::BF16)] {
+        let m = CpuRuntime::with_weight_dtype(&lm, dtype).expect("runtime");
+        let _ = decode(&m, &prefilled(&m, 1, 2), 2);
+        for batch in [1usize, 8] {
+            let caches = prefilled(&m, batch, 32);
+            let d = (0..2).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
+            println!(
+                "{}",
+                serde_json::json!({"bench": "decode-0.6b", "preset": "qwen3-0.6b", "weights": weights, "batch": batch,
+                                   "tokens_per_s": d})
+            );
+        }
     }
 }
 

@@ -58,36 +58,47 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     decode(python)
 }
 
-/// Greedy decode at the 0.6B shape, ours and HF `generate`'s, by batch.
+/// Greedy decode at the 0.6B shape, ours and HF `generate`'s, by weight dtype and batch.
 fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
     cargo.args(["bench", "--locked", "-p", "rl-model", "--bench", "generate", "--", "qwen3-0.6b"]);
-    let by_batch = |lines: &[Value]| -> BTreeMap<u64, f64> {
-        lines.iter().filter_map(|v| Some((v["batch"].as_u64()?, v["tokens_per_s"].as_f64()?))).collect()
+    let by_case = |lines: &[Value]| -> BTreeMap<(String, u64), f64> {
+        lines
+            .iter()
+            .filter_map(|v| {
+                let weights = v["weights"].as_str().unwrap_or("f32").to_owned();
+                Some(((weights, v["batch"].as_u64()?), v["tokens_per_s"].as_f64()?))
+            })
+            .collect()
     };
-    let ours = by_batch(&json_lines(&mut cargo, "our decode benchmark")?);
+    let ours = by_case(&json_lines(&mut cargo, "our decode benchmark")?);
     let theirs = match python {
         Some(p) => {
-            by_batch(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?)
+            by_case(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?)
         }
         None => BTreeMap::new(),
     };
     let mut out = String::from(
-        "
-greedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts)
-",
+        "\ngreedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts; bf16: weights in bf16)\n",
     );
     out.push_str(&format!(
-        "{:<8} {:>10} {:>12} {:>7}
-",
-        "batch", "ours", "HF generate", "ratio"
+        "{:<8} {:<6} {:>10} {:>12} {:>7} {:>14}\n",
+        "weights", "batch", "ours", "HF generate", "ratio", "vs HF f32"
     ));
-    for (batch, tps) in &ours {
-        let hf = theirs.get(batch).copied().unwrap_or(0.0);
-        let ratio = if hf > 0.0 { format!("{:.2}x", tps / hf) } else { String::from("-") };
+    let ratio = |a: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => String::from("-"),
+    };
+    let mut cases: Vec<_> = ours.iter().collect();
+    cases.sort_by_key(|((weights, batch), _)| (weights != "f32", *batch));
+    for ((weights, batch), tps) in cases {
+        let hf = theirs.get(&(weights.clone(), *batch)).copied();
+        let hf32 = theirs.get(&(String::from("f32"), *batch)).copied();
         out.push_str(&format!(
-            "{batch:<8} {tps:>10.1} {hf:>12.1} {ratio:>7}
-"
+            "{weights:<8} {batch:<6} {tps:>10.1} {:>12.1} {:>7} {:>14}\n",
+            hf.unwrap_or(0.0),
+            ratio(*tps, hf),
+            ratio(*tps, hf32)
         ));
     }
     print_out(&out);

@@ -3,7 +3,12 @@
 //! panel zero-padded). A general GEMM (the `gemm` crate) repacks the weight on every call, which
 //! for the few rows of a decode step reads and writes the whole weight twice; here each call only
 //! streams the panels. Register tiles of `MR` rows x `NR` columns accumulate over all of `in` with
-//! FMAs, compiled for the widest SIMD the CPU has (AVX-512: 12 x 32, AVX2: 6 x 16).
+//! FMAs, compiled for the widest SIMD the CPU has (AVX-512: 12 x 32, AVX2: 4 x 16).
+//!
+//! A weight can also be packed in bf16 ([`PackedLinear::new_bf16`]): half the bytes, so twice the
+//! tokens a second where decoding is bound by memory bandwidth (one sequence reads every weight
+//! once per token). Two bf16 values of consecutive inputs share one 32-bit word, so widening a
+//! value to f32 is one mask or one shift; products still accumulate in f32.
 
 use pulp::{Simd, WithSimd};
 
@@ -18,7 +23,30 @@ pub struct PackedLinear {
     /// Columns per panel: two SIMD vectors of the CPU this was packed on.
     nr: usize,
     /// `ceil(out / nr)` panels of `inp * nr` values.
-    panels: Vec<f32>,
+    panels: Panels,
+}
+
+/// The packed values.
+#[derive(Debug, Clone)]
+enum Panels {
+    F32(Vec<f32>),
+    /// `ceil(inp / 2) * nr` words a panel: word `[j][c]` holds column c's bf16 weights of inputs
+    /// `2j` (high half) and `2j + 1` (low half; zero past the last input).
+    Bf16(Vec<u32>),
+}
+
+/// `x` rounded to the nearest bf16 (ties to even), as its 16 bits.
+pub fn bf16_bits(x: f32) -> u16 {
+    if x.is_nan() {
+        return 0x7FC0;
+    }
+    let b = x.to_bits();
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+/// The f32 value of bf16 bits.
+pub fn bf16_value(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
 }
 
 /// f32 lanes of the widest SIMD available at run time.
@@ -49,7 +77,31 @@ impl PackedLinear {
                 }
             }
         }
-        PackedLinear { out, inp, nr, panels }
+        PackedLinear { out, inp, nr, panels: Panels::F32(panels) }
+    }
+
+    /// Packs `w` with every weight rounded to bf16 (see the module's doc).
+    pub fn new_bf16(w: &[f32], out: usize, inp: usize) -> Self {
+        assert_eq!(w.len(), out * inp, "weight of {} values is not [{out}, {inp}]", w.len());
+        let nr = 2 * simd_lanes();
+        let (n_panels, pairs) = (out.div_ceil(nr), inp.div_ceil(2));
+        let mut panels = vec![0u32; n_panels * pairs * nr];
+        for (p, panel) in panels.chunks_mut(pairs * nr).enumerate() {
+            for c in 0..nr.min(out - p * nr) {
+                let row = &w[(p * nr + c) * inp..][..inp];
+                for (j, pair) in row.chunks(2).enumerate() {
+                    let hi = u32::from(bf16_bits(pair[0])) << 16;
+                    let lo = pair.get(1).map_or(0, |&v| u32::from(bf16_bits(v)));
+                    panel[j * nr + c] = hi | lo;
+                }
+            }
+        }
+        PackedLinear { out, inp, nr, panels: Panels::Bf16(panels) }
+    }
+
+    /// Whether the weights are held in bf16.
+    pub fn is_bf16(&self) -> bool {
+        matches!(self.panels, Panels::Bf16(_))
     }
 
     /// Output columns.
@@ -153,14 +205,23 @@ impl WithSimd for Panels<'_, '_> {
         let mr = if S::F32_LANES >= 16 { 12 } else { 4 };
         let c_first = range.start * nr;
         for p in range {
-            let panel = &w.panels[p * k * nr..][..k * nr];
             let (c0, cols) = (p * nr - c_first, nr.min(w.out - p * nr));
             let mut r0 = 0;
             while r0 < m {
                 let n = mr.min(m - r0);
                 let xs = &x[r0 * k..];
                 let ys = &mut rows[r0..r0 + n];
-                with_rows!(n, tile, simd, panel, xs, k, ys, c0, cols, accumulate);
+                match &w.panels {
+                    Panels::F32(all) => {
+                        let panel = &all[p * k * nr..][..k * nr];
+                        with_rows!(n, tile, simd, panel, xs, k, ys, c0, cols, accumulate);
+                    }
+                    Panels::Bf16(all) => {
+                        let words = k.div_ceil(2) * nr;
+                        let panel = &all[p * words..][..words];
+                        with_rows!(n, tile_bf16, simd, panel, xs, k, ys, c0, cols, accumulate);
+                    }
+                }
                 r0 += n;
             }
         }
@@ -181,7 +242,6 @@ fn tile<S: Simd, const MR: usize>(
     cols: usize,
     accumulate: bool,
 ) {
-    let lanes = S::F32_LANES;
     let (w, _) = S::as_simd_f32s(panel);
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; 2]; MR];
@@ -194,10 +254,65 @@ fn tile<S: Simd, const MR: usize>(
             acc[i][1] = simd.mul_add_f32s(b, w1, acc[i][1]);
         }
     }
+    store::<S, MR>(&acc, ys, c0, cols, accumulate);
+}
+
+/// [`tile`] over a bf16 panel: each word gives the weights of two consecutive inputs.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile_bf16<S: Simd, const MR: usize>(
+    simd: S,
+    panel: &[u32],
+    x: &[f32],
+    k: usize,
+    ys: &mut [&mut [f32]],
+    c0: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let (w, _) = S::as_simd_u32s(panel);
+    let zero = simd.splat_f32s(0.0);
+    let (high, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
+    let mut acc = [[zero; 2]; MR];
+    let rows: [&[f32]; MR] = std::array::from_fn(|i| &x[i * k..i * k + k]);
+    let widen = |word: S::u32s| {
+        let even = simd.transmute_f32s_u32s(simd.and_u32s(word, high));
+        let odd = simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(word, sixteen));
+        (even, odd)
+    };
+    for j in 0..k / 2 {
+        let ((e0, o0), (e1, o1)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
+        for i in 0..MR {
+            let (a, b) = (simd.splat_f32s(rows[i][2 * j]), simd.splat_f32s(rows[i][2 * j + 1]));
+            acc[i][0] = simd.mul_add_f32s(b, o0, simd.mul_add_f32s(a, e0, acc[i][0]));
+            acc[i][1] = simd.mul_add_f32s(b, o1, simd.mul_add_f32s(a, e1, acc[i][1]));
+        }
+    }
+    if k % 2 == 1 {
+        let j = k / 2;
+        let ((e0, _), (e1, _)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
+        for i in 0..MR {
+            let a = simd.splat_f32s(rows[i][2 * j]);
+            acc[i][0] = simd.mul_add_f32s(a, e0, acc[i][0]);
+            acc[i][1] = simd.mul_add_f32s(a, e1, acc[i][1]);
+        }
+    }
+    store::<S, MR>(&acc, ys, c0, cols, accumulate);
+}
+
+/// Writes (or adds) tile accumulators into columns `c0..c0 + cols` of the row segments `ys`.
+#[inline(always)]
+fn store<S: Simd, const MR: usize>(
+    acc: &[[S::f32s; 2]; MR],
+    ys: &mut [&mut [f32]],
+    c0: usize,
+    cols: usize,
+    accumulate: bool,
+) {
     for (a, y) in acc.iter().zip(ys.iter_mut()) {
         let yr = &mut y[c0..c0 + cols];
         let mut vals = [0f32; 64];
-        let (v, _) = S::as_mut_simd_f32s(&mut vals[..2 * lanes]);
+        let (v, _) = S::as_mut_simd_f32s(&mut vals[..2 * S::F32_LANES]);
         v[0] = a[0];
         v[1] = a[1];
         if accumulate {
@@ -212,11 +327,17 @@ fn tile<S: Simd, const MR: usize>(
 fn scalar(w: &PackedLinear, rows: &mut [&mut [f32]], range: std::ops::Range<usize>, x: &[f32], accumulate: bool) {
     let (nr, k) = (w.nr, w.inp);
     let c_first = range.start * nr;
+    let weight = |p: usize, kk: usize, c: usize| match &w.panels {
+        Panels::F32(all) => all[p * k * nr + kk * nr + c],
+        Panels::Bf16(all) => {
+            let word = all[p * k.div_ceil(2) * nr + (kk / 2) * nr + c];
+            bf16_value(if kk % 2 == 0 { (word >> 16) as u16 } else { word as u16 })
+        }
+    };
     for p in range {
-        let panel = &w.panels[p * k * nr..][..k * nr];
         for c in 0..nr.min(w.out - p * nr) {
             for (r, y) in rows.iter_mut().enumerate() {
-                let s: f32 = (0..k).map(|kk| x[r * k + kk] * panel[kk * nr + c]).sum();
+                let s: f32 = (0..k).map(|kk| x[r * k + kk] * weight(p, kk, c)).sum();
                 let d = &mut y[p * nr - c_first + c];
                 *d = if accumulate { *d + s } else { s };
             }
@@ -272,5 +393,47 @@ mod tests {
                 assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()));
             }
         }
+    }
+
+    #[test]
+    fn bf16_packed_products_equal_the_product_with_rounded_weights() {
+        // Odd input counts leave the last word half empty.
+        for (m, inp, out) in [(1, 7, 5), (3, 16, 33), (13, 63, 70), (4, 33, 40), (1, 512, 1024), (9, 1, 3)] {
+            let x: Vec<f32> = (0..m * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let w: Vec<f32> = (0..out * inp).map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0 + 1e-3).collect();
+            let rounded: Vec<f32> = w.iter().map(|&v| bf16_value(bf16_bits(v))).collect();
+            assert!(w.iter().zip(&rounded).any(|(a, b)| a != b), "the weights must not all be exact in bf16");
+            let packed = PackedLinear::new_bf16(&w, out, inp);
+            assert!(packed.is_bf16());
+            let want = reference(&x, &rounded, m, inp, out);
+            let mut y = vec![f32::NAN; m * out];
+            packed.apply(&mut y, &x, m, false);
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()), "({m},{inp},{out}) [{i}] {a} vs {b}");
+            }
+            packed.apply(&mut y, &x, m, true);
+            for (a, b) in y.iter().zip(&want) {
+                assert!((f64::from(*a) - 2.0 * b).abs() < 2e-4 * (1.0 + b.abs()));
+            }
+            let mut s = vec![0f32; m * out];
+            let mut rows: Vec<&mut [f32]> = s.chunks_mut(out).collect();
+            scalar(&packed, &mut rows, 0..out.div_ceil(packed.nr), &x, false);
+            for (a, b) in s.iter().zip(&want) {
+                assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()));
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_with_ties_to_even() {
+        assert_eq!(bf16_value(bf16_bits(1.0)), 1.0);
+        // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+        assert_eq!(bf16_value(bf16_bits(1.0 + 1.0 / 256.0)), 1.0);
+        // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6: to 1 + 2^-6 (even).
+        assert_eq!(bf16_value(bf16_bits(1.0 + 3.0 / 256.0)), 1.0 + 1.0 / 64.0);
+        assert_eq!(bf16_value(bf16_bits(1.0 + 1.5 / 256.0)), 1.0 + 1.0 / 128.0);
+        assert_eq!(bf16_value(bf16_bits(-2.5)), -2.5);
+        assert!(bf16_value(bf16_bits(f32::NAN)).is_nan());
+        assert_eq!(bf16_value(bf16_bits(f32::INFINITY)), f32::INFINITY);
     }
 }

@@ -11,7 +11,7 @@ mod tensor;
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
 use rl_kernels::cpu::decode::attend_shared;
 use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
-use rl_kernels::cpu::packed::PackedLinear;
+use rl_kernels::cpu::packed::{PackedLinear, bf16_bits, bf16_value};
 use rl_kernels::cpu::swiglu::swiglu_packed_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
@@ -99,7 +99,8 @@ impl Runtime for CpuRuntime {
         dir: &std::path::Path,
         tensors: std::collections::HashMap<String, candle_core::Tensor>,
     ) -> Result<Self> {
-        CpuRuntime::new(&crate::model_from_weights(&self.cfg, dir, tensors, &candle_core::Device::Cpu)?)
+        let model = crate::model_from_weights(&self.cfg, dir, tensors, &candle_core::Device::Cpu)?;
+        CpuRuntime::with_weight_dtype(&model, self.weight_dtype)
     }
     fn new_cache(&self, prefix: Option<&SharedPrefix>, capacity: usize) -> SeqCache {
         CpuRuntime::new_cache(self, prefix, capacity)
@@ -188,6 +189,8 @@ pub struct CpuRuntime {
     layers: Vec<Layer>,
     cos: Vec<f32>,
     sin: Vec<f32>,
+    /// What the projections and the output head are packed in (F32 or BF16).
+    weight_dtype: candle_core::DType,
 }
 
 /// Sequences a thread takes at least when a forward call's sequences are split between threads:
@@ -207,13 +210,13 @@ fn linear_bias(out: &mut [f32], x: &[f32], w: &PackedLinear, b: Option<&[f32]>, 
     }
 }
 
-/// A `[out, in]` weight tensor packed for the runtime.
-fn packed(t: &candle_core::Tensor) -> Result<PackedLinear> {
-    stacked(&[t])
+/// A `[out, in]` weight tensor packed for the runtime (in bf16 when `bf16`).
+fn packed(t: &candle_core::Tensor, bf16: bool) -> Result<PackedLinear> {
+    stacked(&[t], bf16)
 }
 
-/// `[out_i, in]` weights stacked along their outputs and packed as one.
-fn stacked(ts: &[&candle_core::Tensor]) -> Result<PackedLinear> {
+/// `[out_i, in]` weights stacked along their outputs and packed as one (in bf16 when `bf16`).
+fn stacked(ts: &[&candle_core::Tensor], bf16: bool) -> Result<PackedLinear> {
     let mut w = Vec::new();
     let (mut out, mut inp) = (0, 0);
     for t in ts {
@@ -221,7 +224,7 @@ fn stacked(ts: &[&candle_core::Tensor]) -> Result<PackedLinear> {
         w.extend(values(t)?);
         (out, inp) = (out + o, i);
     }
-    Ok(PackedLinear::new(&w, out, inp))
+    Ok(if bf16 { PackedLinear::new_bf16(&w, out, inp) } else { PackedLinear::new(&w, out, inp) })
 }
 
 /// Adds `b` to every row of `x`.
@@ -245,16 +248,35 @@ fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
 }
 
 impl CpuRuntime {
-    /// Copies `model`'s weights (any device, any float dtype) into f32 buffers.
+    /// Copies `model`'s weights (any device, any float dtype) into f32 buffers; every matrix
+    /// (projections, embedding, output head) in bf16 when the model computes in bf16 (half the
+    /// bytes each decoded token reads; norms, biases, activations, caches and sums stay f32). A
+    /// bf16 runtime computes exactly what the f32 one computes on the weights rounded to bf16.
     pub fn new(model: &CausalLm) -> Result<Self> {
+        let dtype = if model.compute_dtype() == candle_core::DType::BF16 {
+            candle_core::DType::BF16
+        } else {
+            candle_core::DType::F32
+        };
+        Self::with_weight_dtype(model, dtype)
+    }
+
+    /// [`CpuRuntime::new`] with the projections and the head packed in `weight_dtype` (F32 or
+    /// BF16; anything else is an error).
+    pub fn with_weight_dtype(model: &CausalLm, weight_dtype: candle_core::DType) -> Result<Self> {
         no_adapters(model)?;
+        let bf16 = match weight_dtype {
+            candle_core::DType::F32 => false,
+            candle_core::DType::BF16 => true,
+            other => return Err(Error::Input(format!("the CPU runtime packs weights in f32 or bf16, not {other:?}"))),
+        };
         let layers = model
             .layers
             .iter()
             .map(|l| {
                 Ok(Layer {
-                    qkv: stacked(&[&l.q, &l.k, &l.v])?,
-                    o: packed(&l.o)?,
+                    qkv: stacked(&[&l.q, &l.k, &l.v], bf16)?,
+                    o: packed(&l.o, bf16)?,
                     qkv_bias: match &l.qkv_bias {
                         Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?].concat()),
                         None => None,
@@ -264,8 +286,8 @@ impl CpuRuntime {
                         Some([q, k]) => Some([values(q)?, values(k)?]),
                         None => None,
                     },
-                    gate_up: stacked(&[&l.gate, &l.up])?,
-                    down: packed(&l.down)?,
+                    gate_up: stacked(&[&l.gate, &l.up], bf16)?,
+                    down: packed(&l.down, bf16)?,
                     ln1: values(&l.ln1)?,
                     ln2: values(&l.ln2)?,
                 })
@@ -274,19 +296,26 @@ impl CpuRuntime {
         let cfg = model.config().clone();
         let (cos, sin) = model.rope.tables();
         Ok(CpuRuntime {
-            lm_head: packed(&model.lm_head)?,
-            embed: values(&model.embed)?,
+            lm_head: packed(&model.lm_head, bf16)?,
+            // Rounded like the head it is tied to (or would be): in bf16 every matrix is bf16.
+            embed: if bf16 { values(&model.embed)?.into_iter().map(|v| bf16_value(bf16_bits(v))).collect() } else { values(&model.embed)? },
             norm: values(&model.norm)?,
             cos: values(cos)?,
             sin: values(sin)?,
             layers,
             cfg,
+            weight_dtype,
         })
     }
 
     /// The architecture.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// What the projections and the output head are packed in.
+    pub fn weight_dtype(&self) -> candle_core::DType {
+        self.weight_dtype
     }
 
     /// An empty cache continuing `prefix` (if any), with room for `capacity` own tokens.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use rl_model::{CpuRuntime, RowLayout, Rows, Runtime, SeqCache, TensorRuntime};
 
-use crate::{family_configs, max_abs_diff, micro_config, model};
+use crate::{family_configs, max_abs_diff, micro_config, model, weights};
 
 fn plain(model: &rl_model::CausalLm, ids: &[u32]) -> Tensor {
     let pos: Vec<u32> = (0..ids.len() as u32).collect();
@@ -286,4 +286,42 @@ fn the_device_runtime_equals_the_cpu_runtime_in(cfg: &rl_model::ModelConfig) {
     let half = scripted_run(&TensorRuntime::new(&m.with_compute_dtype(candle_core::DType::BF16)).unwrap());
     let diff = cpu.iter().flatten().zip(half.iter().flatten()).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(diff < 0.1, "bf16 logits drift by {diff}");
+}
+
+#[test]
+fn bf16_weights_compute_the_f32_runtime_of_the_rounded_model() {
+    use candle_core::{DType, Device};
+    for cfg in family_configs() {
+        let w = weights(&cfg, 11, DType::F32);
+        // Every matrix rounded to bf16; norms and biases (vectors) stay f32.
+        let rounded: std::collections::HashMap<String, Tensor> = w
+            .iter()
+            .map(|(k, t)| {
+                let t = if t.rank() == 2 { t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap() } else { t.clone() };
+                (k.clone(), t)
+            })
+            .collect();
+        let build = |w: &std::collections::HashMap<String, Tensor>| {
+            rl_model::Trainable::from_tensors(&cfg, w).unwrap().model(&cfg, &Device::Cpu).unwrap()
+        };
+        let (m, mr) = (build(&w), build(&rounded));
+        let half = CpuRuntime::with_weight_dtype(&m, DType::BF16).unwrap();
+        assert_eq!(half.weight_dtype(), DType::BF16);
+        let runtimes = [half, CpuRuntime::new(&mr).unwrap(), CpuRuntime::new(&m).unwrap()];
+        let logits: Vec<Vec<f32>> = runtimes
+            .iter()
+            .map(|rt| {
+                let (mut a, mut b) = (rt.new_cache(None, 16), rt.new_cache(None, 16));
+                let mut out = rt.forward(&mut [&mut a, &mut b], &[&[3, 8, 1, 30], &[5, 6]], true).unwrap();
+                for step in 0..3u32 {
+                    out.extend(rt.forward(&mut [&mut a, &mut b], &[&[7 + step], &[11 + step]], false).unwrap());
+                }
+                out
+            })
+            .collect();
+        let diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let scale = logits[1].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(diff(&logits[0], &logits[1]) <= 1e-6 * scale, "bf16 runtime != f32 runtime of the rounded weights");
+        assert!(diff(&logits[0], &logits[2]) > 1e-4 * scale, "rounding to bf16 changed nothing");
+    }
 }
