@@ -35,6 +35,44 @@ async fn logprobs_equal_log_softmax_of_scaled_logits_from_a_full_forward() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bf16_server_on_the_cpu_serves_the_model_rounded_to_bf16() {
+    // `dtype = "bf16"` on the CPU packs every matrix in bf16 (activations stay f32): its logprobs
+    // are the f32 model's with the matrices rounded, and not the unrounded model's.
+    let srv = start(|c| c.dtype = rl_configs::Dtype::Bf16).await;
+    let dir = srv.model_dir();
+    let cfg = rl_model::read_config(&dir).unwrap();
+    let rounded: std::collections::HashMap<String, candle_core::Tensor> = rl_model::read_weights(&dir, &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| {
+            let t = if t.rank() == 2 { t.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap() } else { t };
+            (k, t)
+        })
+        .collect();
+    let model = rl_model::model_from_weights(&cfg, &dir, rounded, &candle_core::Device::Cpu).unwrap();
+    let plain = load(&dir);
+    let (s, v) = srv
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hello"}], "temperature": 1.0, "seed": 3,
+                   "max_completion_tokens": 12, "logprobs": true, "return_token_ids": true}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (prompt, completion) = (ids(&v["prompt_token_ids"]), ids(&v["choices"][0]["token_ids"]));
+    let returned: Vec<f32> = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["logprob"].as_f64().unwrap() as f32)
+        .collect();
+    let (want, unrounded) = (recompute(&model, &prompt, &completion, 1.0), recompute(&plain, &prompt, &completion, 1.0));
+    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(diff(&returned, &want) < 1e-4, "server {returned:?}, rounded model {want:?}");
+    assert!(diff(&returned, &unrounded) > diff(&returned, &want), "rounding made no difference");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_seed_gives_the_same_sample() {
     let srv = start(|_| {}).await;
     let req = |seed: u64| json!({"messages": [{"role": "user", "content": "abc"}], "seed": seed, "max_completion_tokens": 16, "return_token_ids": true, "n": 2});
