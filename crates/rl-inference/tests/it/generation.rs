@@ -41,14 +41,19 @@ async fn a_bf16_server_on_the_cpu_serves_the_model_rounded_to_bf16() {
     let srv = start(|c| c.dtype = rl_configs::Dtype::Bf16).await;
     let dir = srv.model_dir();
     let cfg = rl_model::read_config(&dir).unwrap();
-    let rounded: std::collections::HashMap<String, candle_core::Tensor> = rl_model::read_weights(&dir, &candle_core::Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .map(|(k, t)| {
-            let t = if t.rank() == 2 { t.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap() } else { t };
-            (k, t)
-        })
-        .collect();
+    let rounded: std::collections::HashMap<String, candle_core::Tensor> =
+        rl_model::read_weights(&dir, &candle_core::Device::Cpu)
+            .unwrap()
+            .into_iter()
+            .map(|(k, t)| {
+                let t = if t.rank() == 2 {
+                    t.to_dtype(candle_core::DType::BF16).unwrap().to_dtype(candle_core::DType::F32).unwrap()
+                } else {
+                    t
+                };
+                (k, t)
+            })
+            .collect();
     let model = rl_model::model_from_weights(&cfg, &dir, rounded, &candle_core::Device::Cpu).unwrap();
     let plain = load(&dir);
     let (s, v) = srv
@@ -66,7 +71,8 @@ async fn a_bf16_server_on_the_cpu_serves_the_model_rounded_to_bf16() {
         .iter()
         .map(|x| x["logprob"].as_f64().unwrap() as f32)
         .collect();
-    let (want, unrounded) = (recompute(&model, &prompt, &completion, 1.0), recompute(&plain, &prompt, &completion, 1.0));
+    let (want, unrounded) =
+        (recompute(&model, &prompt, &completion, 1.0), recompute(&plain, &prompt, &completion, 1.0));
     let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(diff(&returned, &want) < 1e-4, "server {returned:?}, rounded model {want:?}");
     assert!(diff(&returned, &unrounded) > diff(&returned, &want), "rounding made no difference");

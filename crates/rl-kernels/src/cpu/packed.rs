@@ -23,12 +23,12 @@ pub struct PackedLinear {
     /// Columns per panel: two SIMD vectors of the CPU this was packed on.
     nr: usize,
     /// `ceil(out / nr)` panels of `inp * nr` values.
-    panels: Panels,
+    panels: Values,
 }
 
 /// The packed values.
 #[derive(Debug, Clone)]
-enum Panels {
+enum Values {
     F32(Vec<f32>),
     /// `ceil(inp / 2) * nr` words a panel: word `[j][c]` holds column c's bf16 weights of inputs
     /// `2j` (high half) and `2j + 1` (low half; zero past the last input).
@@ -77,7 +77,7 @@ impl PackedLinear {
                 }
             }
         }
-        PackedLinear { out, inp, nr, panels: Panels::F32(panels) }
+        PackedLinear { out, inp, nr, panels: Values::F32(panels) }
     }
 
     /// Packs `w` with every weight rounded to bf16 (see the module's doc).
@@ -96,12 +96,12 @@ impl PackedLinear {
                 }
             }
         }
-        PackedLinear { out, inp, nr, panels: Panels::Bf16(panels) }
+        PackedLinear { out, inp, nr, panels: Values::Bf16(panels) }
     }
 
     /// Whether the weights are held in bf16.
     pub fn is_bf16(&self) -> bool {
-        matches!(self.panels, Panels::Bf16(_))
+        matches!(self.panels, Values::Bf16(_))
     }
 
     /// Output columns.
@@ -212,11 +212,11 @@ impl WithSimd for Panels<'_, '_> {
                 let xs = &x[r0 * k..];
                 let ys = &mut rows[r0..r0 + n];
                 match &w.panels {
-                    Panels::F32(all) => {
+                    Values::F32(all) => {
                         let panel = &all[p * k * nr..][..k * nr];
                         with_rows!(n, tile, simd, panel, xs, k, ys, c0, cols, accumulate);
                     }
-                    Panels::Bf16(all) => {
+                    Values::Bf16(all) => {
                         let words = k.div_ceil(2) * nr;
                         let panel = &all[p * words..][..words];
                         with_rows!(n, tile_bf16, simd, panel, xs, k, ys, c0, cols, accumulate);
@@ -328,8 +328,8 @@ fn scalar(w: &PackedLinear, rows: &mut [&mut [f32]], range: std::ops::Range<usiz
     let (nr, k) = (w.nr, w.inp);
     let c_first = range.start * nr;
     let weight = |p: usize, kk: usize, c: usize| match &w.panels {
-        Panels::F32(all) => all[p * k * nr + kk * nr + c],
-        Panels::Bf16(all) => {
+        Values::F32(all) => all[p * k * nr + kk * nr + c],
+        Values::Bf16(all) => {
             let word = all[p * k.div_ceil(2) * nr + (kk / 2) * nr + c];
             bf16_value(if kk % 2 == 0 { (word >> 16) as u16 } else { word as u16 })
         }

@@ -298,7 +298,11 @@ impl CpuRuntime {
         Ok(CpuRuntime {
             lm_head: packed(&model.lm_head, bf16)?,
             // Rounded like the head it is tied to (or would be): in bf16 every matrix is bf16.
-            embed: if bf16 { values(&model.embed)?.into_iter().map(|v| bf16_value(bf16_bits(v))).collect() } else { values(&model.embed)? },
+            embed: if bf16 {
+                values(&model.embed)?.into_iter().map(|v| bf16_value(bf16_bits(v))).collect()
+            } else {
+                values(&model.embed)?
+            },
             norm: values(&model.norm)?,
             cos: values(cos)?,
             sin: values(sin)?,

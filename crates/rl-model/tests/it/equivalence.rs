@@ -297,7 +297,11 @@ fn bf16_weights_compute_the_f32_runtime_of_the_rounded_model() {
         let rounded: std::collections::HashMap<String, Tensor> = w
             .iter()
             .map(|(k, t)| {
-                let t = if t.rank() == 2 { t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap() } else { t.clone() };
+                let t = if t.rank() == 2 {
+                    t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap()
+                } else {
+                    t.clone()
+                };
                 (k.clone(), t)
             })
             .collect();
