@@ -288,7 +288,7 @@ fn tile_bf16<S: Simd, const MR: usize>(
             acc[i][1] = simd.mul_add_f32s(b, o1, simd.mul_add_f32s(a, e1, acc[i][1]));
         }
     }
-    if k % 2 == 1 {
+    if !k.is_multiple_of(2) {
         let j = k / 2;
         let ((e0, _), (e1, _)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
         for i in 0..MR {
@@ -331,7 +331,7 @@ fn scalar(w: &PackedLinear, rows: &mut [&mut [f32]], range: std::ops::Range<usiz
         Values::F32(all) => all[p * k * nr + kk * nr + c],
         Values::Bf16(all) => {
             let word = all[p * k.div_ceil(2) * nr + (kk / 2) * nr + c];
-            bf16_value(if kk % 2 == 0 { (word >> 16) as u16 } else { word as u16 })
+            bf16_value(if kk.is_multiple_of(2) { (word >> 16) as u16 } else { word as u16 })
         }
     };
     for p in range {
