@@ -5,13 +5,16 @@
 //! tensors. One call advances any number of sequences by any number of tokens (a prefill, a
 //! batched decode step, or both): projections and MLPs run over all new tokens at once.
 
+mod cpu_weights;
 mod kv;
 mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
 use rl_kernels::cpu::decode::attend_shared;
 use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
-use rl_kernels::cpu::packed::{PackedLinear, bf16_bits, bf16_value};
+use rl_kernels::cpu::packed::PackedLinear;
+
+use cpu_weights::Layer;
 use rl_kernels::cpu::swiglu::swiglu_packed_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
@@ -125,25 +128,6 @@ impl Runtime for CpuRuntime {
     }
 }
 
-/// One layer's weights: projections packed for [`PackedLinear::apply`] (q/k/v stacked into one
-/// product, gate/up into another: fewer, larger products), the rest as f32 buffers.
-#[derive(Debug, Clone)]
-struct Layer {
-    /// `[q; k; v]`: each token's row of the product is its queries, keys, then values.
-    qkv: PackedLinear,
-    o: PackedLinear,
-    /// The q, k, v biases concatenated (Qwen2, or `attention_bias`).
-    qkv_bias: Option<Vec<f32>>,
-    o_bias: Option<Vec<f32>>,
-    /// q and k head norms (Qwen3).
-    qk_norm: Option<[Vec<f32>; 2]>,
-    /// `[gate; up]`: each row is the gate's columns, then the up projection's.
-    gate_up: PackedLinear,
-    down: PackedLinear,
-    ln1: Vec<f32>,
-    ln2: Vec<f32>,
-}
-
 /// One unit of a forward call's attention: a sequence alone, or the decode rows of sequences that
 /// continue one shared prefix (each with its output rows).
 enum Work<'c, 'o> {
@@ -210,23 +194,6 @@ fn linear_bias(out: &mut [f32], x: &[f32], w: &PackedLinear, b: Option<&[f32]>, 
     }
 }
 
-/// A `[out, in]` weight tensor packed for the runtime (in bf16 when `bf16`).
-fn packed(t: &candle_core::Tensor, bf16: bool) -> Result<PackedLinear> {
-    stacked(&[t], bf16)
-}
-
-/// `[out_i, in]` weights stacked along their outputs and packed as one (in bf16 when `bf16`).
-fn stacked(ts: &[&candle_core::Tensor], bf16: bool) -> Result<PackedLinear> {
-    let mut w = Vec::new();
-    let (mut out, mut inp) = (0, 0);
-    for t in ts {
-        let (o, i) = t.dims2()?;
-        w.extend(values(t)?);
-        (out, inp) = (out + o, i);
-    }
-    Ok(if bf16 { PackedLinear::new_bf16(&w, out, inp) } else { PackedLinear::new(&w, out, inp) })
-}
-
 /// Adds `b` to every row of `x`.
 fn add_rows(x: &mut [f32], b: &[f32]) {
     x.chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(x, b)| *x += b));
@@ -243,10 +210,6 @@ pub(crate) fn no_adapters(model: &CausalLm) -> Result<()> {
     Ok(())
 }
 
-fn values(t: &candle_core::Tensor) -> Result<Vec<f32>> {
-    Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
-}
-
 impl CpuRuntime {
     /// Copies `model`'s weights (any device, any float dtype) into f32 buffers; every matrix
     /// (projections, embedding, output head) in bf16 when the model computes in bf16 (half the
@@ -261,8 +224,8 @@ impl CpuRuntime {
         Self::with_weight_dtype(model, dtype)
     }
 
-    /// [`CpuRuntime::new`] with the projections and the head packed in `weight_dtype` (F32 or
-    /// BF16; anything else is an error).
+    /// [`CpuRuntime::new`] with the matrices held in `weight_dtype` (F32 or BF16; anything else is
+    /// an error).
     pub fn with_weight_dtype(model: &CausalLm, weight_dtype: candle_core::DType) -> Result<Self> {
         no_adapters(model)?;
         let bf16 = match weight_dtype {
@@ -270,46 +233,10 @@ impl CpuRuntime {
             candle_core::DType::BF16 => true,
             other => return Err(Error::Input(format!("the CPU runtime packs weights in f32 or bf16, not {other:?}"))),
         };
-        let layers = model
-            .layers
-            .iter()
-            .map(|l| {
-                Ok(Layer {
-                    qkv: stacked(&[&l.q, &l.k, &l.v], bf16)?,
-                    o: packed(&l.o, bf16)?,
-                    qkv_bias: match &l.qkv_bias {
-                        Some([q, k, v]) => Some([values(q)?, values(k)?, values(v)?].concat()),
-                        None => None,
-                    },
-                    o_bias: l.o_bias.as_ref().map(values).transpose()?,
-                    qk_norm: match &l.qk_norm {
-                        Some([q, k]) => Some([values(q)?, values(k)?]),
-                        None => None,
-                    },
-                    gate_up: stacked(&[&l.gate, &l.up], bf16)?,
-                    down: packed(&l.down, bf16)?,
-                    ln1: values(&l.ln1)?,
-                    ln2: values(&l.ln2)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let p = cpu_weights::pack(model, bf16)?;
         let cfg = model.config().clone();
-        let (cos, sin) = model.rope.tables();
-        Ok(CpuRuntime {
-            lm_head: packed(&model.lm_head, bf16)?,
-            // Rounded like the head it is tied to (or would be): in bf16 every matrix is bf16.
-            embed: if bf16 {
-                values(&model.embed)?.into_iter().map(|v| bf16_value(bf16_bits(v))).collect()
-            } else {
-                values(&model.embed)?
-            },
-            norm: values(&model.norm)?,
-            cos: values(cos)?,
-            sin: values(sin)?,
-            layers,
-            cfg,
-            weight_dtype,
-        })
+        let (layers, embed, lm_head, norm, cos, sin) = (p.layers, p.embed, p.lm_head, p.norm, p.cos, p.sin);
+        Ok(CpuRuntime { cfg, embed, lm_head, norm, layers, cos, sin, weight_dtype })
     }
 
     /// The architecture.
