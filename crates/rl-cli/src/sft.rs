@@ -52,6 +52,8 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
     let (train, val) = conversations(config)?;
+    // One thread: the tokenizer allocates per token, and with glibc's single arena
+    // (`rl_kernels::tune_process`) threads only queue on its lock (two were slower than one).
     let encode = |cs: &[SftConversation]| -> anyhow::Result<Vec<SftExample>> {
         cs.iter()
             .map(|c| {

@@ -50,9 +50,16 @@ impl Tok {
         text.len() / (2 * self.max_token_bytes)
     }
 
-    /// Token ids of `text` (special tokens in the text are recognised; nothing is added).
+    /// Token ids of `text` (special tokens in the text are recognised; nothing is added). Offsets
+    /// are not computed (`encode_fast`): the ids are the same, at about half the cost.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?.get_ids().to_vec())
+        Ok(self.inner.encode_fast(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?.get_ids().to_vec())
+    }
+
+    /// Token ids of `text` and each token's byte range in it (as [`Tok::encode`], with offsets).
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+        let e = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok((e.get_ids().to_vec(), e.get_offsets().to_vec()))
     }
 
     /// Text of `ids` (special tokens kept).

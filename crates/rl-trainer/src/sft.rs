@@ -41,6 +41,13 @@ fn trains(role: &str, m: &LossMaskConfig) -> bool {
 
 /// Tokenizes a conversation and marks the tokens of the roles `mask` selects, from message
 /// `first_trained` on (earlier messages are a prompt: context only, whatever their role).
+///
+/// A message's tokens run from the end of the conversation before it (with the generation
+/// scaffold for assistant turns) to the end of the conversation including it, through its
+/// end-of-turn token. Both ends are found in one encoding of the whole conversation by byte
+/// offsets when the template renders each prefix as a prefix of the whole and the tokens break at
+/// both ends (one encode where re-encoding every prefix took seven for a three-turn episode);
+/// otherwise every prefix is encoded and must be a token prefix of the whole.
 pub fn tokenize(
     tok: &Tok,
     template: &ChatTemplate,
@@ -49,15 +56,98 @@ pub fn tokenize(
     first_trained: usize,
     mask: &LossMaskConfig,
 ) -> Result<SftExample> {
-    let ids = tok.encode(&template.render(msgs, tools, false)?)?;
+    let text = template.render(msgs, tools, false)?;
+    let (ids, offsets) = tok.encode_with_offsets(&text)?;
+    let spans = match spans_by_offsets(template, msgs, tools, first_trained, mask, &text, &offsets)? {
+        Some(spans) => spans,
+        None => spans_by_prefixes(tok, template, msgs, tools, first_trained, mask, &ids)?,
+    };
+    Ok(SftExample { mask: mask_of(&ids, &spans, &tok.stop_ids), ids })
+}
+
+/// Per trained message, its token range `[start, end)` (scaffold excluded, end-of-turn included).
+type Spans = Vec<(usize, usize)>;
+
+/// The trained mask: each span through its last end-of-turn token (not the newline the template
+/// adds after it), or whole when it has none.
+fn mask_of(ids: &[u32], spans: &[(usize, usize)], end_ids: &[u32]) -> Vec<bool> {
     let mut trained = vec![false; ids.len()];
-    let end_ids = &tok.stop_ids;
+    for &(start, end) in spans {
+        let span_end = (start..end).rev().find(|&i| end_ids.contains(&ids[i])).map_or(end, |i| i + 1);
+        for t in &mut trained[start..span_end] {
+            *t = true;
+        }
+    }
+    trained
+}
+
+/// The trained messages' rendered byte ranges in `text`: `None` when a prefix is not rendered as
+/// a prefix of the whole (the caller then re-encodes every prefix, which reports that case).
+fn byte_spans(
+    template: &ChatTemplate,
+    msgs: &[TemplateMessage],
+    tools: &[serde_json::Value],
+    first_trained: usize,
+    mask: &LossMaskConfig,
+    text: &str,
+) -> Result<Option<Spans>> {
+    let mut spans = Vec::new();
     for (k, m) in msgs.iter().enumerate().skip(first_trained) {
         if !trains(&m.role, mask) {
             continue;
         }
-        // The message's tokens: from the end of the conversation before it (with the generation
-        // scaffold for assistant turns) to the end of the conversation including it.
+        let before = template.render(&msgs[..k], tools, m.role == "assistant")?;
+        let upto = template.render(&msgs[..=k], tools, false)?;
+        if !upto.starts_with(&before) || !text.starts_with(&upto) {
+            return Ok(None);
+        }
+        spans.push((before.len(), upto.len()));
+    }
+    Ok(Some(spans))
+}
+
+/// Token spans from byte offsets: `None` unless every span's ends fall between two tokens (the
+/// token before ends there and the next starts there).
+fn spans_by_offsets(
+    template: &ChatTemplate,
+    msgs: &[TemplateMessage],
+    tools: &[serde_json::Value],
+    first_trained: usize,
+    mask: &LossMaskConfig,
+    text: &str,
+    offsets: &[(usize, usize)],
+) -> Result<Option<Spans>> {
+    let Some(bytes) = byte_spans(template, msgs, tools, first_trained, mask, text)? else {
+        return Ok(None);
+    };
+    let token_at = |b: usize| -> Option<usize> {
+        if b == 0 {
+            return Some(0);
+        }
+        if b == text.len() {
+            return (offsets.last().is_some_and(|o| o.1 == b)).then_some(offsets.len());
+        }
+        let i = offsets.iter().position(|o| o.0 == b)?;
+        (i > 0 && offsets[i - 1].1 == b).then_some(i)
+    };
+    Ok(bytes.iter().map(|&(from, to)| Some((token_at(from)?, token_at(to)?))).collect())
+}
+
+/// Token spans by encoding every prefix, each of which must be a token prefix of the whole.
+fn spans_by_prefixes(
+    tok: &Tok,
+    template: &ChatTemplate,
+    msgs: &[TemplateMessage],
+    tools: &[serde_json::Value],
+    first_trained: usize,
+    mask: &LossMaskConfig,
+    ids: &[u32],
+) -> Result<Spans> {
+    let mut spans = Vec::new();
+    for (k, m) in msgs.iter().enumerate().skip(first_trained) {
+        if !trains(&m.role, mask) {
+            continue;
+        }
         let before = tok.encode(&template.render(&msgs[..k], tools, m.role == "assistant")?)?;
         let upto = tok.encode(&template.render(&msgs[..=k], tools, false)?)?;
         if !upto.starts_with(&before) || !ids.starts_with(&upto) {
@@ -65,14 +155,9 @@ pub fn tokenize(
                 "the chat template does not render conversations as extensions of their prefixes; cannot locate message tokens",
             )));
         }
-        // Train through the end-of-turn token, not the newline the template adds after it.
-        let span_end =
-            (before.len()..upto.len()).rev().find(|&i| end_ids.contains(&upto[i])).map_or(upto.len(), |i| i + 1);
-        for t in &mut trained[before.len()..span_end] {
-            *t = true;
-        }
+        spans.push((before.len(), upto.len()));
     }
-    Ok(SftExample { ids, mask: trained })
+    Ok(spans)
 }
 
 /// How examples fit rows of `seq_len` tokens: longer ones are truncated, and those whose trained
@@ -357,4 +442,115 @@ fn order(i: usize, n: usize, seed: u64) -> usize {
         perm.swap(k, (rng.next_u64() % (k as u64 + 1)) as usize);
     }
     perm[i % n]
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use rl_model::{TemplateFunction, TemplateToolCall};
+
+    use super::*;
+
+    /// A tiny model directory's tokenizer and chat template, with a BPE trained on `corpus` when
+    /// given (the character-level tokenizer otherwise).
+    fn tokenizer(corpus: Option<&[&str]>) -> (tempfile::TempDir, Tok, ChatTemplate) {
+        let dir = tempfile::tempdir().unwrap();
+        rl_model::init_model(dir.path(), rl_model::Preset::Tiny, 0, false).unwrap();
+        if let Some(texts) = corpus {
+            let texts: Vec<String> = (0..50).flat_map(|_| texts.iter().map(|t| (*t).to_owned())).collect();
+            rl_model::write_bpe_tokenizer(&dir.path().join("tokenizer.json"), texts.into_iter(), 200).unwrap();
+        }
+        let (tok, template) = (Tok::load(dir.path()).unwrap(), ChatTemplate::load(dir.path()).unwrap());
+        (dir, tok, template)
+    }
+
+    fn message(role: &str, content: &str, call: Option<&str>) -> TemplateMessage {
+        let tool_calls = call
+            .map(|name| TemplateToolCall {
+                kind: String::from("function"),
+                function: TemplateFunction { name: name.to_owned(), arguments: String::from(r#"{"title":"Ada"}"#) },
+            })
+            .into_iter()
+            .collect();
+        TemplateMessage { role: role.to_owned(), content: content.to_owned(), tool_calls }
+    }
+
+    /// Message texts with the edges that move token boundaries: leading and trailing whitespace,
+    /// runs of newlines, words that continue a word before them, tags, and nothing at all.
+    fn content() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "Ada", "Lovelace", "ada", " ", "\n", "\n\n", "  ", "<think>", "</think>", "42", ",", "sorted", "Bob",
+            "<alphabetical_sorted>", "x", "",
+        ]);
+        prop::collection::vec(piece, 0..6).prop_map(|v| v.concat())
+    }
+
+    /// A conversation: an optional system turn, then user/assistant turns, some assistant turns
+    /// calling a tool and followed by its result.
+    fn conversation() -> impl Strategy<Value = Vec<TemplateMessage>> {
+        let turn = (content(), content(), prop::bool::ANY, content());
+        (prop::option::of(content()), prop::collection::vec(turn, 1..4)).prop_map(|(system, turns)| {
+            let mut msgs: Vec<TemplateMessage> = system.iter().map(|s| message("system", s, None)).collect();
+            for (user, reply, calls, result) in turns {
+                msgs.push(message("user", &user, None));
+                if calls {
+                    msgs.push(message("assistant", &reply, Some("click_link")));
+                    msgs.push(message("tool", &result, None));
+                }
+                msgs.push(message("assistant", &reply, None));
+            }
+            msgs
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Spans found by byte offsets in one encoding are the spans found by encoding every
+        /// prefix, for the character tokenizer and a BPE, whichever roles are trained.
+        #[test]
+        fn offsets_find_the_spans_that_prefix_encodings_find(
+            msgs in conversation(),
+            first_trained in 0usize..3,
+            train_user in prop::bool::ANY,
+        ) {
+            let mask = LossMaskConfig { user: train_user, tool: train_user, ..LossMaskConfig::default() };
+            let corpus = ["<|im_start|>user\nAda Lovelace, Bob<|im_end|>", "<think>\n\n</think>\n\nsorted 42"];
+            for (_dir, tok, template) in [tokenizer(None), tokenizer(Some(&corpus))] {
+                let text = template.render(&msgs, &[], false).unwrap();
+                let (ids, offsets) = tok.encode_with_offsets(&text).unwrap();
+                prop_assert_eq!(&ids, &tok.encode(&text).unwrap());
+                let fast = spans_by_offsets(&template, &msgs, &[], first_trained, &mask, &text, &offsets);
+                let exact = spans_by_prefixes(&tok, &template, &msgs, &[], first_trained, &mask, &ids);
+                match fast {
+                    // A prefix the template cannot render fails both ways.
+                    Err(_) => prop_assert!(exact.is_err()),
+                    Ok(Some(fast)) => prop_assert_eq!(Some(fast), exact.ok(), "{:?}", text),
+                    Ok(None) => {}
+                }
+            }
+        }
+    }
+
+    /// The fast path is the one taken for a plain multi-turn conversation (the SFT recipes' data).
+    #[test]
+    fn plain_conversations_take_one_encoding() {
+        let (_dir, tok, template) = tokenizer(Some(&["Ada Lovelace, Bob Marley"]));
+        let msgs = [
+            message("user", "Sort: Bob Marley, Ada Lovelace", None),
+            message("assistant", "Ada Lovelace, Bob Marley", None),
+            message("user", "Now add: Cy Twombly", None),
+            message("assistant", "Ada Lovelace, Bob Marley, Cy Twombly", None),
+        ];
+        let mask = LossMaskConfig::default();
+        let text = template.render(&msgs, &[], false).unwrap();
+        let (ids, offsets) = tok.encode_with_offsets(&text).unwrap();
+        let spans = spans_by_offsets(&template, &msgs, &[], 0, &mask, &text, &offsets).unwrap();
+        assert_eq!(spans.as_ref().map(Vec::len), Some(2));
+        let example = tokenize(&tok, &template, &msgs, &[], 0, &mask).unwrap();
+        let trained: String = tok
+            .decode(&ids.iter().zip(&example.mask).filter(|(_, m)| **m).map(|(i, _)| *i).collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(trained, "Ada Lovelace, Bob Marley<|im_end|>Ada Lovelace, Bob Marley, Cy Twombly<|im_end|>");
+    }
 }
