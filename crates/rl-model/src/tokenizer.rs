@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 pub const SPECIAL_TOKENS: &[&str] =
     &["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>", "<unk>"];
 
+/// Each token's byte range `[start, end)` in the text it was encoded from.
+pub type Offsets = Vec<(usize, usize)>;
+
 /// A loaded tokenizer with the ids generation needs.
 #[derive(Debug, Clone)]
 pub struct Tok {
@@ -57,7 +60,7 @@ impl Tok {
     }
 
     /// Token ids of `text` and each token's byte range in it (as [`Tok::encode`], with offsets).
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Offsets)> {
         let e = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok((e.get_ids().to_vec(), e.get_offsets().to_vec()))
     }
