@@ -144,7 +144,8 @@ fn scored(ctx: &ScoringContext<'_>) -> std::result::Result<Game, String> {
 
 impl WikiNav {
     /// Builds the env from its args: `num_articles`, `links_per_article`, `num_examples`,
-    /// `test_examples`, `min_distance`, `max_distance`, `max_turns`, `seed`, `harness`.
+    /// `test_examples`, `min_distance`, `max_distance`, `max_turns`, `seed`, `harness`,
+    /// `invalid_penalty` (subtracted from the reward per invalid action; 0 by default).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("wiki-nav", args);
         let n = a.u64("num_articles", 30)?;
@@ -156,6 +157,13 @@ impl WikiNav {
         let max_turns = a.u64("max_turns", 10)?;
         let seed = a.u64("seed", 0)?;
         let harness = a.choice("harness", "tools", &["tools", "text"])?;
+        let invalid_penalty = a.f64("invalid_penalty", 0.0)?;
+        if !(0.0..=1.0).contains(&invalid_penalty) {
+            return Err(Error::bad_request(
+                "env.args.invalid_penalty",
+                format!("must be in 0..=1 (subtracted per invalid action), got {invalid_penalty}"),
+            ));
+        }
         a.ordered("min_distance", min_d, "max_distance", max_d)?;
         let most = graph::MAX_ARTICLES as u64;
         if !(3..=most).contains(&n) {
@@ -186,7 +194,13 @@ impl WikiNav {
                 1.0,
             )
             .metric(reward_fn("reached", |ctx: &ScoringContext<'_>| Ok(f64::from(u8::from(scored(ctx)?.reached)))))
-            .metric(reward_fn("invalid_actions", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.invalid))))
+            // A walk that fails scores 0 however it failed; the penalty (a negative weight: a
+            // metric when 0) tells a walk that clicks what is not on its page from one that
+            // explores, which a group of failed walks otherwise cannot.
+            .reward(
+                reward_fn("invalid_actions", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.invalid))),
+                -invalid_penalty,
+            )
             .metric(reward_fn("moves", |ctx: &ScoringContext<'_>| Ok(f64::from(scored(ctx)?.moves))));
         Ok(WikiNav {
             graph,

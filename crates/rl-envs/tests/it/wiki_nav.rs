@@ -64,7 +64,12 @@ struct Outcome {
 }
 
 async fn play(harness: &str, plan: Plan) -> (Outcome, u64) {
-    let args = json!({"num_examples": 10, "seed": 5, "harness": harness, "min_distance": 2, "max_distance": 3});
+    play_with(harness, plan, 0.0).await
+}
+
+async fn play_with(harness: &str, plan: Plan, invalid_penalty: f64) -> (Outcome, u64) {
+    let args = json!({"num_examples": 10, "seed": 5, "harness": harness, "min_distance": 2, "max_distance": 3,
+                      "invalid_penalty": invalid_penalty});
     let env = WikiNav::new(args.as_object().unwrap()).unwrap();
     let task = env.task("train", 3).unwrap();
     let graph = Arc::new(env.graph().clone());
@@ -82,7 +87,10 @@ async fn play(harness: &str, plan: Plan) -> (Outcome, u64) {
         .unwrap();
     let trace = resp.episode.unwrap().traces.remove(0);
     assert!(trace.errors.is_empty(), "{:?}", trace.errors);
-    let m = |k: &str| trace.metrics.get(k).copied().unwrap_or(f64::NAN);
+    // A function with a weight is a reward component, one without a metric.
+    let m = |k: &str| {
+        trace.metrics.get(k).copied().or_else(|| trace.rewards.get(k).map(|r| r.score)).unwrap_or(f64::NAN)
+    };
     let outcome = Outcome {
         reward: trace.reward,
         moves: m("moves"),
@@ -135,6 +143,20 @@ async fn detours_score_less_and_invalid_actions_are_reported_and_counted() {
     assert!((invalid.reward - s / (s + 1.0)).abs() < 1e-12);
     let first_tool = invalid.trace.nodes.iter().find(|n| n.role == "tool").unwrap();
     assert!(first_tool.content.starts_with("Error: `Nowhere At All` is not a link"), "{}", first_tool.content);
+}
+
+/// `invalid_penalty` is subtracted per invalid action (the reached walk above, and nothing else
+/// about it, changes); a penalty outside 0..=1 is refused, naming the arg.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_invalid_action_penalty_lowers_the_reward_per_invalid_action() {
+    let (invalid, shortest) = play_with("tools", Plan::Invalid, 0.25).await;
+    let s = shortest as f64;
+    assert_eq!((invalid.invalid, invalid.moves, invalid.reached), (1.0, s + 1.0, 1.0));
+    assert!((invalid.reward - (s / (s + 1.0) - 0.25)).abs() < 1e-12, "{}", invalid.reward);
+    let (clean, _) = play_with("tools", Plan::Shortest, 0.25).await;
+    assert_eq!(clean.reward, 1.0);
+    let err = WikiNav::new(json!({"invalid_penalty": 1.5}).as_object().unwrap()).unwrap_err().to_string();
+    assert!(err.contains("invalid_penalty") && err.contains("0..=1"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
