@@ -480,7 +480,7 @@ mod tests {
     fn content() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
             "Ada", "Lovelace", "ada", " ", "\n", "\n\n", "  ", "<think>", "</think>", "42", ",", "sorted", "Bob",
-            "<alphabetical_sorted>", "x", "",
+            "<sorted>", "x", "",
         ]);
         prop::collection::vec(piece, 0..6).prop_map(|v| v.concat())
     }

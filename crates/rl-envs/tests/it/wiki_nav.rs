@@ -88,9 +88,8 @@ async fn play_with(harness: &str, plan: Plan, invalid_penalty: f64) -> (Outcome,
     let trace = resp.episode.unwrap().traces.remove(0);
     assert!(trace.errors.is_empty(), "{:?}", trace.errors);
     // A function with a weight is a reward component, one without a metric.
-    let m = |k: &str| {
-        trace.metrics.get(k).copied().or_else(|| trace.rewards.get(k).map(|r| r.score)).unwrap_or(f64::NAN)
-    };
+    let m =
+        |k: &str| trace.metrics.get(k).copied().or_else(|| trace.rewards.get(k).map(|r| r.score)).unwrap_or(f64::NAN);
     let outcome = Outcome {
         reward: trace.reward,
         moves: m("moves"),
