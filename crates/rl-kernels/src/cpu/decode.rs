@@ -3,7 +3,11 @@
 //! product, and its values in another, so the prefix is read and packed once per step instead
 //! of once per sequence; then each sequence's own keys. A row's arithmetic is what
 //! [`super::attention::attend`] does for that sequence alone, with more rows per product (equal to
-//! rounding: the GEMM kernel's summation order depends on the product's shape).
+//! rounding: the GEMM kernel's summation order depends on the product's shape). And one
+//! sequence's new token alone ([`attend_step`]): a few rows against a short cache, where setting
+//! up a GEMM costs more than the products.
+
+use pulp::{Simd, WithSimd};
 
 use crate::cpu::attention::{KvRun, softmax_row};
 use crate::cpu::simd::vectorized;
@@ -54,6 +58,166 @@ pub fn attend_shared<T: Real>(
     }
 }
 
+/// Vectors of the value tile [`attend_step`] accumulates at a time (per query row).
+const STEP_VECS: usize = 4;
+
+/// Keys whose value rows the value products share before moving on: every head group's share of
+/// a cache row is used while the rows are in L2 (32 rows of 4 KiB at the 0.6B shape).
+const STEP_KEYS: usize = 32;
+
+/// `out = softmax(scale q K^T) V` for one new token, every head: `groups` key/value heads, each
+/// shared by `rep` consecutive query heads (`q` and `out` are `[groups * rep, d]`), against every
+/// key of `runs` (all visible: the token's own key is the last), whose rows of stride `ld` hold
+/// every group's columns (`k[j * ld + g * d + i]`). The cache is read row by row, all groups at
+/// once (a group at a time reads 512-byte pieces 4 KiB apart at the 0.6B shape, which streams at
+/// half the rate). Returns false, writing nothing, where the head width is not a multiple of
+/// the kernel's value tile on this CPU; the caller then takes [`super::attention::attend`] per
+/// group. `s` is scratch.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_step(
+    q: &[f32],
+    groups: usize,
+    rep: usize,
+    d: usize,
+    runs: &[KvRun<'_, f32>],
+    ld: usize,
+    scale: f32,
+    s: &mut Vec<f32>,
+    out: &mut [f32],
+) -> bool {
+    let rows = groups * rep;
+    assert!(q.len() >= rows * d && out.len() >= rows * d, "{rows} rows of {d}");
+    assert!(groups == 0 || ld >= groups * d, "cache rows of {ld} hold {groups} groups of {d}");
+    let keys: usize = runs.iter().map(|r| r.len).sum();
+    s.clear();
+    s.resize(rows * keys, 0.0);
+    pulp::Arch::new().dispatch(Step { q, groups, rep, d, runs, ld, scale, s, out })
+}
+
+struct Step<'a, 'r> {
+    q: &'a [f32],
+    groups: usize,
+    rep: usize,
+    d: usize,
+    runs: &'a [KvRun<'r, f32>],
+    ld: usize,
+    scale: f32,
+    s: &'a mut [f32],
+    out: &'a mut [f32],
+}
+
+impl WithSimd for Step<'_, '_> {
+    type Output = bool;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> bool {
+        let Step { q, groups, rep, d, runs, ld, scale, s, out } = self;
+        if d == 0 || !d.is_multiple_of(STEP_VECS * S::F32_LANES) {
+            return false;
+        }
+        let rows = groups * rep;
+        let keys = s.len() / rows.max(1);
+        // Scores, a cache row at a time: each group's keys against its query rows, two
+        // accumulators a row.
+        let zero = simd.splat_f32s(0.0);
+        let mut col = 0;
+        for run in runs {
+            for j in 0..run.len {
+                for g in 0..groups {
+                    let (k, _) = S::as_simd_f32s(&run.k[j * ld + g * d..][..d]);
+                    for r in g * rep..(g + 1) * rep {
+                        let (qr, _) = S::as_simd_f32s(&q[r * d..][..d]);
+                        let (mut a, mut b) = (zero, zero);
+                        for (pq, pk) in qr.chunks_exact(2).zip(k.chunks_exact(2)) {
+                            a = simd.mul_add_f32s(pq[0], pk[0], a);
+                            b = simd.mul_add_f32s(pq[1], pk[1], b);
+                        }
+                        if qr.len() % 2 == 1 {
+                            a = simd.mul_add_f32s(qr[qr.len() - 1], k[k.len() - 1], a);
+                        }
+                        s[r * keys + col + j] = simd.reduce_sum_f32s(simd.add_f32s(a, b)) * scale;
+                    }
+                }
+            }
+            col += run.len;
+        }
+        for r in 0..rows {
+            softmax_row(&mut s[r * keys..(r + 1) * keys]);
+        }
+        // Values: blocks of STEP_KEYS cache rows; in each, every group's query rows two at a
+        // time, in tiles of STEP_VECS vectors of the head width.
+        let mut first = true;
+        let mut col = 0;
+        for run in runs {
+            for j0 in (0..run.len).step_by(STEP_KEYS) {
+                let block = Block { run, j0, len: STEP_KEYS.min(run.len - j0), col: col + j0, ld, keys, d, first };
+                for g in 0..groups {
+                    let mut r = g * rep;
+                    while r < (g + 1) * rep {
+                        if (g + 1) * rep - r >= 2 {
+                            values::<S, 2>(simd, s, &block, g, r, out);
+                            r += 2;
+                        } else {
+                            values::<S, 1>(simd, s, &block, g, r, out);
+                            r += 1;
+                        }
+                    }
+                }
+                first = false;
+            }
+            col += run.len;
+        }
+        if first {
+            // No keys at all: nothing to attend to.
+            out[..rows * d].fill(0.0);
+        }
+        true
+    }
+}
+
+/// A block of consecutive keys of one run.
+struct Block<'a, 'r> {
+    run: &'a KvRun<'r, f32>,
+    /// Its first key in the run, and how many.
+    j0: usize,
+    len: usize,
+    /// Its first key's column in the score rows (`keys` long).
+    col: usize,
+    ld: usize,
+    keys: usize,
+    d: usize,
+    /// Whether this is the first block (the output is written, not added to).
+    first: bool,
+}
+
+/// Query rows `r0..r0 + R` (of group `g`) of `out (+)= P V` over one block of keys.
+#[inline(always)]
+fn values<S: Simd, const R: usize>(simd: S, s: &[f32], b: &Block<'_, '_>, g: usize, r0: usize, out: &mut [f32]) {
+    let (w, d) = (STEP_VECS * S::F32_LANES, b.d);
+    for c0 in (0..d).step_by(w) {
+        let mut acc = [[simd.splat_f32s(0.0); STEP_VECS]; R];
+        if !b.first {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let (o, _) = S::as_simd_f32s(&out[(r0 + r) * d + c0..][..w]);
+                a.copy_from_slice(o);
+            }
+        }
+        for j in 0..b.len {
+            let (v, _) = S::as_simd_f32s(&b.run.v[(b.j0 + j) * b.ld + g * d + c0..][..w]);
+            for (r, a) in acc.iter_mut().enumerate() {
+                let p = simd.splat_f32s(s[(r0 + r) * b.keys + b.col + j]);
+                for (x, &vv) in a.iter_mut().zip(v) {
+                    *x = simd.mul_add_f32s(p, vv, *x);
+                }
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            let (o, _) = S::as_mut_simd_f32s(&mut out[(r0 + r) * d + c0..][..w]);
+            o.copy_from_slice(a);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +233,59 @@ mod tests {
                 (x % 2001) as f32 / 1000.0 - 1.0
             })
             .collect()
+    }
+
+    /// A new token's heads against a prefix and its own keys: what `attend` gives group by
+    /// group, to rounding, for every head count and width (those the kernel does not take are
+    /// refused), runs longer than a block of keys included.
+    #[test]
+    fn a_step_attends_as_attend_does() {
+        for (d, groups, rep, lens) in [
+            (128, 8, 2, vec![64, 33]),
+            (64, 2, 1, vec![1]),
+            (32, 1, 3, vec![7, 1]),
+            (256, 3, 4, vec![130]),
+            (24, 2, 2, vec![5]),
+            (64, 4, 5, vec![40, 2, 31]),
+        ] {
+            let ld = groups * d + 8;
+            let kv: Vec<(Vec<f32>, Vec<f32>)> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (values(n * ld, 50 + i as u64), values(n * ld, 70 + i as u64)))
+                .collect();
+            let rows = groups * rep;
+            let q = values(rows * d, 9);
+            let scale = 1.0 / (d as f32).sqrt();
+            let runs: Vec<KvRun<'_, f32>> = kv.iter().zip(&lens).map(|((k, v), &n)| KvRun { k, v, len: n }).collect();
+            let mut got = vec![f32::NAN; rows * d];
+            let took = attend_step(&q, groups, rep, d, &runs, ld, scale, &mut Vec::new(), &mut got);
+            if !took {
+                assert!(!d.is_multiple_of(64), "d={d}: a width of whole tiles was refused");
+                assert!(got.iter().all(|x| x.is_nan()), "a refused step wrote");
+                continue;
+            }
+            for g in 0..groups {
+                let group: Vec<KvRun<'_, f32>> =
+                    runs.iter().map(|r| KvRun { k: &r.k[g * d..], v: &r.v[g * d..], len: r.len }).collect();
+                let mut want = vec![0f32; rep * d];
+                let last = lens.last().copied().unwrap_or(0);
+                attend(
+                    MatRef::new(&q[g * rep * d..], rep, d, d, 1),
+                    &group,
+                    ld,
+                    Causal { diag: last - 1, step: 0 },
+                    scale,
+                    &mut Vec::new(),
+                    MatMut::new(&mut want, rep, d, d, 1),
+                    &mut vec![0.0; rep],
+                    1,
+                );
+                let got = &got[g * rep * d..(g + 1) * rep * d];
+                let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(worst < 1e-6, "d={d} groups={groups} rep={rep} group {g}: {worst}");
+            }
+        }
     }
 
     /// Sequences of different own lengths over one prefix, attended together: each sequence's

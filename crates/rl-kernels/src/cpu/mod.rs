@@ -15,6 +15,7 @@ pub mod logprobs;
 pub mod lora;
 pub mod norm;
 pub mod packed;
+mod prefetch;
 pub mod simd;
 pub mod swiglu;
 

@@ -10,7 +10,7 @@ mod kv;
 mod tensor;
 
 use rl_kernels::cpu::attention::{Causal, KvRun, attend};
-use rl_kernels::cpu::decode::attend_shared;
+use rl_kernels::cpu::decode::{attend_shared, attend_step};
 use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
 use rl_kernels::cpu::packed::PackedLinear;
 
@@ -437,7 +437,11 @@ impl CpuRuntime {
                     };
                     let diag = cache.own.rows(layer) - rows;
                     if rows == 1 {
-                        // One token: its heads sharing a key/value head are one [rep x d] block.
+                        // One token: all its heads in one sweep over the cache rows.
+                        if attend_step(&q[start * ldq..], hk, rep, d, &runs(0), kd, scale, s, o) {
+                            return;
+                        }
+                        // Else its heads sharing a key/value head are one [rep x d] block.
                         lse.resize(rep, 0.0);
                         for g in 0..hk {
                             let qb = MatRef::new(&q[start * ldq + g * rep * d..], rep, d, d, 1);
