@@ -270,7 +270,8 @@ fn tile<S: Simd, const MR: usize>(
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; 2]; MR];
     let rows: [&[f32]; MR] = std::array::from_fn(|i| &x[i * k..i * k + k]);
-    let mut due = pre.pass;
+    // No next panel: never due (the branch then costs nothing in the streaming loop).
+    let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
     for kk in 0..k {
         if kk == due {
             prefetch::to_l2(next, kk * 2 * S::F32_LANES);
@@ -311,7 +312,7 @@ fn tile_bf16<S: Simd, const MR: usize>(
         let odd = simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(word, sixteen));
         (even, odd)
     };
-    let mut due = pre.pass;
+    let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
     for j in 0..k / 2 {
         if j == due {
             prefetch::to_l2(next, j * 2 * S::F32_LANES);
