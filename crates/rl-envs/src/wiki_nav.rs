@@ -144,8 +144,10 @@ fn scored(ctx: &ScoringContext<'_>) -> std::result::Result<Game, String> {
 
 impl WikiNav {
     /// Builds the env from its args: `num_articles`, `links_per_article`, `num_examples`,
-    /// `test_examples`, `min_distance`, `max_distance`, `max_turns`, `seed`, `harness`,
-    /// `invalid_penalty` (subtracted from the reward per invalid action; 0 by default).
+    /// `test_examples`, `min_distance`, `max_distance`, `train_max_distance` (training pairs up
+    /// to this many clicks apart; `max_distance` by default; the held-out pairs are always those
+    /// of `min_distance..=max_distance`), `max_turns`, `seed`, `harness`, `invalid_penalty`
+    /// (subtracted from the reward per invalid action; 0 by default).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("wiki-nav", args);
         let n = a.u64("num_articles", 30)?;
@@ -154,6 +156,7 @@ impl WikiNav {
         let test_num = a.u64("test_examples", 100)?;
         let min_d = a.u64("min_distance", 2)?;
         let max_d = a.u64("max_distance", 4)?;
+        let train_max_d = a.u64("train_max_distance", max_d)?;
         let max_turns = a.u64("max_turns", 10)?;
         let seed = a.u64("seed", 0)?;
         let harness = a.choice("harness", "tools", &["tools", "text"])?;
@@ -165,6 +168,7 @@ impl WikiNav {
             ));
         }
         a.ordered("min_distance", min_d, "max_distance", max_d)?;
+        a.ordered("max_distance", max_d, "train_max_distance", train_max_d)?;
         let most = graph::MAX_ARTICLES as u64;
         if !(3..=most).contains(&n) {
             return Err(Error::bad_request("env.args.num_articles", format!("must be in 3..={most}, got {n}")));
@@ -177,11 +181,12 @@ impl WikiNav {
         }
         a.finish()?;
         let graph = Graph::generate(seed, n as usize, degree as usize);
-        let data = graph::split_pairs(&graph, seed, num, test_num, min_d as usize, max_d as usize);
+        let range = (min_d as usize, max_d as usize);
+        let data = graph::split_pairs(&graph, seed, num, test_num, range, train_max_d as usize);
         if data.train.is_empty() && num > 0 {
             return Err(Error::bad_request(
                 "env.args.min_distance",
-                format!("no article pairs are {min_d}..={max_d} clicks apart in this graph"),
+                format!("no article pairs are {min_d}..={train_max_d} clicks apart in this graph"),
             ));
         }
         let rubric = Rubric::new()

@@ -127,26 +127,34 @@ impl Graph {
 /// Start/target pairs `min..=max` clicks apart: the distinct pairs, shuffled by `seed`; the first
 /// fifth of them are held out (never a training pair, whatever `test_n`: an SFT validation set
 /// and an RL eval of the same graph hold out the same pairs), and the test split is the first
-/// `test_n` of those; the train split draws `train_n` times from the other four fifths.
+/// `test_n` of those; the train split draws `train_n` times from the other four fifths and, when
+/// `train_max > max`, from every pair `max + 1..=train_max` clicks apart too (the held-out pairs
+/// stay those of `min..=max`, so a longer training range moves none of them into training).
 pub(crate) fn split_pairs(
     graph: &Graph,
     seed: u64,
     train_n: u64,
     test_n: u64,
-    min: usize,
-    max: usize,
+    (min, max): (usize, usize),
+    train_max: usize,
 ) -> Splits<(usize, usize)> {
-    let mut all: Vec<(usize, usize)> = (0..graph.titles.len())
-        .flat_map(|a| {
-            let d = graph.distances_from(a);
-            (0..graph.titles.len()).filter(move |&b| d[b] >= min && d[b] <= max).map(move |b| (a, b))
-        })
-        .collect();
+    let within = |lo: usize, hi: usize| -> Vec<(usize, usize)> {
+        (0..graph.titles.len())
+            .flat_map(|a| {
+                let d = graph.distances_from(a);
+                (0..graph.titles.len()).filter(move |&b| d[b] >= lo && d[b] <= hi).map(move |b| (a, b))
+            })
+            .collect()
+    };
+    let mut all = within(min, max);
     Rng::new(seed, "wiki-nav/held-out").shuffle(&mut all);
     let held_out = all.len() / 5;
     let test = all[..held_out.min(test_n as usize)].to_vec();
-    let rest = &all[held_out..];
+    let mut rest = all[held_out..].to_vec();
+    if train_max > max {
+        rest.extend(within(max + 1, train_max));
+    }
     let mut rng = Rng::new(seed, "wiki-nav/train");
-    let train = if rest.is_empty() { Vec::new() } else { (0..train_n).map(|_| *rng.choose(rest)).collect() };
+    let train = if rest.is_empty() { Vec::new() } else { (0..train_n).map(|_| *rng.choose(&rest)).collect() };
     Splits { train, test }
 }

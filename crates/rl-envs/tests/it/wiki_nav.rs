@@ -210,6 +210,27 @@ fn held_out_pairs_are_never_trained_on_whatever_the_test_size() {
     assert_eq!(pairs(&small, "test"), test[..8], "a smaller test split is a prefix of the same held-out pairs");
 }
 
+#[test]
+fn a_longer_training_range_adds_pairs_and_holds_out_the_same_ones() {
+    let env = |extra: serde_json::Value| {
+        let mut args = json!({"num_examples": 4000, "test_examples": 1000, "num_articles": 20, "links_per_article": 3, "min_distance": 1, "max_distance": 3});
+        args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        WikiNav::new(args.as_object().unwrap()).unwrap()
+    };
+    let (base, longer) = (env(json!({})), env(json!({"train_max_distance": 4})));
+    assert_eq!(env(json!({"train_max_distance": 3})).task("train", 7).unwrap().data, base.task("train", 7).unwrap().data);
+    let test = pairs(&base, "test");
+    assert_eq!(pairs(&longer, "test"), test, "the held-out pairs do not depend on the training range");
+    let held: std::collections::BTreeSet<_> = test.iter().collect();
+    let train: Vec<_> = (0..4000).map(|i| longer.task("train", i).unwrap().data).collect();
+    assert!(train.iter().all(|t| !held.contains(&(t["start"].as_str().unwrap().to_owned(), t["target"].as_str().unwrap().to_owned()))));
+    assert!(train.iter().any(|t| t["shortest"].as_f64() == Some(4.0)), "no pair 4 clicks apart was drawn");
+    assert!(train.iter().all(|t| (1.0..=4.0).contains(&t["shortest"].as_f64().unwrap())));
+    let bad = json!({"num_examples": 1, "min_distance": 1, "max_distance": 3, "train_max_distance": 2});
+    let err = WikiNav::new(bad.as_object().unwrap()).unwrap_err().to_string();
+    assert!(err.contains("train_max_distance"), "{err}");
+}
+
 /// Replies each assistant turn of a demonstration, in order.
 async fn replay(demo: Vec<rl_serve::Message>) -> FakeModel {
     let turns: Vec<FakeReply> = demo
