@@ -218,12 +218,20 @@ fn a_longer_training_range_adds_pairs_and_holds_out_the_same_ones() {
         WikiNav::new(args.as_object().unwrap()).unwrap()
     };
     let (base, longer) = (env(json!({})), env(json!({"train_max_distance": 4})));
-    assert_eq!(env(json!({"train_max_distance": 3})).task("train", 7).unwrap().data, base.task("train", 7).unwrap().data);
+    assert_eq!(
+        env(json!({"train_max_distance": 3})).task("train", 7).unwrap().data,
+        base.task("train", 7).unwrap().data
+    );
     let test = pairs(&base, "test");
     assert_eq!(pairs(&longer, "test"), test, "the held-out pairs do not depend on the training range");
     let held: std::collections::BTreeSet<_> = test.iter().collect();
     let train: Vec<_> = (0..4000).map(|i| longer.task("train", i).unwrap().data).collect();
-    assert!(train.iter().all(|t| !held.contains(&(t["start"].as_str().unwrap().to_owned(), t["target"].as_str().unwrap().to_owned()))));
+    assert!(
+        train
+            .iter()
+            .all(|t| !held
+                .contains(&(t["start"].as_str().unwrap().to_owned(), t["target"].as_str().unwrap().to_owned())))
+    );
     assert!(train.iter().any(|t| t["shortest"].as_f64() == Some(4.0)), "no pair 4 clicks apart was drawn");
     assert!(train.iter().all(|t| (1.0..=4.0).contains(&t["shortest"].as_f64().unwrap())));
     let bad = json!({"num_examples": 1, "min_distance": 1, "max_distance": 3, "train_max_distance": 2});
