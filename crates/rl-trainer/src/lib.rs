@@ -11,6 +11,7 @@ mod error;
 mod loss;
 mod optim;
 mod sft;
+mod sft_rows;
 mod train;
 mod weights;
 
@@ -21,6 +22,7 @@ pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, ste
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_model::Pass;
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
-pub use sft::{Fit, SftEnd, SftExample, SftReport, SftTrainer, fit, pack, tokenize};
+pub use sft::{SftEnd, SftExample, SftReport, SftTrainer, tokenize};
+pub use sft_rows::{Fit, fit, pack, shared_prompt};
 pub use train::{RlTrainer, StepId, StepReport, device, step_gradients};
 pub use weights::Trained;

@@ -17,6 +17,7 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
+use crate::sft_rows::pack;
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
 
@@ -158,77 +159,6 @@ fn spans_by_prefixes(
         spans.push((before.len(), upto.len()));
     }
     Ok(spans)
-}
-
-/// How examples fit rows of `seq_len` tokens: longer ones are truncated, and those whose trained
-/// tokens all lie beyond `seq_len` would train nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Fit {
-    /// Examples longer than `seq_len`.
-    pub truncated: usize,
-    /// Examples with no trained token within their first `seq_len` tokens.
-    pub untrainable: usize,
-    /// The longest example, in tokens.
-    pub longest: usize,
-}
-
-/// Counts what [`pack`] will truncate, and the examples left with nothing to train.
-pub fn fit(examples: &[SftExample], seq_len: usize) -> Fit {
-    let mut f = Fit::default();
-    for ex in examples {
-        f.longest = f.longest.max(ex.ids.len());
-        f.truncated += usize::from(ex.ids.len() > seq_len);
-        // `pack` never trains position 0 (nothing predicts it).
-        let kept = &ex.mask[..ex.mask.len().min(seq_len)];
-        f.untrainable += usize::from(!kept.iter().skip(1).any(|m| *m));
-    }
-    f
-}
-
-/// Packs examples in order into rows of at most `seq_len` tokens (longer examples are truncated).
-pub fn pack(examples: &[SftExample], seq_len: usize) -> Vec<MicroBatch> {
-    let mut rows: Vec<MicroBatch> = Vec::new();
-    let mut cur = empty_row();
-    for ex in examples {
-        let n = ex.ids.len().min(seq_len);
-        if n < 2 {
-            continue;
-        }
-        if cur.input_ids.len() + n > seq_len && !cur.input_ids.is_empty() {
-            rows.push(std::mem::replace(&mut cur, empty_row()));
-        }
-        cur.input_ids.extend_from_slice(&ex.ids[..n]);
-        cur.position_ids.extend(0..n as u32);
-        cur.seq_lens.push(n as u32);
-        cur.ce_weights.extend(ex.mask[..n].iter().enumerate().map(|(i, m)| if *m && i > 0 { 1.0 } else { 0.0 }));
-    }
-    if !cur.input_ids.is_empty() {
-        rows.push(cur);
-    }
-    for r in &mut rows {
-        let n = r.input_ids.len();
-        r.loss_mask = vec![false; n];
-        r.advantages = vec![0.0; n];
-        r.inference_logprobs = vec![0.0; n];
-        r.temperatures = vec![1.0; n];
-        r.env_index = vec![0; n];
-    }
-    rows
-}
-
-fn empty_row() -> MicroBatch {
-    MicroBatch {
-        input_ids: vec![],
-        position_ids: vec![],
-        seq_lens: vec![],
-        loss_mask: vec![],
-        advantages: vec![],
-        inference_logprobs: vec![],
-        temperatures: vec![],
-        ce_weights: vec![],
-        env_index: vec![],
-        parents: vec![],
-    }
 }
 
 /// One SFT step's numbers.

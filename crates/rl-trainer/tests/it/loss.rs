@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use rl_configs::LossConfig;
 use rl_model::{CpuRuntime, Sampler, Trainable, log_softmax};
-use rl_trainer::{MicroBatch, Pass, micro_loss, step_counts, token_logprobs};
+use rl_trainer::{MicroBatch, Pass, SftExample, micro_loss, pack, step_counts, token_logprobs};
 
 use crate::{micro_config, weights};
 
@@ -223,6 +223,56 @@ fn a_shared_prompt_gives_the_same_logprobs_loss_and_gradients_as_unshared_packin
     let ((l1, s1, g1), (l2, s2, g2)) = (run(&shared), run(&unshared));
     assert!((l1 - l2).abs() <= 1e-5 * l2.abs(), "loss {l1} vs {l2}");
     assert_eq!((s1.rl_tokens, s1.entropy_tokens), (s2.rl_tokens, s2.entropy_tokens));
+    for (name, var) in &t.vars {
+        let (a, b) = (g1.get(var.as_tensor()).unwrap(), g2.get(var.as_tensor()).unwrap());
+        let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+        let scale = b.abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+        assert!(diff <= 1e-5 * scale.max(1e-12), "{name}: gradients differ by {diff} (scale {scale})");
+    }
+}
+
+/// SFT conversations that open with the same prompt: packed together (the prompt once, each
+/// conversation continuing it) they train the same tokens with the same loss and gradients as
+/// each packed on its own.
+#[test]
+fn sft_rows_sharing_a_prompt_train_as_conversations_packed_whole() {
+    let cfg = micro_config();
+    let t = Trainable::from_tensors(&cfg, &weights(&cfg, 5, DType::F64)).unwrap();
+    let model = t.model(&cfg, &Device::Cpu).unwrap();
+    let prompt = [2u32, 7, 9, 4, 13, 1];
+    let tails: [&[(u32, bool)]; 3] = [
+        &[(5, false), (6, true), (8, true)],
+        &[(11, true), (3, true), (3, false), (20, true)],
+        &[(30, false), (31, false), (32, true)],
+    ];
+    let exs: Vec<SftExample> = tails
+        .iter()
+        .map(|tail| SftExample {
+            ids: prompt.iter().copied().chain(tail.iter().map(|(id, _)| *id)).collect(),
+            mask: std::iter::repeat_n(false, prompt.len()).chain(tail.iter().map(|(_, m)| *m)).collect(),
+        })
+        .collect();
+    let shared = pack(&exs, 64);
+    let whole: Vec<MicroBatch> = exs.iter().flat_map(|ex| pack(std::slice::from_ref(ex), 64)).collect();
+    assert_eq!(shared.len(), 1);
+    assert_eq!(shared[0].input_ids.len(), prompt.len() + 3 + 4 + 3, "the prompt is carried once");
+    let run = |rows: &[MicroBatch]| {
+        let counts = step_counts(rows).unwrap();
+        let mut total: Option<Tensor> = None;
+        for r in rows {
+            let (loss, _) = micro_loss(&model, r, &LossConfig::default(), counts, Pass::Eval).unwrap();
+            total = Some(match total {
+                Some(t) => (t + loss).unwrap(),
+                None => loss,
+            });
+        }
+        let total = total.unwrap();
+        (counts.ce, total.to_scalar::<f64>().unwrap(), total.backward().unwrap())
+    };
+    let ((n1, l1, g1), (n2, l2, g2)) = (run(&shared), run(&whole));
+    assert_eq!(n1, 6);
+    assert_eq!(n1, n2);
+    assert!((l1 - l2).abs() <= 1e-5 * l2.abs(), "loss {l1} vs {l2}");
     for (name, var) in &t.vars {
         let (a, b) = (g1.get(var.as_tensor()).unwrap(), g2.get(var.as_tensor()).unwrap());
         let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
