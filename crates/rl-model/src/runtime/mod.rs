@@ -399,6 +399,8 @@ impl CpuRuntime {
             rest = tail;
         }
         let work = by_shared_prefix(caches, tokens, chunks);
+        // One sequence alone: its attention is split over the pool (below).
+        let lone = work.len() == 1 && rayon::current_num_threads() > 1;
         let own_run = |i: usize, g: usize| {
             let own = &caches[i].own;
             KvRun { k: &own.k[layer][g * d..], v: &own.v[layer][g * d..], len: own.rows(layer) }
@@ -437,8 +439,29 @@ impl CpuRuntime {
                     };
                     let diag = cache.own.rows(layer) - rows;
                     if rows == 1 {
-                        // One token: all its heads in one sweep over the cache rows.
-                        if attend_step(&q[start * ldq..], hk, rep, d, &runs(0), kd, scale, s, o) {
+                        // One token: all its heads in one sweep over the cache rows; the only
+                        // sequence's groups in two halves, one a thread (the pool idles otherwise).
+                        let half = if lone && hk >= 2 { hk / 2 } else { hk };
+                        let (qs, (oa, ob)) = (&q[start * ldq..], o.split_at_mut(half * rep * d));
+                        let (ra, rb) = (runs(0), if half < hk { runs(half) } else { Vec::new() });
+                        let (a, b) = rayon::join(
+                            || attend_step(qs, half, rep, d, &ra, kd, scale, s, oa),
+                            || {
+                                half == hk
+                                    || attend_step(
+                                        &qs[half * rep * d..],
+                                        hk - half,
+                                        rep,
+                                        d,
+                                        &rb,
+                                        kd,
+                                        scale,
+                                        &mut Vec::new(),
+                                        ob,
+                                    )
+                            },
+                        );
+                        if a && b {
                             return;
                         }
                         // Else its heads sharing a key/value head are one [rep x d] block.

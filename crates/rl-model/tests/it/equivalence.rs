@@ -5,7 +5,7 @@ use std::sync::Arc;
 use candle_core::{D, Tensor};
 use rl_model::{CpuRuntime, RowLayout, Rows, Runtime, SeqCache, TensorRuntime};
 
-use crate::{family_configs, max_abs_diff, micro_config, model, weights};
+use crate::{family_configs, max_abs_diff, micro_config, model, weights, wide_heads_config};
 
 fn plain(model: &rl_model::CausalLm, ids: &[u32]) -> Tensor {
     let pos: Vec<u32> = (0..ids.len() as u32).collect();
@@ -66,7 +66,7 @@ fn runtime_rows(logits: &[f32], vocab: usize) -> Vec<Tensor> {
 
 #[test]
 fn runtime_greedy_decoding_equals_the_training_forward() {
-    for cfg in family_configs() {
+    for cfg in family_configs().into_iter().chain([wide_heads_config(2), wide_heads_config(3)]) {
         runtime_greedy_decoding_equals_the_training_forward_in(&cfg);
     }
 }

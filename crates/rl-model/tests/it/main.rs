@@ -24,6 +24,15 @@ pub(crate) fn family_configs() -> Vec<ModelConfig> {
     [Family::Qwen3, Family::Qwen2, Family::Llama].into_iter().map(|f| rl_model::micro_config_of(f, 40)).collect()
 }
 
+/// The micro config with decode-sized heads (64 wide, whole value tiles on every CPU), `hk`
+/// key/value heads each shared by two query heads: a new token's attention takes the one-sweep
+/// kernel, split between threads when it is the only sequence.
+pub(crate) fn wide_heads_config(hk: usize) -> ModelConfig {
+    let mut cfg = micro_config();
+    (cfg.head_dim, cfg.num_key_value_heads, cfg.num_attention_heads) = (64, hk, 2 * hk);
+    cfg
+}
+
 /// Random weights in `dtype`, scaled up so activations are not tiny.
 pub(crate) fn weights(cfg: &ModelConfig, seed: u64, dtype: DType) -> HashMap<String, Tensor> {
     rl_model::scaled_random_weights(cfg, seed, 10.0, dtype).unwrap()
