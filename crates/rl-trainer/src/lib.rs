@@ -22,7 +22,7 @@ pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, ste
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_model::Pass;
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
-pub use sft::{SftEnd, SftExample, SftReport, SftTrainer, tokenize};
-pub use sft_rows::{Fit, fit, pack, shared_prompt};
+pub use sft::{SftEnd, SftReport, SftTrainer, tokenize};
+pub use sft_rows::{Fit, SftExample, fit, pack, shared_prompt};
 pub use train::{RlTrainer, StepId, StepReport, device, step_gradients};
 pub use weights::Trained;

@@ -17,18 +17,9 @@ use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::sft_rows::pack;
+use crate::sft_rows::{SftExample, pack};
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
-
-/// One tokenized conversation: ids and, per token, whether it is a training target.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SftExample {
-    /// Token ids.
-    pub ids: Vec<u32>,
-    /// True on trained tokens.
-    pub mask: Vec<bool>,
-}
 
 fn trains(role: &str, m: &LossMaskConfig) -> bool {
     match role {

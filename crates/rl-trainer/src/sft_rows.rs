@@ -5,7 +5,15 @@
 //! and gradients while the forward and backward passes skip the repeated prompt.
 
 use crate::MicroBatch;
-use crate::sft::SftExample;
+
+/// One tokenized conversation: ids and, per token, whether it is a training target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SftExample {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// True on trained tokens.
+    pub mask: Vec<bool>,
+}
 
 /// How examples fit rows of `seq_len` tokens: longer ones are truncated, and those whose trained
 /// tokens all lie beyond `seq_len` would train nothing.
