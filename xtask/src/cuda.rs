@@ -86,7 +86,26 @@ fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
 pub(crate) fn clippy() -> anyhow::Result<()> {
     let tk = Toolkit::install(COMPILER)?;
     let args = ["clippy", "--workspace", "--all-targets", "--locked", "--features", FEATURES, "--", "-D", "warnings"];
-    run(tk.cargo(&args), "cargo clippy on the cuda feature")
+    run(tk.cargo(&args), "cargo clippy on the cuda feature")?;
+    check_kernel_sources(&tk)
+}
+
+/// The CUDA sources our crates compile at run time (NVRTC, on the GPU machine), compiled here to
+/// PTX with nvcc so a kernel that does not compile fails CI rather than its first GPU run.
+const KERNEL_SOURCES: &[&str] = &["crates/rl-kernels/src/ops/softmax_rows/kernels.cu"];
+
+fn check_kernel_sources(tk: &Toolkit) -> anyhow::Result<()> {
+    let root = crate::workspace::project_root();
+    let out = root.join(TARGET_DIR).join("ptx-check");
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    for src in KERNEL_SOURCES {
+        let ptx = out.join(Path::new(src).with_extension("ptx").file_name().unwrap_or_default());
+        let mut cmd = Command::new(tk.root.join("bin/nvcc"));
+        // Warnings are errors, as in clippy; compute_75 is NVRTC 13's default target.
+        cmd.args(["-ptx", "-arch=compute_75", "-Werror", "all-warnings", "-o"]).arg(&ptx).arg(root.join(src));
+        run(cmd, &format!("nvcc -ptx {src}"))?;
+    }
+    Ok(())
 }
 
 /// The libraries the binary needs at run time, as (link name, file in the toolkit's lib dir).

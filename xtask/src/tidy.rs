@@ -10,13 +10,14 @@ use crate::module_graph;
 
 /// The files allowed to hold `unsafe` code: a checked call into the `gemm` crate, the
 /// process-wide settings made while single-threaded (environment, `mallopt`), the global
-/// allocator that keeps large freed blocks (`GlobalAlloc` is an `unsafe` trait), and the cache
-/// prefetch hint of the packed decode products.
-const UNSAFE_ALLOWED: [&str; 4] = [
+/// allocator that keeps large freed blocks (`GlobalAlloc` is an `unsafe` trait), the cache
+/// prefetch hint of the packed decode products, and the launches of our CUDA kernels.
+const UNSAFE_ALLOWED: [&str; 5] = [
     "crates/rl-kernels/src/gemm.rs",
     "crates/rl-kernels/src/process.rs",
     "crates/rl-kernels/src/alloc.rs",
     "crates/rl-kernels/src/cpu/prefetch.rs",
+    "crates/rl-kernels/src/ops/softmax_rows/cuda.rs",
 ];
 
 /// Whether `text` uses or allows `unsafe` code (patterns built at run time so this file does not

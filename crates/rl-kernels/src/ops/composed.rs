@@ -5,15 +5,19 @@
 
 use std::sync::Arc;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{D, DType, Device, Tensor};
 
 use crate::cpu::attention::AttnShape;
 use crate::cpu::logprobs::Targets;
 use crate::layout::RowLayout;
 use crate::ops::rope::Rope;
+use crate::ops::softmax_rows;
 
-/// Scores held at once by [`attention`] (heads x query block x keys): 2^26 f32 values, 256 MiB.
+/// Scores held at once by [`attention`] on the CPU (heads x query block x keys): 2^26 values.
 const MAX_SCORES: usize = 1 << 26;
+/// The same on a GPU, where fewer, larger blocks launch fewer kernels: 2^28 values (512 MiB in
+/// bf16; the backward holds four such matrices).
+const MAX_SCORES_DEVICE: usize = 1 << 28;
 
 /// `x` in at least f32 (f64 stays f64).
 fn f32_of(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -61,14 +65,6 @@ fn rotate_half(x: &Tensor, positions: &[u32], rope: &Rope) -> candle_core::Resul
 /// `silu(gate) * up`.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
     gate.silu()? * up
-}
-
-/// Softmax over the last dimension in f32 (the max is a constant: it cancels in the gradient).
-fn softmax_f32(x: &Tensor) -> candle_core::Result<Tensor> {
-    let x = f32_of(x)?;
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let e = x.broadcast_sub(&max)?.exp()?;
-    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
 }
 
 /// `log_softmax` over the last dimension in f32.
@@ -146,7 +142,8 @@ pub fn attention(
     s: AttnShape,
     scale: f64,
 ) -> candle_core::Result<Tensor> {
-    attention_in_blocks(q, k, v, layout, s, scale, MAX_SCORES)
+    let max_scores = if q.device().is_cpu() { MAX_SCORES } else { MAX_SCORES_DEVICE };
+    attention_in_blocks(q, k, v, layout, s, scale, max_scores)
 }
 
 /// [`attention`] holding at most `max_scores` scores at once (at least one query row's). When a
@@ -185,21 +182,39 @@ impl BlockedAttention {
         x.reshape((self.layout.len(), self.s.kv_heads, self.s.head_dim))?.transpose(0, 1)?.contiguous()
     }
 
-    /// Output rows `q0..q0 + rows` `[rows, Hq*d]` from those query rows `qb [rows, Hq*d]` and the
-    /// heads-first keys and values; the block attends to keys up to its last query.
-    fn rows(&self, qb: &Tensor, kh: &Tensor, vh: &Tensor, q0: usize) -> candle_core::Result<Tensor> {
+    /// `[Hk, rep * rows, d]`: a block's rows `[rows, Hq*d]` (queries, or the output's gradient)
+    /// under their key/value head (query head `g * rep + r` reads key/value head `g`).
+    fn grouped(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (d, hk) = (self.s.head_dim, self.s.kv_heads);
-        let rep = self.s.q_heads / hk;
-        let rows = qb.dim(0)?;
-        let keys = q0 + rows;
-        // Query head g*rep + r reads kv head g.
-        let qh = qb.reshape((rows, hk, rep, d))?.permute((1, 2, 0, 3))?.contiguous()?.reshape((hk, rep * rows, d))?;
-        let (kb, vb) = (kh.narrow(1, 0, keys)?, vh.narrow(1, 0, keys)?);
-        let scores = (qh.matmul(&kb.t()?)? * self.scale)?.reshape((hk, rep, rows, keys))?;
-        let scores = f32_of(&scores)?;
-        let mask = mask(&self.layout, q0, rows, keys, qb.device())?.to_dtype(scores.dtype())?;
-        let p = softmax_f32(&scores.broadcast_add(&mask)?)?.to_dtype(qb.dtype())?.reshape((hk, rep * rows, keys))?;
-        p.matmul(&vb)?.reshape((hk, rep, rows, d))?.permute((2, 0, 1, 3))?.reshape((rows, self.s.q_heads * d))
+        let (rows, rep) = (x.dim(0)?, self.s.q_heads / hk);
+        x.reshape((rows, hk, rep, d))?.permute((1, 2, 0, 3))?.contiguous()?.reshape((hk, rep * rows, d))
+    }
+
+    /// The inverse of [`Self::grouped`]: `[rows, Hq*d]`.
+    fn ungrouped(&self, x: &Tensor, rows: usize) -> candle_core::Result<Tensor> {
+        let (d, hk) = (self.s.head_dim, self.s.kv_heads);
+        x.reshape((hk, self.s.q_heads / hk, rows, d))?.permute((2, 0, 1, 3))?.reshape((rows, self.s.q_heads * d))
+    }
+
+    /// Attention probabilities `[Hk, rep * rows, keys]` of the grouped query rows `qh` of the
+    /// block at `q0` over the keys `kb [Hk, keys, d]` (up to its last query), in `qh`'s dtype.
+    fn probs(&self, qh: &Tensor, kb: &Tensor, q0: usize, rows: usize) -> candle_core::Result<Tensor> {
+        let keys = kb.dim(1)?;
+        let scores = qh.matmul(&kb.t()?)?;
+        let mask = mask(&self.layout, q0, rows, keys, qh.device())?.to_dtype(scores.dtype())?;
+        softmax_rows::masked_softmax(&scores, &mask, self.scale)
+    }
+
+    /// Calls `f(q0, rows)` for each query block in order.
+    fn for_blocks(&self, mut f: impl FnMut(usize, usize) -> candle_core::Result<()>) -> candle_core::Result<()> {
+        let (t, block) = (self.layout.len(), self.block());
+        let mut q0 = 0;
+        while q0 < t {
+            let rows = block.min(t - q0);
+            f(q0, rows)?;
+            q0 += rows;
+        }
+        Ok(())
     }
 }
 
@@ -210,51 +225,53 @@ impl super::recompute::Recomputed for BlockedAttention {
 
     fn eval(&self, xs: &[Tensor]) -> candle_core::Result<Tensor> {
         let [q, k, v] = xs else { return Err(super::access::op_error("attention", "takes q, k, v")) };
-        let (t, block) = (self.layout.len(), self.block());
         let (kh, vh) = (self.heads(k)?, self.heads(v)?);
         let mut outs = Vec::new();
-        let mut q0 = 0;
-        while q0 < t {
-            let rows = block.min(t - q0);
-            outs.push(self.rows(&q.narrow(0, q0, rows)?, &kh, &vh, q0)?);
-            q0 += rows;
-        }
+        self.for_blocks(|q0, rows| {
+            let keys = q0 + rows;
+            let p = self.probs(&self.grouped(&q.narrow(0, q0, rows)?)?, &kh.narrow(1, 0, keys)?, q0, rows)?;
+            outs.push(self.ungrouped(&p.matmul(&vh.narrow(1, 0, keys)?)?, rows)?);
+            Ok(())
+        })?;
         Tensor::cat(&outs, 0)
     }
 
+    /// The backward written out per block (flash attention's, over materialised blocks): with `P`
+    /// recomputed, `dV += P^T dO`, `dS = softmax'(P, dO V^T)`, `dQ = dS K`, `dK += dS^T Q`; every
+    /// product a batched matmul over the key/value heads.
     fn grads(&self, xs: &[&Tensor], dy: &Tensor) -> candle_core::Result<Vec<Option<Tensor>>> {
-        use super::recompute::{accumulate, grad_of};
+        use super::recompute::accumulate;
         let [q, k, v] = xs else { return Err(super::access::op_error("attention", "takes q, k, v")) };
-        let (t, block) = (self.layout.len(), self.block());
-        // Keys and values heads first, as variables when they want a gradient.
-        let var = |x: &Tensor| -> candle_core::Result<(Tensor, Option<Var>)> {
-            let h = self.heads(&x.detach())?;
-            if !x.track_op() {
-                return Ok((h, None));
-            }
-            let v = Var::from_tensor(&h)?;
-            Ok((v.as_tensor().clone(), Some(v)))
-        };
-        let ((kh, kvar), (vh, vvar)) = (var(k)?, var(v)?);
+        let t = self.layout.len();
+        let (want_q, want_k, want_v) = (q.track_op(), k.track_op(), v.track_op());
+        let (kh, vh) = (self.heads(&k.detach())?, self.heads(&v.detach())?);
+        let (q, dy) = (q.detach(), dy.detach());
         let (mut dq, mut dkh, mut dvh) = (Vec::new(), None, None);
-        let mut q0 = 0;
-        while q0 < t {
-            let rows = block.min(t - q0);
-            let qb = q.narrow(0, q0, rows)?.detach();
-            let qvar = if q.track_op() { Some(Var::from_tensor(&qb)?) } else { None };
-            let qb = qvar.as_ref().map_or(qb, |v| v.as_tensor().clone());
-            let out = self.rows(&qb, &kh, &vh, q0)?;
-            let store = (out * dy.narrow(0, q0, rows)?.detach())?.sum_all()?.backward()?;
-            if let Some(qv) = &qvar {
-                dq.push(grad_of(qv, &store)?);
+        // A block's key/value gradient `[Hk, keys, d]` over every key.
+        let padded = |g: Tensor, keys: usize| g.pad_with_zeros(1, 0, t - keys);
+        self.for_blocks(|q0, rows| {
+            let keys = q0 + rows;
+            let (kb, vb) = (kh.narrow(1, 0, keys)?, vh.narrow(1, 0, keys)?);
+            let qh = self.grouped(&q.narrow(0, q0, rows)?)?;
+            let p = self.probs(&qh, &kb, q0, rows)?;
+            let dout = self.grouped(&dy.narrow(0, q0, rows)?.to_dtype(p.dtype())?)?;
+            if want_v {
+                accumulate(&mut dvh, Some(padded(p.t()?.matmul(&dout)?, keys)?))?;
             }
-            accumulate(&mut dkh, kvar.as_ref().map(|v| grad_of(v, &store)).transpose()?)?;
-            accumulate(&mut dvh, vvar.as_ref().map(|v| grad_of(v, &store)).transpose()?)?;
-            q0 += rows;
-        }
+            if want_q || want_k {
+                let ds = softmax_rows::softmax_grad(&p, &dout.matmul(&vb.t()?)?, self.scale)?;
+                if want_q {
+                    dq.push(self.ungrouped(&ds.matmul(&kb)?, rows)?);
+                }
+                if want_k {
+                    accumulate(&mut dkh, Some(padded(ds.t()?.matmul(&qh)?, keys)?))?;
+                }
+            }
+            Ok(())
+        })?;
         let (d, hk) = (self.s.head_dim, self.s.kv_heads);
         let back = |h: Option<Tensor>| h.map(|h| h.transpose(0, 1)?.reshape((t, hk * d))).transpose();
-        let dq = if q.track_op() { Some(Tensor::cat(&dq, 0)?) } else { None };
+        let dq = if want_q { Some(Tensor::cat(&dq, 0)?) } else { None };
         Ok(vec![dq, back(dkh)?, back(dvh)?])
     }
 }

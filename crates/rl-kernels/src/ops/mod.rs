@@ -15,6 +15,7 @@ mod logprobs;
 mod norm;
 mod recompute;
 mod rope;
+mod softmax_rows;
 
 pub use adamw::{adamw_step, sum_squares};
 pub use adapters::LayerAdapters;

@@ -4,6 +4,8 @@
 mod adamw;
 mod attention;
 mod composed;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod determinism;
 mod layer;
 mod pointwise;
