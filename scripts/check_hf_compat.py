@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks that `rl` computes the same models as HF transformers.
 
-1. A directory written by `rl model init` (character-level tokenizer, and a BPE trained with
-   `--tokenizer-task`) is a valid HF checkpoint: transformers loads it
+1. A directory written by `rl model init` (character-level tokenizer, and BPEs trained with
+   `--tokenizer-task`, both kinds of `--bpe-pieces`) is a valid HF checkpoint: transformers loads it
    (Qwen3ForCausalLM + its fast tokenizer and chat template) and, against the embedded inference
    server (`rl inference`) on the same directory, apply_chat_template(...) token ids == our
    prompt_token_ids and HF log-probabilities of every prompt token == our prompt_logprobs.
@@ -44,7 +44,7 @@ def check_init(model_dir, extra):
     try:
         base = json.loads(server.stdout.readline())["base_url"].removesuffix("/v1")
         messages = [{"role": "system", "content": "Reverse the text."}, {"role": "user", "content": "Hello, world!"},
-                    {"role": "assistant", "content": "!dlrow ,olleH"}, {"role": "user", "content": "Again: abc AdaLovelace, AlanTuring"}]
+                    {"role": "assistant", "content": "!dlrow ,olleH"}, {"role": "user", "content": "Again: abc AdaLovelace, AlanTuring <answer>OK</answer>"}]
         ours = post(base, "/v1/chat/completions",
                     {"messages": messages, "max_completion_tokens": 1, "return_token_ids": True})["prompt_token_ids"]
         theirs = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -79,7 +79,8 @@ def check_init(model_dir, extra):
 def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in [("tiny", []), ("tiny-bpe", ["--tokenizer-task", "alphabet-sort"])]:
+        for name, extra in [("tiny", []), ("tiny-bpe", ["--tokenizer-task", "alphabet-sort"]),
+                            ("tiny-bpe-attached", ["--tokenizer-task", "alphabet-sort", "--bpe-pieces", "attached"])]:
             model_dir = f"{tmp}/{name}"
             ok = check_init(model_dir, extra) and ok
         model_dir = f"{tmp}/tiny"

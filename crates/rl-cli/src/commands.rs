@@ -78,7 +78,7 @@ fn config_command<T: ConfigFile>(
 }
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force] \
-     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N]";
+     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
 model.safetensors, a tokenizer and the chat template) that every command loads. The tokenizer is
@@ -96,7 +96,12 @@ become one token each, so a small model reads and copies them as single symbols)
   --tokenizer-corpus FILE  train the BPE on FILE: JSONL conversations (`messages` or
                            prompt/completion rows, as `rl sft` reads them) when it ends in .jsonl,
                            otherwise plain text, one document per line
-  --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512";
+  --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512
+  --bpe-pieces KIND        what the BPE merges within: isolated (words, digit runs, punctuation
+                           runs, every space its own token; the default) or attached (a lower-case
+                           or all-capital word takes the space before it, punctuation the space
+                           after it, an XML-style tag is one piece; capitalised words such as names
+                           take no space): ~35% fewer tokens on prose and tagged formats";
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {
     use crate::model_merge::{HELP as MERGE_HELP, USAGE as MERGE_USAGE};
@@ -121,6 +126,7 @@ fn model_command(args: &[String]) -> anyhow::Result<()> {
 fn model_init(args: &[String]) -> anyhow::Result<()> {
     let (mut out, mut preset, mut seed, mut force) = (None, rl_model::Preset::Tiny, 0u64, false);
     let (mut corpus, mut vocab_size): (Option<Corpus>, Option<usize>) = (None, None);
+    let mut pieces: Option<rl_model::BpePieces> = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -151,16 +157,29 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
                 vocab_size =
                     Some(v.parse().with_context(|| format!("--vocab-size expects a positive integer, got `{v}`"))?);
             }
+            "--bpe-pieces" => {
+                let v = value("--bpe-pieces")?;
+                pieces = Some(rl_model::BpePieces::parse(&v).with_context(|| {
+                    format!(
+                        "--bpe-pieces: unknown kind `{v}`; expected one of {}",
+                        rl_model::BpePieces::NAMES.join(", ")
+                    )
+                })?);
+            }
             other => bail!("unexpected argument `{other}`; usage: {MODEL_INIT_USAGE}"),
         }
     }
     let out = out.with_context(|| format!("`--out DIR` is required; usage: {MODEL_INIT_USAGE}"))?;
     let tokenizer = match corpus {
-        None if vocab_size.is_some() => {
-            bail!("`--vocab-size` sizes a trained BPE: give `--tokenizer-task` or `--tokenizer-corpus` too")
-        }
+        None if vocab_size.is_some() || pieces.is_some() => bail!(
+            "`--vocab-size` and `--bpe-pieces` shape a trained BPE: give `--tokenizer-task` or `--tokenizer-corpus` too"
+        ),
         None => rl_model::NewTokenizer::Chars,
-        Some(c) => rl_model::NewTokenizer::Bpe { texts: corpus_texts(&c)?, vocab_size: vocab_size.unwrap_or(512) },
+        Some(c) => rl_model::NewTokenizer::Bpe {
+            texts: corpus_texts(&c)?,
+            vocab_size: vocab_size.unwrap_or(512),
+            pieces: pieces.unwrap_or_default(),
+        },
     };
     let cfg = rl_model::init_model_with(&out, preset, seed, force, &tokenizer)?;
     let mut stdout = std::io::stdout().lock();

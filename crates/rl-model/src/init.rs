@@ -11,7 +11,7 @@ use crate::config::{Family, ModelConfig, Preset, RopeScaling};
 use crate::error::{Error, Result};
 use crate::layout::weight_shapes;
 use crate::rng::SplitMix64;
-use crate::tokenizer::{SPECIAL_TOKENS, write_bpe_tokenizer, write_char_tokenizer};
+use crate::tokenizer::{BpePieces, SPECIAL_TOKENS, write_bpe_tokenizer, write_char_tokenizer};
 use crate::weights::write_model_dir;
 
 /// Which tokenizer a new model directory gets.
@@ -19,8 +19,9 @@ use crate::weights::write_model_dir;
 pub enum NewTokenizer {
     /// One token per character (printable ASCII, newline, tab) plus the chat special tokens.
     Chars,
-    /// A BPE of `vocab_size` entries trained on `texts` (over the same characters).
-    Bpe { texts: Vec<String>, vocab_size: usize },
+    /// A BPE of `vocab_size` entries trained on `texts` (over the same characters), merging
+    /// within `pieces`.
+    Bpe { texts: Vec<String>, vocab_size: usize, pieces: BpePieces },
 }
 
 /// Writes a random model of `preset` with the character-level tokenizer to `out` (replacing it
@@ -49,7 +50,9 @@ pub fn init_model_with(
         let path = scratch.join("tokenizer.json");
         let vocab = match tokenizer {
             NewTokenizer::Chars => write_char_tokenizer(&path)?,
-            NewTokenizer::Bpe { texts, vocab_size } => write_bpe_tokenizer(&path, texts.iter(), *vocab_size)?,
+            NewTokenizer::Bpe { texts, vocab_size, pieces } => {
+                write_bpe_tokenizer(&path, texts.iter(), *vocab_size, *pieces)?
+            }
         };
         write_tokenizer_config(&scratch.join("tokenizer_config.json"), SPECIAL_TOKENS)?;
         let generation = serde_json::json!({"eos_token_id": [2, 0], "pad_token_id": 0});

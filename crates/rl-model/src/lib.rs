@@ -43,7 +43,7 @@ pub use rng::SplitMix64;
 pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tensor_file::write_safetensors;
-pub use tokenizer::{Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
+pub use tokenizer::{BpePieces, Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
     MODEL_WEIGHTS, Part, Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
     read_weights, write_model_dir,

@@ -137,10 +137,46 @@ pub fn write_char_tokenizer(path: &Path) -> Result<usize> {
     Ok(size)
 }
 
-/// Pre-tokens a BPE merges within: capitalised or lower-case words (so `AdaLovelace` is `Ada` +
-/// `Lovelace`), digit runs, punctuation runs and whitespace runs, with every byte kept (the pieces
-/// between matches, such as all-capital words, are pre-tokens too), so decoding is concatenation.
-const BPE_PIECES: &str = r"[A-Z]?[a-z]+|[0-9]+|[^\sA-Za-z0-9]+|\s+";
+/// How a trained BPE splits text into the pieces it merges within (a merge never crosses two
+/// pieces). Every byte lands in some piece (the text between matches is a piece too), so decoding
+/// is concatenation either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BpePieces {
+    /// Capitalised or lower-case words (so `AdaLovelace` is `Ada` + `Lovelace`), digit runs,
+    /// punctuation runs and whitespace runs, each its own piece: every space is a token.
+    #[default]
+    Isolated,
+    /// As `Isolated`, but a lower-case or all-capital word takes the space before it (` names`),
+    /// a punctuation run the space after it (`, `), and an XML-style tag (`<answer>`, `</answer>`)
+    /// is one piece. Capitalised words take no space, so a name is the same token in a
+    /// comma-separated list and at the start of a line. Prose and tagged formats take ~35% fewer
+    /// tokens (alphabet-sort's episodes: 300 -> 196).
+    Attached,
+}
+
+impl BpePieces {
+    /// Names as `rl model init --bpe-pieces` takes them.
+    pub const NAMES: &[&str] = &["isolated", "attached"];
+
+    /// Parses one of [`BpePieces::NAMES`].
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "isolated" => Some(Self::Isolated),
+            "attached" => Some(Self::Attached),
+            _ => None,
+        }
+    }
+
+    /// The pre-tokenizer's pattern.
+    fn pattern(self) -> &'static str {
+        match self {
+            Self::Isolated => r"[A-Z]?[a-z]+|[0-9]+|[^\sA-Za-z0-9]+|\s+",
+            Self::Attached => {
+                r"</?[a-z_]+>|\x20?[a-z]+|[A-Z][a-z]+|\x20?[A-Z]+(?![a-z])|[0-9]+|\x20?[^\sA-Za-z0-9]+\x20?|\s+"
+            }
+        }
+    }
+}
 
 /// Trains a BPE of `vocab_size` entries (the special tokens and the character-level tokenizer's
 /// alphabet included) on `texts` and writes it to `path`; returns its vocabulary size. Frequent
@@ -149,6 +185,7 @@ pub fn write_bpe_tokenizer<S: AsRef<str> + Send>(
     path: &Path,
     texts: impl Iterator<Item = S> + Send,
     vocab_size: usize,
+    pieces: BpePieces,
 ) -> Result<usize> {
     let base = SPECIAL_TOKENS.len() + alphabet().count();
     if vocab_size < base {
@@ -160,8 +197,8 @@ pub fn write_bpe_tokenizer<S: AsRef<str> + Send>(
     let tk = |e: tokenizers::Error| Error::Tokenizer(e.to_string());
     let model = BPE::builder().unk_token(String::from("<unk>")).build().map_err(tk)?;
     let mut tok = Tokenizer::new(model);
-    let split =
-        Split::new(SplitPattern::Regex(BPE_PIECES.to_owned()), SplitDelimiterBehavior::Isolated, false).map_err(tk)?;
+    let split = Split::new(SplitPattern::Regex(pieces.pattern().to_owned()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(tk)?;
     tok.with_pre_tokenizer(Some(split));
     tok.with_decoder(Some(tokenizers::decoders::fuse::Fuse::new()));
     let specials: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();

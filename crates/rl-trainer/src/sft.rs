@@ -374,12 +374,12 @@ mod tests {
 
     /// A tiny model directory's tokenizer and chat template, with a BPE trained on `corpus` when
     /// given (the character-level tokenizer otherwise).
-    fn tokenizer(corpus: Option<&[&str]>) -> (tempfile::TempDir, Tok, ChatTemplate) {
+    fn tokenizer(corpus: Option<(&[&str], rl_model::BpePieces)>) -> (tempfile::TempDir, Tok, ChatTemplate) {
         let dir = tempfile::tempdir().unwrap();
         rl_model::init_model(dir.path(), rl_model::Preset::Tiny, 0, false).unwrap();
-        if let Some(texts) = corpus {
+        if let Some((texts, pieces)) = corpus {
             let texts: Vec<String> = (0..50).flat_map(|_| texts.iter().map(|t| (*t).to_owned())).collect();
-            rl_model::write_bpe_tokenizer(&dir.path().join("tokenizer.json"), texts.into_iter(), 200).unwrap();
+            rl_model::write_bpe_tokenizer(&dir.path().join("tokenizer.json"), texts.into_iter(), 200, pieces).unwrap();
         }
         let (tok, template) = (Tok::load(dir.path()).unwrap(), ChatTemplate::load(dir.path()).unwrap());
         (dir, tok, template)
@@ -428,7 +428,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Spans found by byte offsets in one encoding are the spans found by encoding every
-        /// prefix, for the character tokenizer and a BPE, whichever roles are trained.
+        /// prefix, for the character tokenizer and both kinds of BPE, whichever roles are trained.
         #[test]
         fn offsets_find_the_spans_that_prefix_encodings_find(
             msgs in conversation(),
@@ -436,8 +436,15 @@ mod tests {
             train_user in prop::bool::ANY,
         ) {
             let mask = LossMaskConfig { user: train_user, tool: train_user, ..LossMaskConfig::default() };
-            let corpus = ["<|im_start|>user\nAda Lovelace, Bob<|im_end|>", "<think>\n\n</think>\n\nsorted 42"];
-            for (_dir, tok, template) in [tokenizer(None), tokenizer(Some(&corpus))] {
+            let corpus = [
+                "<|im_start|>user\nAda Lovelace, Bob<|im_end|>",
+                "<think>\n\n</think>\n\nsorted 42",
+                "<answer>\nAda Lovelace\n</answer>",
+            ];
+            let bpe = |pieces| tokenizer(Some((&corpus, pieces)));
+            for (_dir, tok, template) in
+                [tokenizer(None), bpe(rl_model::BpePieces::Isolated), bpe(rl_model::BpePieces::Attached)]
+            {
                 let text = template.render(&msgs, &[], false).unwrap();
                 let (ids, offsets) = tok.encode_with_offsets(&text).unwrap();
                 prop_assert_eq!(&ids, &tok.encode(&text).unwrap());
@@ -456,7 +463,7 @@ mod tests {
     /// The fast path is the one taken for a plain multi-turn conversation (the SFT recipes' data).
     #[test]
     fn plain_conversations_take_one_encoding() {
-        let (_dir, tok, template) = tokenizer(Some(&["Ada Lovelace, Bob Marley"]));
+        let (_dir, tok, template) = tokenizer(Some((&["Ada Lovelace, Bob Marley"], rl_model::BpePieces::Isolated)));
         let msgs = [
             message("user", "Sort: Bob Marley, Ada Lovelace", None),
             message("assistant", "Ada Lovelace, Bob Marley", None),

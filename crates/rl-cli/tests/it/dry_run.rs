@@ -159,8 +159,14 @@ fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
     let o = rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-task", "alphabet-sort"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("vocab 512"), "{}", stdout(&o));
+    let o =
+        rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-corpus", corpus_s, "--bpe-pieces", "attached"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(rl_model::Tok::load(&out).unwrap().encode("AdaLovelace met").unwrap().len(), 3, "Ada, Lovelace, ` met`");
     for (args, expected) in [
         (vec!["--vocab-size", "300"], "give `--tokenizer-task` or `--tokenizer-corpus`"),
+        (vec!["--bpe-pieces", "attached"], "give `--tokenizer-task` or `--tokenizer-corpus`"),
+        (vec!["--tokenizer-corpus", corpus_s, "--bpe-pieces", "glued"], "--bpe-pieces: unknown kind `glued`"),
         (vec!["--tokenizer-task", "alphabet-sort", "--tokenizer-corpus", corpus_s], "not both"),
         (vec!["--tokenizer-task", "chess"], "no SFT generator"),
         (vec!["--tokenizer-corpus", "/nonexistent.txt"], "/nonexistent.txt"),

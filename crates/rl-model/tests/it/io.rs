@@ -2,8 +2,8 @@
 
 use candle_core::{DType, Device};
 use rl_model::{
-    ChatTemplate, NewTokenizer, Preset, TemplateMessage, Tok, Trainable, init_model, init_model_with, load_model,
-    load_trainable, read_config, write_bpe_tokenizer, write_model_dir,
+    BpePieces, ChatTemplate, NewTokenizer, Preset, TemplateMessage, Tok, Trainable, init_model, init_model_with,
+    load_model, load_trainable, read_config, write_bpe_tokenizer, write_model_dir,
 };
 
 use crate::{max_abs_diff, micro_config, weights};
@@ -58,8 +58,14 @@ fn name_corpus() -> Vec<String> {
 fn a_trained_bpe_makes_frequent_words_single_tokens_and_keeps_the_chat_ids() {
     let dir = tempfile::tempdir().unwrap();
     let texts = name_corpus();
-    let cfg =
-        init_model_with(dir.path(), Preset::Tiny, 0, true, &NewTokenizer::Bpe { texts, vocab_size: 160 }).unwrap();
+    let cfg = init_model_with(
+        dir.path(),
+        Preset::Tiny,
+        0,
+        true,
+        &NewTokenizer::Bpe { texts, vocab_size: 160, pieces: BpePieces::Isolated },
+    )
+    .unwrap();
     let tok = Tok::load(dir.path()).unwrap();
     assert!(tok.vocab_size() <= 160, "{}", tok.vocab_size());
     assert_eq!(cfg.vocab_size, tok.vocab_size().div_ceil(64) * 64);
@@ -80,11 +86,34 @@ fn a_trained_bpe_makes_frequent_words_single_tokens_and_keeps_the_chat_ids() {
     );
 }
 
+/// With spaces attached, prose and tags take fewer tokens, while a name is the same tokens in a
+/// list and at the start of a line (the copy a sorting model learns is one symbol per name).
+#[test]
+fn an_attached_bpe_takes_spaces_into_words_and_keeps_tags_and_names_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts = name_corpus().into_iter().map(|t| format!("{t}<answer>\nAdaLovelace\nGraceHopper\n</answer>\n"));
+    write_bpe_tokenizer(&dir.path().join("tokenizer.json"), texts, 200, BpePieces::Attached).unwrap();
+    let tok = Tok::load(dir.path()).unwrap();
+    let pieces = |t: &str| tok.encode(t).unwrap().iter().map(|&i| tok.token(i)).collect::<Vec<_>>();
+    assert_eq!(
+        pieces("Sort these names: AdaLovelace, GraceHopper"),
+        ["Sort", " these", " names", ": ", "Ada", "Lovelace", ", ", "Grace", "Hopper"]
+    );
+    assert_eq!(pieces("<answer>\nAdaLovelace\n</answer>"), ["<answer>", "\n", "Ada", "Lovelace", "\n", "</answer>"]);
+    let isolated = tempfile::tempdir().unwrap();
+    write_bpe_tokenizer(&isolated.path().join("tokenizer.json"), name_corpus().iter(), 200, BpePieces::Isolated)
+        .unwrap();
+    let text = "Sort these names: AdaLovelace, GraceHopper\n";
+    let before = Tok::load(isolated.path()).unwrap().encode(text).unwrap().len();
+    assert!(pieces(text).len() < before, "{} tokens attached, {before} isolated", pieces(text).len());
+}
+
 #[test]
 fn a_bpe_smaller_than_its_alphabet_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let err =
-        write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 50).unwrap_err().to_string();
+    let err = write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 50, BpePieces::Isolated)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("at least") && err.contains("got 50"), "{err}");
 }
 
@@ -93,17 +122,25 @@ proptest::proptest! {
     /// Decoding is concatenation: any text over the alphabet, special tokens included, comes back
     /// byte for byte, and the pre-tokenization bound holds.
     #[test]
-    fn a_trained_bpe_decodes_any_ascii_text_to_itself(text in "([ -~\n\t]|<\\|im_end\\|>|AdaLovelace){0,80}") {
-        static TOK: std::sync::OnceLock<(tempfile::TempDir, Tok)> = std::sync::OnceLock::new();
-        let (_, tok) = TOK.get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 160).unwrap();
-            let tok = Tok::load(dir.path()).unwrap();
-            (dir, tok)
+    fn a_trained_bpe_decodes_any_ascii_text_to_itself(text in "([ -~\n\t]|<\\|im_end\\|>|AdaLovelace|</?a_b>){0,80}") {
+        static TOKS: std::sync::OnceLock<Vec<(tempfile::TempDir, Tok)>> = std::sync::OnceLock::new();
+        let toks = TOKS.get_or_init(|| {
+            [BpePieces::Isolated, BpePieces::Attached]
+                .into_iter()
+                .map(|pieces| {
+                    let dir = tempfile::tempdir().unwrap();
+                    write_bpe_tokenizer(&dir.path().join("tokenizer.json"), name_corpus().iter(), 160, pieces)
+                        .unwrap();
+                    let tok = Tok::load(dir.path()).unwrap();
+                    (dir, tok)
+                })
+                .collect()
         });
-        let ids = tok.encode(&text).unwrap();
-        proptest::prop_assert!(tok.min_tokens(&text) <= ids.len());
-        proptest::prop_assert_eq!(tok.decode(&ids).unwrap(), text);
+        for (_, tok) in toks {
+            let ids = tok.encode(&text).unwrap();
+            proptest::prop_assert!(tok.min_tokens(&text) <= ids.len());
+            proptest::prop_assert_eq!(tok.decode(&ids).unwrap(), text.clone());
+        }
     }
 }
 
