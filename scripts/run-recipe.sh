@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs a recipe from nothing to a trained model on CPU:
 #   rl model init (tiny preset) -> rl sft @ configs/<dir>/sft.toml -> rl rl @ configs/<dir>/rl.toml.
-# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N] [--lora]
-#        [--variant V]
+# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]] [--clean]
+#        [--seed N] [--lora] [--variant V]
 # Outputs land under ./outputs; --clean starts over; --seed N changes the model's initialisation,
 # the SFT order and the RL task order (the data and the eval set stay the same);
-# --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters;
+# --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters
+# (--bpe-pieces KIND: what the BPE merges within, `rl model init --help`);
 # --lora trains LoRA adapters in the RL stage (configs/<dir>/lora.toml layered on rl.toml), from
 # the same SFT model, into a run named <prefix>-rl-lora-seedN; --variant V layers
 # configs/<dir>/sft_V.toml on sft.toml and configs/<dir>/rl_V.toml on rl.toml (each where it
@@ -18,6 +19,7 @@ shift 2
 clean=()
 seed=0
 tokenizer=()
+pieces=()
 lora=()
 suffix=""
 variant=""
@@ -26,9 +28,10 @@ while [[ $# -gt 0 ]]; do
     --clean) clean=(--clean) ;;
     --seed) seed="$2"; shift ;;
     --tokenizer-task) tokenizer=(--tokenizer-task "$2"); shift ;;
+    --bpe-pieces) pieces=(--bpe-pieces "$2"); shift ;;
     --lora) lora=(@ "configs/$dir/lora.toml"); suffix="-lora" ;;
     --variant) variant="$2"; shift ;;
-    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
+    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -36,7 +39,11 @@ cargo build --release --locked -p rl-cli
 rl=target/release/rl
 model=outputs/models/tiny-seed$seed
 if [[ ${#tokenizer[@]} -gt 0 ]]; then
-  model=outputs/models/tiny-${tokenizer[1]}-bpe-seed$seed
+  model=outputs/models/tiny-${tokenizer[1]}-bpe${pieces[1]:+-${pieces[1]}}-seed$seed
+  tokenizer+=("${pieces[@]}")
+elif [[ ${#pieces[@]} -gt 0 ]]; then
+  echo "--bpe-pieces shapes the BPE of --tokenizer-task" >&2
+  exit 2
 fi
 sft_layers=()
 rl_layers=()

@@ -73,6 +73,28 @@ fn mask_of(ids: &[u32], spans: &[(usize, usize)], end_ids: &[u32]) -> Vec<bool> 
     trained
 }
 
+/// The text rendered before message `k`'s trained part: the conversation up to it (with the
+/// assistant header when it is an assistant turn). Templates cannot render an empty conversation
+/// (they read `messages[0]`), so for the first message it is the text before its content: the
+/// common prefix of two renderings whose contents differ in their first character.
+fn text_before(
+    template: &ChatTemplate,
+    msgs: &[TemplateMessage],
+    k: usize,
+    tools: &[serde_json::Value],
+) -> Result<String> {
+    if k > 0 {
+        return Ok(template.render(&msgs[..k], tools, msgs[k].role == "assistant")?);
+    }
+    let with = |first: char| {
+        let m = TemplateMessage { content: format!("{first}{}", msgs[0].content), ..msgs[0].clone() };
+        template.render(&[m], tools, false)
+    };
+    let (a, b) = (with('a')?, with('b')?);
+    let common = a.char_indices().zip(b.chars()).find(|((_, x), y)| x != y).map_or(a.len(), |((i, _), _)| i);
+    Ok(a[..common].to_owned())
+}
+
 /// The trained messages' rendered byte ranges in `text`: `None` when a prefix is not rendered as
 /// a prefix of the whole (the caller then re-encodes every prefix, which reports that case).
 fn byte_spans(
@@ -88,7 +110,7 @@ fn byte_spans(
         if !trains(&m.role, mask) {
             continue;
         }
-        let before = template.render(&msgs[..k], tools, m.role == "assistant")?;
+        let before = text_before(template, msgs, k, tools)?;
         let upto = template.render(&msgs[..=k], tools, false)?;
         if !upto.starts_with(&before) || !text.starts_with(&upto) {
             return Ok(None);
@@ -140,7 +162,7 @@ fn spans_by_prefixes(
         if !trains(&m.role, mask) {
             continue;
         }
-        let before = tok.encode(&template.render(&msgs[..k], tools, m.role == "assistant")?)?;
+        let before = tok.encode(&text_before(template, msgs, k, tools)?)?;
         let upto = tok.encode(&template.render(&msgs[..=k], tools, false)?)?;
         if !upto.starts_with(&before) || !ids.starts_with(&upto) {
             return Err(Error::Unsupported(String::from(
@@ -458,6 +480,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Training user turns works from the first message on (a template cannot render the empty
+    /// conversation before it): the first message from its content, later ones with their header.
+    #[test]
+    fn user_turns_train_from_the_first_message() {
+        let (_dir, tok, template) = tokenizer(None);
+        let msgs = [
+            message("user", "Sort: Bob, Ada", None),
+            message("assistant", "Ada, Bob", None),
+            message("user", "Add: Cy", None),
+            message("assistant", "Ada, Bob, Cy", None),
+        ];
+        let mask = LossMaskConfig { user: true, ..LossMaskConfig::default() };
+        let example = tokenize(&tok, &template, &msgs, &[], 0, &mask).unwrap();
+        let trained: Vec<u32> = example.ids.iter().zip(&example.mask).filter(|(_, m)| **m).map(|(i, _)| *i).collect();
+        assert_eq!(
+            tok.decode(&trained).unwrap(),
+            "Sort: Bob, Ada<|im_end|>Ada, Bob<|im_end|><|im_start|>user\nAdd: Cy<|im_end|>Ada, Bob, Cy<|im_end|>"
+        );
+        let text = template.render(&msgs, &[], false).unwrap();
+        let ids = tok.encode(&text).unwrap();
+        let exact = spans_by_prefixes(&tok, &template, &msgs, &[], 0, &mask, &ids).unwrap();
+        let (_, offsets) = tok.encode_with_offsets(&text).unwrap();
+        assert_eq!(spans_by_offsets(&template, &msgs, &[], 0, &mask, &text, &offsets).unwrap(), Some(exact));
     }
 
     /// The fast path is the one taken for a plain multi-turn conversation (the SFT recipes' data).
