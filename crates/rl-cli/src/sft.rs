@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use rl_configs::{SftConfig, SftDataConfig};
 use rl_run::RunDir;
-use rl_trainer::{SftEnd, SftExample, SftTrainer, tokenize};
+use rl_trainer::{SftEnd, SftExample, SftGroup, SftTrainer, tokenize};
 
 use crate::sft_data::SftConversation;
 
@@ -51,7 +51,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     rl_run::write_json_atomic(&run.config(rl_run::ConfigPart::Sft), &rl_configs::to_json(config))?;
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
     let (tok, template) = trainer.tokenizer()?;
-    let (train, val) = conversations(config)?;
+    let data = conversations(config)?;
     // One thread: the tokenizer allocates per token, and with glibc's single arena
     // (`rl_kernels::tune_process`) threads only queue on its lock (two were slower than one).
     let encode = |cs: &[SftConversation]| -> anyhow::Result<Vec<SftExample>> {
@@ -62,17 +62,32 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let (train, val) = (encode(&train)?, encode(&val)?);
-    let trained: usize = train.iter().map(|e| e.mask.iter().filter(|m| **m).count()).sum();
-    if trained == 0 {
-        bail!("no trainable tokens: check `loss_mask` (which roles are trained) against the data");
+    let val = encode(&data.val)?;
+    let mut train = Vec::new();
+    let mut fit_notes = String::new();
+    for group in &data.groups {
+        let examples = encode(&group.train)?;
+        let trained: usize = examples.iter().map(|e| e.mask.iter().filter(|m| **m).count()).sum();
+        if trained == 0 {
+            bail!("no trainable tokens: check `loss_mask` (which roles are trained) against the data");
+        }
+        let (examples, fit_note) = fit_to_seq_len(examples, config.seq_len as usize)?;
+        fit_notes.push_str(&fit_note);
+        train.push(SftGroup { name: group.name.clone(), train: examples, val: encode(&group.val)? });
     }
-    let (train, fit_note) = fit_to_seq_len(train, config.seq_len as usize)?;
     let mut out = std::io::stdout().lock();
+    let groups = match train.as_slice() {
+        [_] => String::new(),
+        many => format!(
+            " in {} groups ({})",
+            many.len(),
+            many.iter().map(|g| format!("{}: {}", g.name, g.train.len())).collect::<Vec<_>>().join(", ")
+        ),
+    };
     writeln!(
         out,
-        "sft: {} training / {} validation conversations{fit_note}, run dir {}",
-        train.len(),
+        "sft: {} training / {} validation conversations{groups}{fit_notes}, run dir {}",
+        train.iter().map(|g| g.train.len()).sum::<usize>(),
         val.len(),
         run_dir.display()
     )?;
@@ -108,6 +123,14 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
             "step {}/{max} | loss {:.4}{val} | lr {:.2e} | grad_norm {:.3} | {:.0} tok/s",
             r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
         );
+        if !r.reweighed.is_empty() {
+            let groups: Vec<String> = r
+                .reweighed
+                .iter()
+                .map(|(name, loss, share)| format!("{name} loss {loss:.4} share {share:.2}"))
+                .collect();
+            let _ = writeln!(out, "  data groups re-weighed: {}", groups.join(" | "));
+        }
         // Redraw at validation steps (cheap) so the picture follows a long run.
         if r.val_loss.is_some()
             && let Err(e) = crate::plot::sft_curves(&run)
@@ -164,28 +187,77 @@ pub(crate) fn prepare_run_dir(run_dir: &Path, config: &SftConfig) -> anyhow::Res
     std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))
 }
 
-fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Vec<SftConversation>)> {
+/// One group of the SFT data as conversations: its training examples and held-out ones for its
+/// share (`data.balance`).
+struct ConversationGroup {
+    name: String,
+    train: Vec<SftConversation>,
+    val: Vec<SftConversation>,
+}
+
+/// The training data in groups (one without `data.groups`) and the validation conversations.
+struct Conversations {
+    groups: Vec<ConversationGroup>,
+    val: Vec<SftConversation>,
+}
+
+/// A group's name: its args as `key=value` pairs (strings unquoted), or `group<i>` for none.
+fn group_name(i: usize, group: &rl_configs::Table) -> String {
+    if group.is_empty() {
+        return format!("group{i}");
+    }
+    let value = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    group.iter().map(|(k, v)| format!("{k}={}", value(v))).collect::<Vec<_>>().join(",")
+}
+
+fn conversations(config: &SftConfig) -> anyhow::Result<Conversations> {
     let val_n = config.val.as_ref().map_or(0, |v| v.num_examples as usize);
     match &config.data {
-        SftDataConfig::Task { task, num_examples, seed, args } => {
-            let mut a: serde_json::Map<String, serde_json::Value> = args.clone().into_iter().collect();
-            a.insert(String::from("num_examples"), serde_json::json!(num_examples));
-            a.insert(String::from("test_examples"), serde_json::json!(val_n));
-            a.insert(String::from("seed"), serde_json::json!(seed));
-            let convert = |split: &str| -> anyhow::Result<Vec<SftConversation>> {
-                let demos = rl_envs::demonstrations(task.env_id(), &a, split)?;
-                let tools: Vec<serde_json::Value> = demos.tools.iter().map(rl_serve::ToolSpec::to_json).collect();
-                Ok(demos
-                    .conversations
-                    .into_iter()
-                    .map(|c| SftConversation {
-                        messages: c.iter().map(crate::sft_data::template_message).collect(),
-                        first_trained: 0,
-                        tools: tools.clone(),
-                    })
-                    .collect())
+        SftDataConfig::Task { task, num_examples, seed, args, groups, balance } => {
+            let generate = |overrides: &rl_configs::Table, n: usize, test_n: usize, seed: u64| {
+                let mut a: serde_json::Map<String, serde_json::Value> = args.clone().into_iter().collect();
+                a.extend(overrides.clone());
+                a.insert(String::from("num_examples"), serde_json::json!(n));
+                a.insert(String::from("test_examples"), serde_json::json!(test_n));
+                a.insert(String::from("seed"), serde_json::json!(seed));
+                let convert = |split: &str| -> anyhow::Result<Vec<SftConversation>> {
+                    let demos = rl_envs::demonstrations(task.env_id(), &a, split)?;
+                    let tools: Vec<serde_json::Value> = demos.tools.iter().map(rl_serve::ToolSpec::to_json).collect();
+                    Ok(demos
+                        .conversations
+                        .into_iter()
+                        .map(|c| SftConversation {
+                            messages: c.iter().map(crate::sft_data::template_message).collect(),
+                            first_trained: 0,
+                            tools: tools.clone(),
+                        })
+                        .collect())
+                };
+                anyhow::Ok((convert("train")?, convert("test")?))
             };
-            Ok((convert("train")?, convert("test")?))
+            let n = *num_examples as usize;
+            if groups.is_empty() {
+                let (train, val) = generate(&rl_configs::Table::new(), n, val_n, *seed)?;
+                return Ok(Conversations {
+                    groups: vec![ConversationGroup { name: String::from("all"), train, val: Vec::new() }],
+                    val,
+                });
+            }
+            // The validation set is the ungrouped data's, so its loss compares with runs without groups.
+            let (_, val) = generate(&rl_configs::Table::new(), 1, val_n, *seed)?;
+            let held_out = balance.as_ref().map_or(0, |b| b.num_examples as usize);
+            let per_group = n.div_ceil(groups.len());
+            let groups = groups
+                .iter()
+                .enumerate()
+                .map(|(i, overrides)| {
+                    // Each group its own seed, so no two groups hold the same episodes with other args.
+                    let (train, val) = generate(overrides, per_group, held_out, seed.wrapping_add(i as u64 + 1))
+                        .with_context(|| format!("data.groups[{i}]"))?;
+                    Ok(ConversationGroup { name: group_name(i, overrides), train, val })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(Conversations { groups, val })
         }
         SftDataConfig::Jsonl { path } => {
             let mut all = crate::sft_data::read_jsonl(path)?;
@@ -197,7 +269,10 @@ fn conversations(config: &SftConfig) -> anyhow::Result<(Vec<SftConversation>, Ve
                 );
             }
             let val = all.split_off(all.len() - val_n);
-            Ok((all, val))
+            Ok(Conversations {
+                groups: vec![ConversationGroup { name: String::from("all"), train: all, val: Vec::new() }],
+                val,
+            })
         }
     }
 }

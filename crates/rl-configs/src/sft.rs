@@ -120,6 +120,15 @@ pub enum SftDataConfig {
         /// Task arguments (the same keys as the env's `args`).
         #[serde(default)]
         args: Table,
+        /// Groups of the training data, each a table of args laid over `args` (alphabet-sort:
+        /// `[{ sort_by = "first" }, { sort_by = "last" }]`): `num_examples` is split evenly between
+        /// them, and each example of a step comes from a group drawn by the groups' shares (equal,
+        /// or set by `balance`). Empty: one group, in a fixed shuffled order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<Table>,
+        /// Shares of the groups that follow their validation losses (off when unset: equal shares).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        balance: Option<SftBalanceConfig>,
     },
     /// A JSONL file, one conversation per line: `{"messages": [{"role", "content", "tool_calls"?}, ...]}`,
     /// or `{"prompt": ..., "completion": ...}` (each a string or a message list; only the
@@ -138,7 +147,56 @@ impl Default for SftDataConfig {
             num_examples: default_num_examples(),
             seed: 0,
             args: Table::new(),
+            groups: Vec::new(),
+            balance: None,
         }
+    }
+}
+
+/// Re-weighing of the data's groups: every `interval` steps each group's loss on its own
+/// `num_examples` held-out examples sets its share of the next steps' examples, in proportion to
+/// `loss^power`, with at least `min_share` for each, so the skill the model is behind on gets
+/// more of the data while the others keep theirs in practice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SftBalanceConfig {
+    /// Re-weigh every this many steps (and before the first).
+    pub interval: u64,
+    /// Held-out examples per group (generated with a different seed than training).
+    pub num_examples: u32,
+    /// How sharply the shares follow the losses: a share is `loss^power` of the sum of them.
+    pub power: f64,
+    /// Every group's least share, below `1 / groups`.
+    pub min_share: f64,
+}
+
+impl Default for SftBalanceConfig {
+    fn default() -> Self {
+        SftBalanceConfig { interval: 50, num_examples: 32, power: 2.0, min_share: 0.1 }
+    }
+}
+
+impl SftBalanceConfig {
+    fn validate(&self, key: &str, groups: usize) -> Result<()> {
+        if groups < 2 {
+            return Err(ConfigError::invalid(
+                key,
+                format!("balances the data's groups, and there are {groups}: set `data.groups` to two or more"),
+            ));
+        }
+        if self.interval == 0 || self.num_examples == 0 {
+            return Err(ConfigError::invalid(key, "interval and num_examples must be at least 1"));
+        }
+        if !(self.power.is_finite() && self.power > 0.0) {
+            return Err(ConfigError::invalid(format!("{key}.power"), format!("must be positive, got {}", self.power)));
+        }
+        if !(self.min_share >= 0.0 && self.min_share * (groups as f64) < 1.0) {
+            return Err(ConfigError::invalid(
+                format!("{key}.min_share"),
+                format!("must be in [0, 1/{groups}) for {groups} groups, got {}", self.min_share),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -246,8 +304,16 @@ impl SftConfig {
         if self.max_steps == 0 {
             return Err(ConfigError::invalid(k("max_steps"), "must be at least 1, got 0"));
         }
-        if let SftDataConfig::Task { num_examples: 0, .. } = self.data {
-            return Err(ConfigError::invalid(k("data.num_examples"), "must be at least 1, got 0"));
+        if let SftDataConfig::Task { num_examples, groups, balance, .. } = &self.data {
+            if (*num_examples as usize) < groups.len().max(1) {
+                return Err(ConfigError::invalid(
+                    k("data.num_examples"),
+                    format!("must be at least 1 per group ({} groups), got {num_examples}", groups.len().max(1)),
+                ));
+            }
+            if let Some(b) = balance {
+                b.validate(&k("data.balance"), groups.len())?;
+            }
         }
         let m = &self.loss_mask;
         if !(m.system || m.user || m.assistant || m.tool) {

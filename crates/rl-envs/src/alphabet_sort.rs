@@ -119,8 +119,10 @@ struct Gen {
     max_turns: u64,
     min_names: u64,
     max_names: u64,
-    /// `Some(true)`: every episode sorts by first name, `Some(false)` by last; `None`: a coin flip.
+    /// `Some(true)`: every episode sorts by first name, `Some(false)` by last; `None`: drawn per
+    /// episode, by first name with probability `first_share`.
     by_first: Option<bool>,
+    first_share: f64,
 }
 
 /// The sort key: the part before (by first name) or from (by last name) the first capital after index 0.
@@ -140,9 +142,11 @@ fn episode(rng: &mut Rng, g: Gen) -> Value {
             names.push(name);
         }
     }
-    // The coin is drawn either way, so fixing the key leaves everything else about an episode as it was.
-    let coin = rng.coin();
-    let by_first = g.by_first.unwrap_or(coin);
+    // The key's draw happens either way, so fixing the key leaves everything else about an episode
+    // as it was; an even share is the low bit, as before shares existed, so those datasets stay.
+    let draw = rng.next_u64();
+    let drawn = if g.first_share == 0.5 { draw & 1 == 1 } else { unit_interval(draw) < g.first_share };
+    let by_first = g.by_first.unwrap_or(drawn);
     let which = if by_first { "FIRST" } else { "LAST" };
     let mut user_turns = Vec::new();
     let mut truths: Vec<Vec<String>> = Vec::new();
@@ -193,6 +197,11 @@ fn episode(rng: &mut Rng, g: Gen) -> Value {
         seen += count;
     }
     json!({"user_turns": user_turns, "ground_truths": truths, "num_turns": turns})
+}
+
+/// A draw's top 53 bits as a number in `[0, 1)`.
+fn unit_interval(draw: u64) -> f64 {
+    (draw >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Every `<tag>...</tag>` block of `text`, in order.
@@ -296,24 +305,40 @@ fn first_model_turn(task: &Task, gold_history: bool) -> usize {
 
 impl AlphabetSort {
     /// Builds the env from its args: `num_examples`, `test_examples`, `min_turns`, `max_turns`,
-    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `sort_by` (`"either"`, a coin
-    /// flip per episode; `"first"` or `"last"` name for every episode), `history` (`"model"`: the model
+    /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `sort_by` (`"either"`, drawn
+    /// per episode; `"first"` or `"last"` name for every episode), `first_share` (with `"either"`,
+    /// the share of episodes sorted by first name, 0.5 by default), `history` (`"model"`: the model
     /// answers every turn; `"gold"`: earlier turns come answered with their ground truth and the
     /// model answers, and is scored on, the last turn only).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("alphabet-sort", args);
         let num = a.u64("num_examples", 1000)?;
         let test_num = a.u64("test_examples", 100)?;
+        let by_first = match a.choice("sort_by", "either", &["either", "first", "last"])?.as_str() {
+            "first" => Some(true),
+            "last" => Some(false),
+            _ => None,
+        };
+        let first_share = a.f64("first_share", 0.5)?;
+        if !(0.0..=1.0).contains(&first_share) {
+            return Err(Error::bad_request(
+                "env.args.first_share",
+                format!("first_share is a share of episodes in [0, 1], got {first_share}"),
+            ));
+        }
+        if by_first.is_some() && first_share != 0.5 {
+            return Err(Error::bad_request(
+                "env.args.first_share",
+                "first_share applies to sort_by = \"either\"; a fixed sort_by sets every episode's key",
+            ));
+        }
         let g = Gen {
             min_turns: a.u64("min_turns", 1)?,
             max_turns: a.u64("max_turns", 3)?,
             min_names: a.u64("min_names", 1)?,
             max_names: a.u64("max_names", 5)?,
-            by_first: match a.choice("sort_by", "either", &["either", "first", "last"])?.as_str() {
-                "first" => Some(true),
-                "last" => Some(false),
-                _ => None,
-            },
+            by_first,
+            first_share,
         };
         let power = a.f64("power", 4.0)?;
         let per_turn = a.bool("power_per_turn", true)?;
@@ -519,6 +544,48 @@ mod tests {
         }
         let bad = AlphabetSort::new(json!({"sort_by": "middle"}).as_object().unwrap()).unwrap_err().to_string();
         assert!(bad.contains("env.args.sort_by") && bad.contains("either, first, last"), "{bad}");
+    }
+
+    #[test]
+    fn first_share_sets_how_many_episodes_sort_by_first_name() {
+        let load = |extra: Value| {
+            let mut args = json!({"num_examples": 2000, "seed": 5});
+            args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            AlphabetSort::new(args.as_object().unwrap()).map(|env| env.data.train)
+        };
+        let key = |ep: &Value| ep["user_turns"][0].as_str().unwrap().contains("by FIRST name");
+        let share = |eps: &[Value]| eps.iter().filter(|e| key(e)).count() as f64 / eps.len() as f64;
+        // An even share is the coin of every dataset made before shares existed.
+        assert_eq!(load(json!({})).unwrap(), load(json!({"first_share": 0.5})).unwrap());
+        let (even, most) = (load(json!({})).unwrap(), load(json!({"first_share": 0.7})).unwrap());
+        assert!(
+            (share(&even) - 0.5).abs() < 0.04 && (share(&most) - 0.7).abs() < 0.04,
+            "{} {}",
+            share(&even),
+            share(&most)
+        );
+        assert_eq!(share(&load(json!({"first_share": 1.0})).unwrap()), 1.0);
+        assert_eq!(share(&load(json!({"first_share": 0.0})).unwrap()), 0.0);
+        // Only the key moves: an episode keeps its names and turns whichever key it drew.
+        let names = |ep: &Value| {
+            ep["ground_truths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    let mut t: Vec<String> = serde_json::from_value(t.clone()).unwrap();
+                    t.sort();
+                    t
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(even.iter().zip(&most).all(|(a, b)| names(a) == names(b)));
+        for (bad, why) in
+            [(json!({"first_share": 1.5}), "[0, 1]"), (json!({"first_share": 0.7, "sort_by": "last"}), "either")]
+        {
+            let err = load(bad).unwrap_err().to_string();
+            assert!(err.contains("env.args.first_share") && err.contains(why), "{err}");
+        }
     }
 
     #[test]

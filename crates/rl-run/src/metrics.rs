@@ -156,6 +156,21 @@ pub struct SftRow {
     /// Validation loss, on validation steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
+    /// With groups of data (`data.groups`): each group's share of the step's examples
+    /// (`group/<name>/share`, every step) and, on the steps that re-weighed them, its held-out
+    /// loss (`group/<name>/val_loss`); see [`group_share_key`].
+    #[serde(flatten)]
+    pub groups: BTreeMap<String, f64>,
+}
+
+/// The key of a data group's share in an [`SftRow`].
+pub fn group_share_key(group: &str) -> String {
+    format!("group/{group}/share")
+}
+
+/// The key of a data group's held-out loss in an [`SftRow`].
+pub fn group_val_loss_key(group: &str) -> String {
+    format!("group/{group}/val_loss")
 }
 
 #[cfg(test)]

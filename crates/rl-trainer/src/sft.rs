@@ -7,16 +7,17 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use candle_core::Device;
-use rl_configs::{LossConfig, LossMaskConfig, SftConfig, SftValConfig};
+use rl_configs::{LossConfig, LossMaskConfig, SftConfig, SftDataConfig, SftValConfig};
 use rl_model::{CausalLm, ChatTemplate, ModelConfig, Pass, TemplateMessage, Tok, Trainable, read_config};
 use rl_run::RunDir;
-use rl_run::{SftRow, append_jsonl, retain_jsonl};
+use rl_run::{SftRow, append_jsonl, group_share_key, group_val_loss_key, retain_jsonl};
 
 use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
+use crate::sft_groups::{SftGroup, draw_group, shares_from_losses};
 use crate::sft_rows::{SftExample, pack};
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
@@ -189,6 +190,9 @@ pub struct SftReport {
     pub lr: f64,
     /// Tokens processed per second.
     pub tokens_per_s: f64,
+    /// With balanced groups, on the steps that re-weighed them: each group's name, held-out loss
+    /// and new share.
+    pub reweighed: Vec<(String, f64, f64)>,
 }
 
 /// Supervised fine-tuning over tokenized examples.
@@ -254,23 +258,38 @@ impl SftTrainer {
     /// set (Ctrl-C), ends after the step under way, checkpointing it when checkpoints are on.
     pub fn run(
         &mut self,
-        train: &[SftExample],
+        train: &[SftGroup],
         val: &[SftExample],
         interrupt: &AtomicBool,
         mut on_step: impl FnMut(&SftReport),
     ) -> Result<SftEnd> {
-        if train.is_empty() {
-            return Err(Error::Unsupported(String::from("no SFT training examples")));
+        if train.is_empty() || train.iter().any(|g| g.train.is_empty()) {
+            return Err(Error::Unsupported(String::from("no SFT training examples (or a data group without any)")));
         }
         let run = RunDir::new(self.cfg.run_dir());
         let seq_len = self.cfg.seq_len as usize;
         let val_rows = pack(val, seq_len);
+        let balance = match &self.cfg.data {
+            SftDataConfig::Task { balance: Some(b), .. } if train.len() > 1 => Some(b.clone()),
+            _ => None,
+        };
+        let group_val_rows: Vec<Vec<MicroBatch>> = train.iter().map(|g| pack(&g.val, seq_len)).collect();
+        let mut shares = self.resumed_shares(&run, train)?;
         let bs = self.cfg.batch_size as usize;
         while self.step <= self.cfg.max_steps {
             let start = Instant::now();
+            let mut reweighed = Vec::new();
+            if let Some(b) = &balance
+                && (self.step - 1).is_multiple_of(b.interval)
+            {
+                let losses = group_val_rows.iter().map(|rows| self.eval_loss(rows)).collect::<Result<Vec<f64>>>()?;
+                shares = shares_from_losses(&losses, b.power, b.min_share);
+                reweighed =
+                    train.iter().zip(&losses).zip(&shares).map(|((g, l), s)| (g.name.clone(), *l, *s)).collect();
+            }
             let first = (self.step as usize - 1) * bs;
             let batch: Vec<SftExample> =
-                (first..first + bs).map(|i| train[order(i, train.len(), self.cfg.seed)].clone()).collect();
+                (first..first + bs).map(|i| pick(train, &shares, i, self.cfg.seed).clone()).collect();
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
             let (grads, stats) = step_gradients(
@@ -294,6 +313,15 @@ impl SftTrainer {
                 }
                 _ => None,
             };
+            let mut group_metrics = std::collections::BTreeMap::new();
+            if train.len() > 1 {
+                for (g, s) in train.iter().zip(&shares) {
+                    group_metrics.insert(group_share_key(&g.name), *s);
+                }
+                for (name, l, _) in &reweighed {
+                    group_metrics.insert(group_val_loss_key(name), *l);
+                }
+            }
             let report = SftReport {
                 step: self.step,
                 loss,
@@ -301,6 +329,7 @@ impl SftTrainer {
                 grad_norm,
                 lr,
                 tokens_per_s: tokens as f64 / start.elapsed().as_secs_f64(),
+                reweighed,
             };
             let row = SftRow {
                 step: report.step,
@@ -310,6 +339,7 @@ impl SftTrainer {
                 tokens: tokens as u64,
                 tokens_per_s: report.tokens_per_s,
                 val_loss,
+                groups: group_metrics,
             };
             append_jsonl(&run.metrics(), &row)?;
             let stop = match (&self.cfg.val, val_loss) {
@@ -335,6 +365,38 @@ impl SftTrainer {
             self.step += 1;
         }
         Ok(SftEnd::Finished)
+    }
+
+    /// The groups' shares in force: equal at the start; on resume, those of the last step kept in
+    /// the run's metrics (a re-weighing between checkpoints is not repeated, so a resumed run
+    /// draws what the uninterrupted one drew).
+    fn resumed_shares(&self, run: &RunDir, train: &[SftGroup]) -> Result<Vec<f64>> {
+        let equal = vec![1.0 / train.len() as f64; train.len()];
+        if self.step == 1 || train.len() == 1 {
+            return Ok(equal);
+        }
+        let rows: Vec<SftRow> = match rl_run::read_jsonl(&run.metrics()) {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read the resumed run's metrics for its data shares ({e}): starting from equal shares"
+                );
+                return Ok(equal);
+            }
+        };
+        let Some(last) = rows.iter().rev().find(|r| r.step == self.step - 1) else { return Ok(equal) };
+        let shares: Option<Vec<f64>> =
+            train.iter().map(|g| last.groups.get(&group_share_key(&g.name)).copied()).collect();
+        match shares {
+            Some(s) => Ok(s),
+            None => {
+                tracing::warn!(
+                    step = self.step - 1,
+                    "the resumed run's metrics have no shares for these data groups: starting from equal shares"
+                );
+                Ok(equal)
+            }
+        }
     }
 
     /// Writes the fine-tuned model as an HF-format directory (tokenizer files copied from the
@@ -374,6 +436,18 @@ pub enum SftEnd {
 
 fn stop_flag(stop: &AtomicBool) -> bool {
     stop.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The example of the run's `i`-th slot. One group: its seeded order. Several: a group drawn by
+/// the shares, then the slot's place in that group's own order (a permutation of the group per
+/// `len` slots, so no example repeats within a group's epoch).
+fn pick<'a>(groups: &'a [SftGroup], shares: &[f64], i: usize, seed: u64) -> &'a SftExample {
+    if let [only] = groups {
+        return &only.train[order(i, only.train.len(), seed)];
+    }
+    let g = draw_group(i, seed, shares);
+    let group = &groups[g].train;
+    &group[order(i, group.len(), seed.wrapping_add(g as u64 + 1))]
 }
 
 /// Index of the `i`-th example drawn: a seeded permutation per epoch.
@@ -484,6 +558,24 @@ mod tests {
 
     /// Training user turns works from the first message on (a template cannot render the empty
     /// conversation before it): the first message from its content, later ones with their header.
+    #[test]
+    fn slots_come_from_the_drawn_group_without_repeats_in_its_epoch() {
+        let group = |name: &str, first_id: u32, n: u32| SftGroup {
+            name: name.to_owned(),
+            train: (first_id..first_id + n).map(|id| SftExample { ids: vec![id], mask: vec![true] }).collect(),
+            val: Vec::new(),
+        };
+        let groups = [group("a", 0, 50), group("b", 1000, 50)];
+        assert!((0..200).all(|i| pick(&groups, &[0.0, 1.0], i, 7).ids[0] >= 1000), "a share of 1 takes every slot");
+        let mut seen = std::collections::BTreeSet::new();
+        let from_a: Vec<u32> =
+            (0..50).map(|i| pick(&groups, &[0.5, 0.5], i, 7).ids[0]).filter(|id| *id < 1000).collect();
+        assert!(from_a.len() > 10 && from_a.iter().all(|id| seen.insert(*id)), "{from_a:?}");
+        // One group is the plain seeded order, as before groups existed.
+        let one = [group("all", 0, 50)];
+        assert!((0..120).all(|i| pick(&one, &[1.0], i, 7).ids[0] as usize == order(i, 50, 7)));
+    }
+
     #[test]
     fn user_turns_train_from_the_first_message() {
         let (_dir, tok, template) = tokenizer(None);

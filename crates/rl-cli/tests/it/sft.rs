@@ -211,3 +211,86 @@ fn sft_stops_once_the_validation_loss_reaches_stop_below() {
     let bad = rl(&["sft", "@", "configs/reverse_text/sft.toml", "--val.stop-below", "0", "--dry-run"]);
     assert!(!bad.status.success() && stderr(&bad).contains("stop_below"), "{}", stderr(&bad));
 }
+
+/// `data.groups` with `data.balance`: every step logs each group's share, the re-weighing steps
+/// each group's held-out loss with the share the rule gives it, the shares decide where the
+/// examples come from, and a resume between re-weighings draws what the uninterrupted run drew.
+#[test]
+fn balanced_groups_follow_their_losses_and_resume_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let out = tmp.path().to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "sft",
+            "--output-dir",
+            out,
+            "--model.path",
+            base.to_str().unwrap(),
+            "--run.name",
+            "balanced",
+            "--max-steps",
+            "12",
+            "--batch-size",
+            "4",
+            "--seq-len",
+            "1024",
+            "--micro-batch-tokens",
+            "4096",
+            "--scheduler",
+            r#"{"type": "constant"}"#,
+            "--ckpt",
+            r#"{"interval": 4, "keep_last": 5}"#,
+            "--data",
+            r#"{"task": "alphabet-sort", "num_examples": 64,
+                "args": {"min_turns": 1, "max_turns": 1, "min_names": 2, "max_names": 3},
+                "groups": [{"sort_by": "first"}, {"sort_by": "last"}],
+                "balance": {"interval": 5, "num_examples": 4, "power": 100.0, "min_share": 0.05}}"#,
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let o = rl(&args(&[]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(crate::stdout(&o).contains("in 2 groups (sort_by=first: 32, sort_by=last: 32)"), "{}", crate::stdout(&o));
+    assert!(crate::stdout(&o).contains("data groups re-weighed: sort_by=first loss"), "{}", crate::stdout(&o));
+    let read = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(tmp.path().join("balanced/metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let rows = read();
+    assert_eq!(rows.len(), 12);
+    let (first, last) = ("group/sort_by=first", "group/sort_by=last");
+    for row in &rows {
+        let step = row["step"].as_u64().unwrap();
+        let shares = [row[format!("{first}/share")].as_f64().unwrap(), row[format!("{last}/share")].as_f64().unwrap()];
+        assert!((shares[0] + shares[1] - 1.0).abs() < 1e-9, "{row}");
+        let losses = [row[format!("{first}/val_loss")].as_f64(), row[format!("{last}/val_loss")].as_f64()];
+        if [1, 6, 11].contains(&step) {
+            let losses = [losses[0].unwrap(), losses[1].unwrap()];
+            let expected = rl_trainer::shares_from_losses(&losses, 100.0, 0.05);
+            assert!((shares[0] - expected[0]).abs() < 1e-9, "step {step}: {row}");
+            assert!(shares[0] != 0.5, "a power of 100 makes unequal losses' shares unequal: {row}");
+        } else {
+            assert!(losses == [None, None], "losses only on re-weighing steps: {row}");
+            let before = &rows[step as usize - 2];
+            assert_eq!(row[format!("{first}/share")], before[format!("{first}/share")], "step {step}");
+        }
+    }
+    // Resuming from step 8 (shares of step 6 in force) trains steps 9-12 again, the same way.
+    let o = rl(&args(&["--resume.step", "8"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = read();
+    assert_eq!(again.len(), 12);
+    for (a, b) in rows.iter().zip(&again) {
+        assert_eq!(a["loss"], b["loss"], "step {}", a["step"]);
+        assert_eq!(a[format!("{first}/share")], b[format!("{first}/share")], "step {}", a["step"]);
+    }
+    // Balancing needs groups; a share floor that leaves nothing to weigh is refused.
+    let bad = rl(&["sft", "--data", r#"{"task": "alphabet-sort", "balance": {}}"#, "--dry-run"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("data.groups"), "{}", stderr(&bad));
+}

@@ -1,0 +1,109 @@
+//! Groups of SFT data: which example fills each slot of a step (a group drawn by the groups'
+//! shares, then the group's own seeded order), and shares re-weighed by each group's held-out
+//! loss, so a skill the model lags on gets more of the data (`data.groups`, `data.balance`).
+
+use rl_model::SplitMix64;
+
+use crate::sft_rows::SftExample;
+
+/// One group of training examples and its held-out examples (empty without balancing).
+#[derive(Debug, Clone, Default)]
+pub struct SftGroup {
+    /// Its name in metrics (`group/<name>/share`).
+    pub name: String,
+    /// Training examples.
+    pub train: Vec<SftExample>,
+    /// Held-out examples whose loss sets the group's share.
+    pub val: Vec<SftExample>,
+}
+
+/// Shares in proportion to `loss^power`, mixed with the uniform so each is at least `min_share`
+/// (`min_share * n < 1`): `min_share + (1 - n min_share) loss^power / sum`. Losses that are not
+/// finite and positive count as the largest finite one (a group the model cannot yet do at all
+/// is one to train), and equal shares come back when none is.
+pub fn shares_from_losses(losses: &[f64], power: f64, min_share: f64) -> Vec<f64> {
+    let n = losses.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let largest = losses.iter().copied().filter(|l| l.is_finite() && *l > 0.0).fold(f64::NAN, f64::max);
+    if largest.is_nan() {
+        return vec![1.0 / n as f64; n];
+    }
+    // Relative to the largest, so large powers cannot overflow.
+    let weights: Vec<f64> =
+        losses.iter().map(|&l| if l.is_finite() && l > 0.0 { (l / largest).powf(power) } else { 1.0 }).collect();
+    let total: f64 = weights.iter().sum();
+    let free = 1.0 - min_share * n as f64;
+    weights.iter().map(|w| min_share + free * w / total).collect()
+}
+
+/// The group of the `i`-th example slot of the run: a seeded uniform draw against the shares'
+/// running sums (the last group takes what rounding leaves).
+pub(crate) fn draw_group(i: usize, seed: u64, shares: &[f64]) -> usize {
+    let mut rng = SplitMix64::new(seed ^ (i as u64).wrapping_mul(0xd1b5_4a32_d192_ed03) ^ 0x5851_f42d_4c95_7f2d);
+    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let mut sum = 0.0;
+    for (g, s) in shares.iter().enumerate() {
+        sum += s;
+        if u < sum {
+            return g;
+        }
+    }
+    shares.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn shares_sum_to_one_keep_the_floor_and_follow_the_losses(
+            losses in proptest::collection::vec(0.01f64..5.0, 2..6),
+            power in 0.5f64..4.0,
+            floor in 0.0f64..0.16,
+        ) {
+            let shares = shares_from_losses(&losses, power, floor);
+            prop_assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+            prop_assert!(shares.iter().all(|s| *s >= floor - 1e-12));
+            for a in 0..losses.len() {
+                for b in 0..losses.len() {
+                    if losses[a] > losses[b] * 1.001 {
+                        prop_assert!(shares[a] > shares[b], "{losses:?} -> {shares:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn equal_losses_share_equally_and_a_lagging_group_gets_more() {
+        assert_eq!(shares_from_losses(&[0.8, 0.8], 2.0, 0.1), vec![0.5, 0.5]);
+        let s = shares_from_losses(&[1.0, 0.5], 2.0, 0.1);
+        // Weights 1 and 0.25: 0.1 + 0.8 * 0.8 and 0.1 + 0.8 * 0.2.
+        assert!((s[0] - 0.74).abs() < 1e-12 && (s[1] - 0.26).abs() < 1e-12, "{s:?}");
+        // A group with no finite loss counts as the worst one.
+        assert_eq!(shares_from_losses(&[f64::NAN, 1.0], 2.0, 0.0), vec![0.5, 0.5]);
+        assert_eq!(shares_from_losses(&[f64::INFINITY, f64::NAN], 3.0, 0.2), vec![0.5, 0.5]);
+    }
+
+    #[test]
+    fn draws_follow_the_shares_and_repeat_for_a_seed() {
+        let shares = [0.7, 0.2, 0.1];
+        let n = 20_000;
+        let mut counts = [0usize; 3];
+        for i in 0..n {
+            counts[draw_group(i, 3, &shares)] += 1;
+        }
+        for (c, s) in counts.iter().zip(shares) {
+            assert!((*c as f64 / n as f64 - s).abs() < 0.015, "{counts:?}");
+        }
+        let again: Vec<usize> = (0..100).map(|i| draw_group(i, 3, &shares)).collect();
+        assert_eq!(again, (0..100).map(|i| draw_group(i, 3, &shares)).collect::<Vec<_>>());
+        assert_ne!(again, (0..100).map(|i| draw_group(i, 4, &shares)).collect::<Vec<_>>());
+        assert!((0..1000).all(|i| draw_group(i, 9, &[0.0, 1.0]) == 1));
+    }
+}
