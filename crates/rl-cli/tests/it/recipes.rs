@@ -91,17 +91,20 @@ fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
 
 #[test]
 fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
-    // scripts/alphabet-sort.sh gives the model a BPE trained on the task's text.
-    let rows = recipe(
-        "alphabet_sort",
-        None,
-        &["--tokenizer-task", "alphabet-sort"],
-        // The recipe generates 64,000 episodes for its 4000 steps; three steps need few.
-        &["--seq-len", "256", "--data.num-examples", "64"],
-        &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
-    );
-    check(&rows, "alphabet-sort");
-    assert!(rows[1].keyed.contains_key("refill/planned_reward"), "the recipe's refill round is on");
+    // scripts/alphabet-sort.sh: a BPE trained on the task's text; the 15-minute variant
+    // (`--bpe-pieces attached --variant fast`) with its SFT data in FIRST / LAST groups.
+    for (variant, pieces) in [(None, "isolated"), (Some("fast"), "attached")] {
+        let rows = recipe(
+            "alphabet_sort",
+            variant,
+            &["--tokenizer-task", "alphabet-sort", "--bpe-pieces", pieces],
+            // The recipe generates 40,000-64,000 episodes; three steps need few.
+            &["--seq-len", "512", "--data.num-examples", "64"],
+            &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
+        );
+        check(&rows, "alphabet-sort");
+        assert!(rows[1].keyed.contains_key("refill/planned_reward"), "the recipe's refill round is on");
+    }
 }
 
 #[test]
