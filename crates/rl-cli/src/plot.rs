@@ -1,5 +1,6 @@
 //! Pictures of a run's curves as SVG (plotters, no font or bitmap dependencies): reward and
-//! mismatch KL per step for RL runs, train and validation loss for SFT. Written atomically.
+//! mismatch KL per step for RL runs, train and validation loss for SFT (and with data groups each
+//! group's share and held-out loss). Written atomically.
 
 use std::path::{Path, PathBuf};
 
@@ -191,7 +192,13 @@ fn keyed_series(rows: &[MetricsRow], wanted: impl Fn(&str) -> bool) -> Vec<Serie
 /// `<run>/curves.svg` of an SFT run: train and validation loss.
 pub(crate) fn sft_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
     let rows: Vec<SftRow> = read_jsonl(&run.metrics())?;
-    let panels = [Panel {
+    write(&run.curves(), &format!("{}: SFT", run_name(run)), &sft_panels(&rows))
+}
+
+/// The SFT run's loss panel, and with groups of data (`data.groups`) a panel of each group's
+/// share of the examples and held-out loss.
+fn sft_panels(rows: &[SftRow]) -> Vec<Panel> {
+    let mut panels = vec![Panel {
         title: String::from("loss"),
         y_label: String::from("cross-entropy (nats/token)"),
         series: vec![
@@ -202,7 +209,28 @@ pub(crate) fn sft_curves(run: &RunDir) -> anyhow::Result<PathBuf> {
             },
         ],
     }];
-    write(&run.curves(), &format!("{}: SFT", run_name(run)), &panels)
+    let groups: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.groups.keys())
+        .filter_map(|k| k.strip_prefix("group/")?.strip_suffix("/share"))
+        .collect();
+    if !groups.is_empty() {
+        let series = |g: &str, key: String, label: &str| Series {
+            name: format!("{g} {label}"),
+            points: points(rows.iter().filter_map(|r| Some((r.step, *r.groups.get(&key)?))), |v| v),
+        };
+        panels.push(Panel {
+            title: String::from("data groups"),
+            y_label: String::from("share of examples; held-out loss"),
+            series: groups
+                .iter()
+                .flat_map(|g| {
+                    [series(g, rl_run::group_share_key(g), "share"), series(g, rl_run::group_val_loss_key(g), "loss")]
+                })
+                .collect(),
+        });
+    }
+    panels
 }
 
 fn run_name(run: &RunDir) -> &str {
@@ -241,6 +269,28 @@ mod tests {
         assert_eq!(lines.len(), 2 + 2, "one line per series plus one legend mark each: {lines:?}");
         assert!(lines.iter().any(|l| l.matches(',').count() == 5), "the reward line has its 5 points: {lines:?}");
         assert!(svg.contains(">\ntrain\n</text>") && svg.contains(">\nkl\n</text>"), "legend labels: {svg}");
+    }
+
+    #[test]
+    fn sft_runs_with_data_groups_draw_their_shares_and_losses() {
+        let row = |step: u64, groups: &[(&str, f64)]| SftRow {
+            step,
+            loss: 1.0,
+            groups: groups.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            ..SftRow::default()
+        };
+        assert_eq!(sft_panels(&[row(1, &[])]).len(), 1, "no groups, no group panel");
+        let rows = [
+            row(
+                1,
+                &[("group/a/share", 0.6), ("group/a/val_loss", 1.2), ("group/b/share", 0.4), ("group/b/val_loss", 0.9)],
+            ),
+            row(2, &[("group/a/share", 0.6), ("group/b/share", 0.4)]),
+        ];
+        let panels = sft_panels(&rows);
+        assert_eq!(panels.len(), 2);
+        let named: Vec<(&str, usize)> = panels[1].series.iter().map(|s| (s.name.as_str(), s.points.len())).collect();
+        assert_eq!(named, [("a share", 2), ("a loss", 1), ("b share", 2), ("b loss", 1)]);
     }
 
     #[test]
