@@ -221,12 +221,17 @@ fn sft_panels(rows: &[SftRow]) -> Vec<Panel> {
         };
         panels.push(Panel {
             title: String::from("data groups"),
-            y_label: String::from("share of examples; held-out loss"),
+            y_label: String::from("share of examples; held-out loss; greedy exact"),
             series: groups
                 .iter()
                 .flat_map(|g| {
-                    [series(g, rl_run::group_share_key(g), "share"), series(g, rl_run::group_val_loss_key(g), "loss")]
+                    [
+                        series(g, rl_run::group_share_key(g), "share"),
+                        series(g, rl_run::group_val_loss_key(g), "loss"),
+                        series(g, rl_run::group_exact_key(g), "exact"),
+                    ]
                 })
+                .filter(|s| !s.points.is_empty())
                 .collect(),
         });
     }
@@ -283,14 +288,21 @@ mod tests {
         let rows = [
             row(
                 1,
-                &[("group/a/share", 0.6), ("group/a/val_loss", 1.2), ("group/b/share", 0.4), ("group/b/val_loss", 0.9)],
+                &[
+                    ("group/a/share", 0.6),
+                    ("group/a/val_loss", 1.2),
+                    ("group/a/exact", 0.25),
+                    ("group/b/share", 0.4),
+                    ("group/b/val_loss", 0.9),
+                ],
             ),
             row(2, &[("group/a/share", 0.6), ("group/b/share", 0.4)]),
         ];
         let panels = sft_panels(&rows);
         assert_eq!(panels.len(), 2);
         let named: Vec<(&str, usize)> = panels[1].series.iter().map(|s| (s.name.as_str(), s.points.len())).collect();
-        assert_eq!(named, [("a share", 2), ("a loss", 1), ("b share", 2), ("b loss", 1)]);
+        // A measure no row has (b's exact rate) draws no empty line.
+        assert_eq!(named, [("a share", 2), ("a loss", 1), ("a exact", 1), ("b share", 2), ("b loss", 1)]);
     }
 
     #[test]

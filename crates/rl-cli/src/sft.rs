@@ -127,7 +127,10 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
             let groups: Vec<String> = r
                 .reweighed
                 .iter()
-                .map(|(name, loss, share)| format!("{name} loss {loss:.4} share {share:.2}"))
+                .map(|w| {
+                    let exact = w.exact.map(|e| format!(" exact {e:.3}")).unwrap_or_default();
+                    format!("{} loss {:.4}{exact} share {:.2}", w.name, w.val_loss, w.share)
+                })
                 .collect();
             let _ = writeln!(out, "  data groups re-weighed: {}", groups.join(" | "));
         }

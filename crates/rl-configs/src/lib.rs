@@ -49,7 +49,7 @@ pub use lora::{LORA_MODULES, LoraConfig};
 pub use orchestrator::{ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig};
 pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};
 pub use rng::SplitMix64;
-pub use sft::{LossMaskConfig, SftBalanceConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
+pub use sft::{BalanceSignal, LossMaskConfig, SftBalanceConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
     CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, ModelConfig, RESERVED_REQUEST_FIELDS,
     ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, secret_from_env,

@@ -153,9 +153,10 @@ impl Default for SftDataConfig {
     }
 }
 
-/// Re-weighing of the data's groups: every `interval` steps each group's loss on its own
-/// `num_examples` held-out examples sets its share of the next steps' examples, in proportion to
-/// `loss^power`, with at least `min_share` for each, so the skill the model is behind on gets
+/// Re-weighing of the data's groups: every `interval` steps each group's lag on its own
+/// `num_examples` held-out examples (its loss, or the share of its replies the model misses when
+/// decoding greedily: `signal`) sets its share of the next steps' examples, in proportion to
+/// `lag^power`, with at least `min_share` for each, so the skill the model is behind on gets
 /// more of the data while the others keep theirs in practice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -168,12 +169,28 @@ pub struct SftBalanceConfig {
     pub power: f64,
     /// Every group's least share, below `1 / groups`.
     pub min_share: f64,
+    /// What measures a group's lag.
+    pub signal: BalanceSignal,
 }
 
 impl Default for SftBalanceConfig {
     fn default() -> Self {
-        SftBalanceConfig { interval: 50, num_examples: 32, power: 2.0, min_share: 0.1 }
+        SftBalanceConfig { interval: 50, num_examples: 32, power: 2.0, min_share: 0.1, signal: BalanceSignal::Loss }
     }
+}
+
+/// How a data group's lag is measured on its held-out examples (`data.balance.signal`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum BalanceSignal {
+    /// Mean loss per trained token.
+    #[default]
+    Loss,
+    /// The share of trained replies the model does not reproduce token for token when it decodes
+    /// greedily after the reply's gold context (Laplace-smoothed: `(misses + 1) / (replies + 2)`).
+    /// Most of a reply's tokens can be right while the skill that decides it is not, which the
+    /// loss hides and an exact match does not; costs a greedy decode of each held-out reply.
+    Exact,
 }
 
 impl SftBalanceConfig {

@@ -31,7 +31,9 @@ pub use files::{
     FileError, Retained, append_jsonl, persist, read_jsonl, repair_jsonl, retain_jsonl, temp_path, write_atomic,
     write_json_atomic,
 };
-pub use metrics::{MetricsRow, RolloutMetrics, SftRow, TrainerRow, group_share_key, group_val_loss_key};
+pub use metrics::{
+    MetricsRow, RolloutMetrics, SftRow, TrainerRow, group_exact_key, group_share_key, group_val_loss_key,
+};
 
 /// How often a process waiting for another's file (a batch, a broadcast) looks again. An
 /// on-policy step waits for both in turn, so half of this is added to every step twice; a

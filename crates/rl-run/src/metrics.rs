@@ -158,7 +158,8 @@ pub struct SftRow {
     pub val_loss: Option<f64>,
     /// With groups of data (`data.groups`): each group's share of the step's examples
     /// (`group/<name>/share`, every step) and, on the steps that re-weighed them, its held-out
-    /// loss (`group/<name>/val_loss`); see [`group_share_key`].
+    /// loss (`group/<name>/val_loss`) and, balanced by greedy exact match, the share of its
+    /// held-out replies decoded exactly (`group/<name>/exact`); see [`group_share_key`].
     #[serde(flatten)]
     pub groups: BTreeMap<String, f64>,
 }
@@ -171,6 +172,11 @@ pub fn group_share_key(group: &str) -> String {
 /// The key of a data group's held-out loss in an [`SftRow`].
 pub fn group_val_loss_key(group: &str) -> String {
     format!("group/{group}/val_loss")
+}
+
+/// The key of a data group's greedy exact-match rate on its held-out replies in an [`SftRow`].
+pub fn group_exact_key(group: &str) -> String {
+    format!("group/{group}/exact")
 }
 
 #[cfg(test)]

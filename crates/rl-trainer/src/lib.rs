@@ -8,6 +8,7 @@
 mod batch;
 mod checkpoint;
 mod error;
+mod greedy_exact;
 mod loss;
 mod optim;
 mod sft;
@@ -23,8 +24,8 @@ pub use loss::{LossStats, StepCounts, TokenLogprobs, micro_loss, row_layout, ste
 pub use optim::{Optimizer, clip_factor, global_norm, lr_at};
 pub use rl_model::Pass;
 pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
-pub use sft::{SftEnd, SftReport, SftTrainer, tokenize};
-pub use sft_groups::{SftGroup, shares_from_losses};
+pub use sft::{GroupWeighing, SftEnd, SftReport, SftTrainer, tokenize};
+pub use sft_groups::{SftGroup, shares_from_lags};
 pub use sft_rows::{Fit, SftExample, fit, pack, shared_prompt};
 pub use train::{RlTrainer, StepId, StepReport, device, step_gradients};
 pub use weights::Trained;

@@ -7,17 +7,18 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use candle_core::Device;
-use rl_configs::{LossConfig, LossMaskConfig, SftConfig, SftDataConfig, SftValConfig};
+use rl_configs::{BalanceSignal, LossConfig, LossMaskConfig, SftConfig, SftDataConfig, SftValConfig};
 use rl_model::{CausalLm, ChatTemplate, ModelConfig, Pass, TemplateMessage, Tok, Trainable, read_config};
 use rl_run::RunDir;
-use rl_run::{SftRow, append_jsonl, group_share_key, group_val_loss_key, retain_jsonl};
+use rl_run::{SftRow, append_jsonl, group_exact_key, group_share_key, group_val_loss_key, retain_jsonl};
 
 use crate::MicroBatch;
 use crate::checkpoint::{find_checkpoint, write_checkpoint};
 use crate::error::{Error, Result};
+use crate::greedy_exact::{ExactCount, greedy_exact};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::sft_groups::{SftGroup, draw_group, shares_from_losses};
+use crate::sft_groups::{SftGroup, pick, shares_from_lags};
 use crate::sft_rows::{SftExample, pack};
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
@@ -190,9 +191,22 @@ pub struct SftReport {
     pub lr: f64,
     /// Tokens processed per second.
     pub tokens_per_s: f64,
-    /// With balanced groups, on the steps that re-weighed them: each group's name, held-out loss
-    /// and new share.
-    pub reweighed: Vec<(String, f64, f64)>,
+    /// With balanced groups, on the steps that re-weighed them: each group's measures and new
+    /// share.
+    pub reweighed: Vec<GroupWeighing>,
+}
+
+/// One data group's re-weighing (`data.balance`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupWeighing {
+    /// The group's name.
+    pub name: String,
+    /// Loss per trained token on its held-out examples.
+    pub val_loss: f64,
+    /// With `signal = "exact"`: the share of its held-out replies decoded greedily token for token.
+    pub exact: Option<f64>,
+    /// Its share of the examples from this step on.
+    pub share: f64,
 }
 
 /// Supervised fine-tuning over tokenized examples.
@@ -283,9 +297,25 @@ impl SftTrainer {
                 && (self.step - 1).is_multiple_of(b.interval)
             {
                 let losses = group_val_rows.iter().map(|rows| self.eval_loss(rows)).collect::<Result<Vec<f64>>>()?;
-                shares = shares_from_losses(&losses, b.power, b.min_share);
-                reweighed =
-                    train.iter().zip(&losses).zip(&shares).map(|((g, l), s)| (g.name.clone(), *l, *s)).collect();
+                let exact = match b.signal {
+                    BalanceSignal::Loss => None,
+                    BalanceSignal::Exact => Some(self.greedy_exact(train)?),
+                };
+                let lags = match &exact {
+                    None => losses.clone(),
+                    Some(counts) => counts.iter().map(ExactCount::lag).collect(),
+                };
+                shares = shares_from_lags(&lags, b.power, b.min_share);
+                reweighed = train
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| GroupWeighing {
+                        name: g.name.clone(),
+                        val_loss: losses[i],
+                        exact: exact.as_ref().map(|c| c[i].rate()),
+                        share: shares[i],
+                    })
+                    .collect();
             }
             let first = (self.step as usize - 1) * bs;
             let batch: Vec<SftExample> =
@@ -318,8 +348,11 @@ impl SftTrainer {
                 for (g, s) in train.iter().zip(&shares) {
                     group_metrics.insert(group_share_key(&g.name), *s);
                 }
-                for (name, l, _) in &reweighed {
-                    group_metrics.insert(group_val_loss_key(name), *l);
+                for w in &reweighed {
+                    group_metrics.insert(group_val_loss_key(&w.name), w.val_loss);
+                    if let Some(e) = w.exact {
+                        group_metrics.insert(group_exact_key(&w.name), e);
+                    }
                 }
             }
             let report = SftReport {
@@ -365,6 +398,20 @@ impl SftTrainer {
             self.step += 1;
         }
         Ok(SftEnd::Finished)
+    }
+
+    /// Each group's held-out replies decoded greedily (the adapters merged first, with LoRA).
+    fn greedy_exact(&self, train: &[SftGroup]) -> Result<Vec<ExactCount>> {
+        let merged;
+        let model = if self.model.has_adapters() {
+            let tensors: std::collections::HashMap<String, candle_core::Tensor> =
+                self.vars.merged(&self.model_cfg)?.into_iter().collect();
+            merged = Trainable::from_tensors(&self.model_cfg, &tensors)?.model(&self.model_cfg, self.model.device())?;
+            &merged
+        } else {
+            &self.model
+        };
+        train.iter().map(|g| greedy_exact(model, &g.val)).collect()
     }
 
     /// The groups' shares in force: equal at the start; on resume, those of the last step kept in
@@ -436,29 +483,6 @@ pub enum SftEnd {
 
 fn stop_flag(stop: &AtomicBool) -> bool {
     stop.load(std::sync::atomic::Ordering::SeqCst)
-}
-
-/// The example of the run's `i`-th slot. One group: its seeded order. Several: a group drawn by
-/// the shares, then the slot's place in that group's own order (a permutation of the group per
-/// `len` slots, so no example repeats within a group's epoch).
-fn pick<'a>(groups: &'a [SftGroup], shares: &[f64], i: usize, seed: u64) -> &'a SftExample {
-    if let [only] = groups {
-        return &only.train[order(i, only.train.len(), seed)];
-    }
-    let g = draw_group(i, seed, shares);
-    let group = &groups[g].train;
-    &group[order(i, group.len(), seed.wrapping_add(g as u64 + 1))]
-}
-
-/// Index of the `i`-th example drawn: a seeded permutation per epoch.
-fn order(i: usize, n: usize, seed: u64) -> usize {
-    let epoch = (i / n) as u64;
-    let mut perm: Vec<usize> = (0..n).collect();
-    let mut rng = rl_model::SplitMix64::new(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f);
-    for k in (1..n).rev() {
-        perm.swap(k, (rng.next_u64() % (k as u64 + 1)) as usize);
-    }
-    perm[i % n]
 }
 
 #[cfg(test)]
@@ -558,24 +582,6 @@ mod tests {
 
     /// Training user turns works from the first message on (a template cannot render the empty
     /// conversation before it): the first message from its content, later ones with their header.
-    #[test]
-    fn slots_come_from_the_drawn_group_without_repeats_in_its_epoch() {
-        let group = |name: &str, first_id: u32, n: u32| SftGroup {
-            name: name.to_owned(),
-            train: (first_id..first_id + n).map(|id| SftExample { ids: vec![id], mask: vec![true] }).collect(),
-            val: Vec::new(),
-        };
-        let groups = [group("a", 0, 50), group("b", 1000, 50)];
-        assert!((0..200).all(|i| pick(&groups, &[0.0, 1.0], i, 7).ids[0] >= 1000), "a share of 1 takes every slot");
-        let mut seen = std::collections::BTreeSet::new();
-        let from_a: Vec<u32> =
-            (0..50).map(|i| pick(&groups, &[0.5, 0.5], i, 7).ids[0]).filter(|id| *id < 1000).collect();
-        assert!(from_a.len() > 10 && from_a.iter().all(|id| seen.insert(*id)), "{from_a:?}");
-        // One group is the plain seeded order, as before groups existed.
-        let one = [group("all", 0, 50)];
-        assert!((0..120).all(|i| pick(&one, &[1.0], i, 7).ids[0] as usize == order(i, 50, 7)));
-    }
-
     #[test]
     fn user_turns_train_from_the_first_message() {
         let (_dir, tok, template) = tokenizer(None);

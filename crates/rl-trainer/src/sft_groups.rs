@@ -17,22 +17,23 @@ pub struct SftGroup {
     pub val: Vec<SftExample>,
 }
 
-/// Shares in proportion to `loss^power`, mixed with the uniform so each is at least `min_share`
-/// (`min_share * n < 1`): `min_share + (1 - n min_share) loss^power / sum`. Losses that are not
-/// finite and positive count as the largest finite one (a group the model cannot yet do at all
-/// is one to train), and equal shares come back when none is.
-pub fn shares_from_losses(losses: &[f64], power: f64, min_share: f64) -> Vec<f64> {
-    let n = losses.len();
+/// Shares in proportion to `lag^power` (a group's held-out loss, or the share of its replies
+/// missed), mixed with the uniform so each is at least `min_share` (`min_share * n < 1`):
+/// `min_share + (1 - n min_share) lag^power / sum`. Lags that are not finite and positive count
+/// as the largest finite one (a group the model cannot yet do at all is one to train), and equal
+/// shares come back when none is.
+pub fn shares_from_lags(lags: &[f64], power: f64, min_share: f64) -> Vec<f64> {
+    let n = lags.len();
     if n == 0 {
         return Vec::new();
     }
-    let largest = losses.iter().copied().filter(|l| l.is_finite() && *l > 0.0).fold(f64::NAN, f64::max);
+    let largest = lags.iter().copied().filter(|l| l.is_finite() && *l > 0.0).fold(f64::NAN, f64::max);
     if largest.is_nan() {
         return vec![1.0 / n as f64; n];
     }
     // Relative to the largest, so large powers cannot overflow.
     let weights: Vec<f64> =
-        losses.iter().map(|&l| if l.is_finite() && l > 0.0 { (l / largest).powf(power) } else { 1.0 }).collect();
+        lags.iter().map(|&l| if l.is_finite() && l > 0.0 { (l / largest).powf(power) } else { 1.0 }).collect();
     let total: f64 = weights.iter().sum();
     let free = 1.0 - min_share * n as f64;
     weights.iter().map(|w| min_share + free * w / total).collect()
@@ -53,6 +54,29 @@ pub(crate) fn draw_group(i: usize, seed: u64, shares: &[f64]) -> usize {
     shares.len() - 1
 }
 
+/// The example of the run's `i`-th slot. One group: its seeded order. Several: a group drawn by
+/// the shares, then the slot's place in that group's own order (a permutation of the group per
+/// `len` slots, so no example repeats within a group's epoch).
+pub(crate) fn pick<'a>(groups: &'a [SftGroup], shares: &[f64], i: usize, seed: u64) -> &'a SftExample {
+    if let [only] = groups {
+        return &only.train[order(i, only.train.len(), seed)];
+    }
+    let g = draw_group(i, seed, shares);
+    let group = &groups[g].train;
+    &group[order(i, group.len(), seed.wrapping_add(g as u64 + 1))]
+}
+
+/// Index of the `i`-th example drawn: a seeded permutation per epoch.
+fn order(i: usize, n: usize, seed: u64) -> usize {
+    let epoch = (i / n) as u64;
+    let mut perm: Vec<usize> = (0..n).collect();
+    let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f);
+    for k in (1..n).rev() {
+        perm.swap(k, (rng.next_u64() % (k as u64 + 1)) as usize);
+    }
+    perm[i % n]
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -66,7 +90,7 @@ mod tests {
             power in 0.5f64..4.0,
             floor in 0.0f64..0.16,
         ) {
-            let shares = shares_from_losses(&losses, power, floor);
+            let shares = shares_from_lags(&losses, power, floor);
             prop_assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
             prop_assert!(shares.iter().all(|s| *s >= floor - 1e-12));
             for a in 0..losses.len() {
@@ -81,13 +105,13 @@ mod tests {
 
     #[test]
     fn equal_losses_share_equally_and_a_lagging_group_gets_more() {
-        assert_eq!(shares_from_losses(&[0.8, 0.8], 2.0, 0.1), vec![0.5, 0.5]);
-        let s = shares_from_losses(&[1.0, 0.5], 2.0, 0.1);
+        assert_eq!(shares_from_lags(&[0.8, 0.8], 2.0, 0.1), vec![0.5, 0.5]);
+        let s = shares_from_lags(&[1.0, 0.5], 2.0, 0.1);
         // Weights 1 and 0.25: 0.1 + 0.8 * 0.8 and 0.1 + 0.8 * 0.2.
         assert!((s[0] - 0.74).abs() < 1e-12 && (s[1] - 0.26).abs() < 1e-12, "{s:?}");
         // A group with no finite loss counts as the worst one.
-        assert_eq!(shares_from_losses(&[f64::NAN, 1.0], 2.0, 0.0), vec![0.5, 0.5]);
-        assert_eq!(shares_from_losses(&[f64::INFINITY, f64::NAN], 3.0, 0.2), vec![0.5, 0.5]);
+        assert_eq!(shares_from_lags(&[f64::NAN, 1.0], 2.0, 0.0), vec![0.5, 0.5]);
+        assert_eq!(shares_from_lags(&[f64::INFINITY, f64::NAN], 3.0, 0.2), vec![0.5, 0.5]);
     }
 
     #[test]
@@ -105,5 +129,23 @@ mod tests {
         assert_eq!(again, (0..100).map(|i| draw_group(i, 3, &shares)).collect::<Vec<_>>());
         assert_ne!(again, (0..100).map(|i| draw_group(i, 4, &shares)).collect::<Vec<_>>());
         assert!((0..1000).all(|i| draw_group(i, 9, &[0.0, 1.0]) == 1));
+    }
+
+    #[test]
+    fn slots_come_from_the_drawn_group_without_repeats_in_its_epoch() {
+        let group = |name: &str, first_id: u32, n: u32| SftGroup {
+            name: name.to_owned(),
+            train: (first_id..first_id + n).map(|id| SftExample { ids: vec![id], mask: vec![true] }).collect(),
+            val: Vec::new(),
+        };
+        let groups = [group("a", 0, 50), group("b", 1000, 50)];
+        assert!((0..200).all(|i| pick(&groups, &[0.0, 1.0], i, 7).ids[0] >= 1000), "a share of 1 takes every slot");
+        let mut seen = std::collections::BTreeSet::new();
+        let from_a: Vec<u32> =
+            (0..50).map(|i| pick(&groups, &[0.5, 0.5], i, 7).ids[0]).filter(|id| *id < 1000).collect();
+        assert!(from_a.len() > 10 && from_a.iter().all(|id| seen.insert(*id)), "{from_a:?}");
+        // One group is the plain seeded order, as before groups existed.
+        let one = [group("all", 0, 50)];
+        assert!((0..120).all(|i| pick(&one, &[1.0], i, 7).ids[0] as usize == order(i, 50, 7)));
     }
 }

@@ -272,7 +272,7 @@ fn balanced_groups_follow_their_losses_and_resume_exactly() {
         let losses = [row[format!("{first}/val_loss")].as_f64(), row[format!("{last}/val_loss")].as_f64()];
         if [1, 6, 11].contains(&step) {
             let losses = [losses[0].unwrap(), losses[1].unwrap()];
-            let expected = rl_trainer::shares_from_losses(&losses, 100.0, 0.05);
+            let expected = rl_trainer::shares_from_lags(&losses, 100.0, 0.05);
             assert!((shares[0] - expected[0]).abs() < 1e-9, "step {step}: {row}");
             assert!(shares[0] != 0.5, "a power of 100 makes unequal losses' shares unequal: {row}");
         } else {
@@ -293,4 +293,69 @@ fn balanced_groups_follow_their_losses_and_resume_exactly() {
     // Balancing needs groups; a share floor that leaves nothing to weigh is refused.
     let bad = rl(&["sft", "--data", r#"{"task": "alphabet-sort", "balance": {}}"#, "--dry-run"]);
     assert!(!bad.status.success() && stderr(&bad).contains("data.groups"), "{}", stderr(&bad));
+}
+
+#[test]
+fn balance_by_greedy_exact_match_reports_each_groups_rate_and_follows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let o = rl(&[
+        "sft",
+        "--output-dir",
+        tmp.path().to_str().unwrap(),
+        "--model.path",
+        base.to_str().unwrap(),
+        "--run.name",
+        "exact",
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "1024",
+        "--data",
+        r#"{"task": "alphabet-sort", "num_examples": 32,
+            "args": {"min_turns": 1, "max_turns": 1, "min_names": 2, "max_names": 2},
+            "groups": [{"sort_by": "first"}, {"sort_by": "last"}],
+            "balance": {"signal": "exact", "interval": 3, "num_examples": 5, "power": 2.0, "min_share": 0.1}}"#,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(crate::stdout(&o).contains("sort_by=first loss"), "{}", crate::stdout(&o));
+    assert!(crate::stdout(&o).contains(" exact "), "{}", crate::stdout(&o));
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(tmp.path().join("exact/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 6);
+    let keys = ["group/sort_by=first", "group/sort_by=last"];
+    for row in &rows {
+        let exact: Vec<Option<f64>> = keys.iter().map(|k| row[format!("{k}/exact")].as_f64()).collect();
+        if [1, 4].contains(&row["step"].as_u64().unwrap()) {
+            // Five one-turn episodes a group: five replies, lag (misses + 1) / 7.
+            let lags: Vec<f64> = exact
+                .iter()
+                .map(|e| {
+                    let hits = e.unwrap() * 5.0;
+                    assert!((hits - hits.round()).abs() < 1e-9 && (0.0..=5.0).contains(&hits), "{row}");
+                    (5.0 - hits + 1.0) / 7.0
+                })
+                .collect();
+            let expected = rl_trainer::shares_from_lags(&lags, 2.0, 0.1);
+            for (k, e) in keys.iter().zip(expected) {
+                assert!((row[format!("{k}/share")].as_f64().unwrap() - e).abs() < 1e-9, "{row}");
+            }
+            assert!(row[format!("{}/val_loss", keys[0])].as_f64().is_some(), "{row}");
+        } else {
+            assert_eq!(exact, [None, None], "rates only on re-weighing steps: {row}");
+        }
+    }
+    let bad = rl(&[
+        "sft",
+        "--data",
+        r#"{"task": "alphabet-sort", "groups": [{}, {}], "balance": {"signal": "reward"}}"#,
+        "--dry-run",
+    ]);
+    assert!(!bad.status.success() && stderr(&bad).contains("expected `loss` or `exact`"), "{}", stderr(&bad));
 }
