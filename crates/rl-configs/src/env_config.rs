@@ -70,7 +70,7 @@ impl TrainEnvConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvalConfig {
-    /// Evaluate every this many steps.
+    /// Evaluate every this many steps, and after the last step.
     pub interval: u64,
     /// Also evaluate before the first step.
     pub eval_on_start: bool,

@@ -476,7 +476,13 @@ impl Orchestrator {
 
     async fn evaluate_if_due(&mut self, step: u64) -> Result<Map<String, Value>> {
         match &self.cfg.eval {
-            Some(eval) if step.is_multiple_of(eval.interval) && !self.eval_envs.is_empty() => self.evaluate(step).await,
+            // The final policy is evaluated whether or not the last step falls on the interval.
+            Some(eval)
+                if (step.is_multiple_of(eval.interval) || self.cfg.max_steps == Some(step))
+                    && !self.eval_envs.is_empty() =>
+            {
+                self.evaluate(step).await
+            }
             _ => Ok(Map::new()),
         }
     }

@@ -268,8 +268,8 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     let args = serde_json::json!({"num_examples": 20, "test_examples": 5});
     let train = env_server("reverse-text", args.clone()).await;
     let eval_address = env_server("reverse-text", args).await;
-    let trainer = fake_trainer(tmp.path(), 1..=2, Duration::ZERO);
-    let mut cfg = config(tmp.path(), &model, train, 2);
+    let trainer = fake_trainer(tmp.path(), 1..=3, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, train, 3);
     let mut eval_env = EvalEnvConfig {
         id: String::from("reverse-text"),
         name: None,
@@ -294,6 +294,8 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     let summaries = run(&cfg).await;
     trainer.await.unwrap();
     assert!(row(&summaries[0]).get("eval/reverse-text/avg@4").is_none(), "interval 2: no eval at step 1");
+    // The last step evaluates the final policy, on the interval or not.
+    assert!(row(&summaries[2]).get("eval/reverse-text/avg@4").is_some(), "no eval at the last step (3)");
     let m = &row(&summaries[1]);
     // Seeds 1..: sample i of a group uses seed 1 + i, so half the samples answer in tags (reward 1).
     assert_eq!(m["eval/reverse-text/examples"], 3);
