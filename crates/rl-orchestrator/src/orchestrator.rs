@@ -475,14 +475,10 @@ impl Orchestrator {
     }
 
     async fn evaluate_if_due(&mut self, step: u64) -> Result<Map<String, Value>> {
+        // The final policy is evaluated whether or not the last step falls on the interval.
+        let due = |e: &rl_configs::EvalConfig| step.is_multiple_of(e.interval) || self.cfg.max_steps == Some(step);
         match &self.cfg.eval {
-            // The final policy is evaluated whether or not the last step falls on the interval.
-            Some(eval)
-                if (step.is_multiple_of(eval.interval) || self.cfg.max_steps == Some(step))
-                    && !self.eval_envs.is_empty() =>
-            {
-                self.evaluate(step).await
-            }
+            Some(eval) if due(eval) && !self.eval_envs.is_empty() => self.evaluate(step).await,
             _ => Ok(Map::new()),
         }
     }
