@@ -137,9 +137,9 @@ mod tests {
         let longest = |alo: usize, ahi: usize, blo: usize, bhi: usize| {
             let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0usize);
             let mut j2len: HashMap<usize, usize> = HashMap::new();
-            for i in alo..ahi {
+            for (i, c) in a.iter().enumerate().take(ahi).skip(alo) {
                 let mut new_j2len = HashMap::new();
-                for &j in b2j.get(&a[i]).map(Vec::as_slice).unwrap_or_default() {
+                for &j in b2j.get(c).map(Vec::as_slice).unwrap_or_default() {
                     if j < blo {
                         continue;
                     }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::greedy_exact::{ExactCount, greedy_exact};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::sft_groups::{SftGroup, pick, shares_from_lags};
+use crate::sft_groups::{Picker, SftGroup, shares_from_lags};
 use crate::sft_rows::{SftExample, pack};
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
@@ -290,6 +290,7 @@ impl SftTrainer {
         let group_val_rows: Vec<Vec<MicroBatch>> = train.iter().map(|g| pack(&g.val, seq_len)).collect();
         let mut shares = self.resumed_shares(&run, train)?;
         let bs = self.cfg.batch_size as usize;
+        let mut picker = Picker::new(train, self.cfg.seed);
         while self.step <= self.cfg.max_steps {
             let start = Instant::now();
             let mut reweighed = Vec::new();
@@ -318,8 +319,7 @@ impl SftTrainer {
                     .collect();
             }
             let first = (self.step as usize - 1) * bs;
-            let batch: Vec<SftExample> =
-                (first..first + bs).map(|i| pick(train, &shares, i, self.cfg.seed).clone()).collect();
+            let batch: Vec<SftExample> = (first..first + bs).map(|i| picker.pick(&shares, i).clone()).collect();
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
             let (grads, stats) = step_gradients(

@@ -54,27 +54,52 @@ pub(crate) fn draw_group(i: usize, seed: u64, shares: &[f64]) -> usize {
     shares.len() - 1
 }
 
-/// The example of the run's `i`-th slot. One group: its seeded order. Several: a group drawn by
-/// the shares, then the slot's place in that group's own order (a permutation of the group per
-/// `len` slots, so no example repeats within a group's epoch).
-pub(crate) fn pick<'a>(groups: &'a [SftGroup], shares: &[f64], i: usize, seed: u64) -> &'a SftExample {
-    if let [only] = groups {
-        return &only.train[order(i, only.train.len(), seed)];
-    }
-    let g = draw_group(i, seed, shares);
-    let group = &groups[g].train;
-    &group[order(i, group.len(), seed.wrapping_add(g as u64 + 1))]
+/// Fills a run's example slots. One group: its seeded order. Several: a group drawn by the
+/// shares, then the slot's place in that group's own order (a permutation of the group per `len`
+/// slots, so no example repeats within a group's epoch). Each group's permutation is built once
+/// per epoch, not once per slot (a shuffle of the whole group per example made a step's picks
+/// grow with the dataset).
+#[derive(Debug)]
+pub(crate) struct Picker<'a> {
+    groups: &'a [SftGroup],
+    seed: u64,
+    /// Per group: the epoch whose permutation is kept, and that permutation.
+    orders: Vec<Option<(u64, Vec<usize>)>>,
 }
 
-/// Index of the `i`-th example drawn: a seeded permutation per epoch.
-fn order(i: usize, n: usize, seed: u64) -> usize {
-    let epoch = (i / n) as u64;
+impl<'a> Picker<'a> {
+    pub(crate) fn new(groups: &'a [SftGroup], seed: u64) -> Self {
+        Picker { groups, seed, orders: vec![None; groups.len()] }
+    }
+
+    /// The example of the run's `i`-th slot.
+    pub(crate) fn pick(&mut self, shares: &[f64], i: usize) -> &'a SftExample {
+        let (g, seed) = match self.groups {
+            [_] => (0, self.seed),
+            _ => {
+                let g = draw_group(i, self.seed, shares);
+                (g, self.seed.wrapping_add(g as u64 + 1))
+            }
+        };
+        let group = &self.groups[g].train;
+        let epoch = (i / group.len()) as u64;
+        let kept = &mut self.orders[g];
+        if kept.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            *kept = Some((epoch, permutation(epoch, group.len(), seed)));
+        }
+        let perm = &kept.as_ref().expect("just set").1;
+        &group[perm[i % group.len()]]
+    }
+}
+
+/// The seeded permutation of `0..n` for `epoch`.
+fn permutation(epoch: u64, n: usize, seed: u64) -> Vec<usize> {
     let mut perm: Vec<usize> = (0..n).collect();
     let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xa076_1d64_78bd_642f);
     for k in (1..n).rev() {
         perm.swap(k, (rng.next_u64() % (k as u64 + 1)) as usize);
     }
-    perm[i % n]
+    perm
 }
 
 #[cfg(test)]
@@ -139,13 +164,28 @@ mod tests {
             val: Vec::new(),
         };
         let groups = [group("a", 0, 50), group("b", 1000, 50)];
-        assert!((0..200).all(|i| pick(&groups, &[0.0, 1.0], i, 7).ids[0] >= 1000), "a share of 1 takes every slot");
+        let mut picker = Picker::new(&groups, 7);
+        assert!((0..200).all(|i| picker.pick(&[0.0, 1.0], i).ids[0] >= 1000), "a share of 1 takes every slot");
         let mut seen = std::collections::BTreeSet::new();
-        let from_a: Vec<u32> =
-            (0..50).map(|i| pick(&groups, &[0.5, 0.5], i, 7).ids[0]).filter(|id| *id < 1000).collect();
+        let mut picker = Picker::new(&groups, 7);
+        let from_a: Vec<u32> = (0..50).map(|i| picker.pick(&[0.5, 0.5], i).ids[0]).filter(|id| *id < 1000).collect();
         assert!(from_a.len() > 10 && from_a.iter().all(|id| seen.insert(*id)), "{from_a:?}");
-        // One group is the plain seeded order, as before groups existed.
+        // One group is the plain seeded order, as before groups existed: each epoch a permutation
+        // (the same one at every slot of the epoch, however the slots are visited).
         let one = [group("all", 0, 50)];
-        assert!((0..120).all(|i| pick(&one, &[1.0], i, 7).ids[0] as usize == order(i, 50, 7)));
+        let mut picker = Picker::new(&one, 7);
+        let slots: Vec<u32> = (0..120).map(|i| picker.pick(&[1.0], i).ids[0]).collect();
+        for (i, id) in slots.iter().enumerate() {
+            assert_eq!(*id as usize, permutation((i / 50) as u64, 50, 7)[i % 50]);
+        }
+        assert_ne!(slots[..50], slots[50..100], "each epoch has its own order");
+        let mut sorted = slots[..50].to_vec();
+        sorted.sort_unstable();
+        assert!(sorted.iter().enumerate().all(|(k, id)| *id as usize == k), "an epoch visits every example once");
+        let mut back = Picker::new(&one, 7);
+        assert!(
+            (0..120).rev().all(|i| back.pick(&[1.0], i).ids[0] == slots[i]),
+            "the order does not depend on the visits"
+        );
     }
 }
