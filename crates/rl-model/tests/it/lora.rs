@@ -18,12 +18,20 @@ fn lora(modules: &[&str]) -> Lora {
     Lora::from_config(&c)
 }
 
-/// Adapters with B as well as A random (a trained adapter), so they change the function.
+/// Adapters with B as well as A random (a trained adapter), so they change the function; B from
+/// `seed` too (uniform with std `0.05 + 0.001 i`), so every run tests the same adapters.
 fn random_adapters(cfg: &rl_model::ModelConfig, l: &Lora, seed: u64) -> std::collections::HashMap<String, Tensor> {
     let mut a = rl_model::init_adapters(cfg, l, seed, &Device::Cpu).unwrap();
-    for (i, (name, t)) in a.iter_mut().enumerate() {
+    let mut rng = rl_model::SplitMix64::new(seed ^ 0x5eed);
+    // In name order: a map's own order changes from run to run.
+    let mut entries: Vec<(&String, &mut Tensor)> = a.iter_mut().collect();
+    entries.sort_by(|x, y| x.0.cmp(y.0));
+    for (i, (name, t)) in entries.into_iter().enumerate() {
         if name.contains("lora_B") {
-            *t = (Tensor::randn(0f32, 1.0, t.dims(), &Device::Cpu).unwrap() * (0.05 + 0.001 * i as f64)).unwrap();
+            let half_width = (0.05 + 0.001 * i as f64) * 3f64.sqrt();
+            let values: Vec<f32> =
+                (0..t.elem_count()).map(|_| ((rng.uniform() * 2.0 - 1.0) * half_width) as f32).collect();
+            *t = Tensor::from_vec(values, t.dims(), &Device::Cpu).unwrap();
         }
     }
     a
