@@ -33,4 +33,6 @@ pub use cpu::lora::{LoraShape, Proj};
 pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};
 pub use pool::on_awake_pool;
+#[cfg(feature = "cuda")]
+pub use process::{CUDA_EVENT_TRACKING_VAR, single_stream_cuda};
 pub use process::{Tuning, tune_process};

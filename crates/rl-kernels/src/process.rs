@@ -1,6 +1,7 @@
 //! Process-wide settings for compute-heavy processes, applied once at the start of `main` while the
-//! process still has a single thread. This file and `gemm.rs` are the workspace's only `unsafe`
-//! code: both settings below are C-level process state that Rust exposes only as `unsafe` calls.
+//! process still has a single thread (and, in a `cuda` build, one more when the device opens). They
+//! are C-level process state that Rust exposes only as `unsafe` calls, so this is one of the few
+//! files allowed `unsafe` code (tidy keeps the list).
 //!
 //! Why they matter (measured with `perf` on the train-step benchmark, 2-core machine):
 //! - candle's element-wise thread pool spins 25,000 `pause` instructions after every job before it
@@ -70,6 +71,30 @@ fn keep_freed_memory() -> bool {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn keep_freed_memory() -> bool {
     false
+}
+
+/// Set to `1` to keep cudarc's per-tensor CUDA events (see [`single_stream_cuda`]).
+#[cfg(feature = "cuda")]
+pub const CUDA_EVENT_TRACKING_VAR: &str = "RL_CUDA_EVENT_TRACKING";
+
+/// Turns off cudarc's per-tensor event tracking on a freshly opened device, unless
+/// `RL_CUDA_EVENT_TRACKING=1`; returns whether it did. candle runs every kernel, copy and free of
+/// a device on the one stream it makes for it, but making that stream puts cudarc in multi-stream
+/// mode, where each tensor allocated gets two CUDA events and every kernel argument records or
+/// waits on one: host work per launch that one stream's FIFO order makes unnecessary. Call right
+/// after opening the device (tensors made before keep their events). Not yet measured on a GPU
+/// (`docs/gpu.md`).
+#[cfg(feature = "cuda")]
+pub fn single_stream_cuda(device: &candle_core::CudaDevice) -> bool {
+    if std::env::var(CUDA_EVENT_TRACKING_VAR).as_deref() == Ok("1") {
+        return false;
+    }
+    // SAFETY: cudarc asks that a caller without events order the streams that share a tensor;
+    // here only the device's own stream ever touches its tensors (candle launches, copies and
+    // frees on it, and our kernels launch through candle's device), so its order is the order of
+    // every use.
+    unsafe { device.disable_event_tracking() };
+    true
 }
 
 #[cfg(test)]

@@ -13,8 +13,18 @@ pub fn open_device(device: rl_configs::Device) -> Result<Device> {
     }
 }
 
+/// CUDA device 0, with cudarc's per-tensor events off (`rl_kernels::single_stream_cuda`).
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Device> {
+    let device = open_cuda()?;
+    if let Device::Cuda(d) = &device {
+        rl_kernels::single_stream_cuda(d);
+    }
+    Ok(device)
+}
+
+#[cfg(feature = "cuda")]
+fn open_cuda() -> Result<Device> {
     Device::new_cuda(0).map_err(|e| {
         // The cause only: candle attaches a backtrace when RUST_BACKTRACE is set.
         let e = match e {
