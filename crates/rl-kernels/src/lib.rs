@@ -34,5 +34,5 @@ pub use float::Real;
 pub use layout::{LayoutError, RowLayout, Segment};
 pub use pool::on_awake_pool;
 #[cfg(feature = "cuda")]
-pub use process::{CUDA_EVENT_TRACKING_VAR, single_stream_cuda};
+pub use process::{CUDA_EVENT_TRACKING_VAR, CUDA_POOL_RELEASE_VAR, keep_cuda_pool_memory, single_stream_cuda};
 pub use process::{Tuning, tune_process};

@@ -1,5 +1,5 @@
 //! Process-wide settings for compute-heavy processes, applied once at the start of `main` while the
-//! process still has a single thread (and, in a `cuda` build, one more when the device opens). They
+//! process still has a single thread (and, in a `cuda` build, two more when the device opens). They
 //! are C-level process state that Rust exposes only as `unsafe` calls, so this is one of the few
 //! files allowed `unsafe` code (tidy keeps the list).
 //!
@@ -95,6 +95,46 @@ pub fn single_stream_cuda(device: &candle_core::CudaDevice) -> bool {
     // every use.
     unsafe { device.disable_event_tracking() };
     true
+}
+
+/// Set to `1` to let the CUDA memory pool hand freed memory back at each synchronisation (see
+/// [`keep_cuda_pool_memory`]).
+#[cfg(feature = "cuda")]
+pub const CUDA_POOL_RELEASE_VAR: &str = "RL_CUDA_POOL_RELEASE";
+
+/// Keeps freed device memory in the device's default memory pool, unless
+/// `RL_CUDA_POOL_RELEASE=1`; returns whether it did. candle allocates every op's output with
+/// `cuMemAllocAsync` from that pool, whose release threshold is 0 by default: at each
+/// synchronisation (every copy of a loss or logprobs to the host) it returns its free memory to
+/// the driver, and the next step maps it again. PyTorch's caching allocator keeps it; so does a
+/// threshold of `u64::MAX`. Not yet measured on a GPU (`docs/gpu.md`).
+#[cfg(feature = "cuda")]
+pub fn keep_cuda_pool_memory(device: &candle_core::CudaDevice) -> bool {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    if std::env::var(CUDA_POOL_RELEASE_VAR).as_deref() == Ok("1") {
+        return false;
+    }
+    let stream = device.cuda_stream();
+    let context = stream.context();
+    if !context.has_async_alloc() {
+        return false;
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: `pool` is a valid out-pointer and the device handle comes from a live context.
+    let got = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device()) };
+    if got != sys::CUresult::CUDA_SUCCESS || pool.is_null() {
+        return false;
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the release threshold attribute takes a pointer to a `cuuint64_t`, valid for the call.
+    let set = unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&raw mut threshold).cast(),
+        )
+    };
+    set == sys::CUresult::CUDA_SUCCESS
 }
 
 #[cfg(test)]

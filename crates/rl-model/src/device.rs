@@ -13,12 +13,14 @@ pub fn open_device(device: rl_configs::Device) -> Result<Device> {
     }
 }
 
-/// CUDA device 0, with cudarc's per-tensor events off (`rl_kernels::single_stream_cuda`).
+/// CUDA device 0, with cudarc's per-tensor events off (`rl_kernels::single_stream_cuda`) and
+/// freed memory kept in its pool (`rl_kernels::keep_cuda_pool_memory`).
 #[cfg(feature = "cuda")]
 fn cuda() -> Result<Device> {
     let device = open_cuda()?;
     if let Device::Cuda(d) = &device {
         rl_kernels::single_stream_cuda(d);
+        rl_kernels::keep_cuda_pool_memory(d);
     }
     Ok(device)
 }
