@@ -20,6 +20,11 @@ fn relative_error(reference: &Tensor, x: &Tensor) -> f64 {
 #[test]
 fn blocked_attention_on_the_gpu_equals_the_fused_cpu_kernel() {
     let gpu = Device::new_cuda(0).expect("this test needs a CUDA GPU");
+    // As the binaries open it (`rl_model::open_device`): no per-tensor events, freed memory kept.
+    if let Device::Cuda(d) = &gpu {
+        rl_kernels::single_stream_cuda(d);
+        rl_kernels::keep_cuda_pool_memory(d);
+    }
     let s = AttnShape { q_heads: 4, kv_heads: 2, head_dim: 64 };
     // Prefix-shared segments, rows of more keys than a kernel's 256 threads, in four query blocks.
     let layout = Arc::new(RowLayout::new(&[300, 120, 90, 200, 50], &[None, Some(0), Some(0), None, Some(3)]).unwrap());
