@@ -112,6 +112,11 @@ env_entry! {
         /// Samples per example (default: `eval.k`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub k: Option<u32>,
+        /// Evaluate this env every this many steps (default: `eval.interval`); like every eval
+        /// env, it is also evaluated on start (`eval.eval_on_start`) and after the last step. A
+        /// large held-out set can then be scored at the ends of a run and a small one along it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub interval: Option<u64>,
         /// Sampling fields that replace the eval sampling for this env.
         #[serde(default)]
         pub sampling: SamplingOverride,

@@ -452,6 +452,9 @@ impl OrchestratorConfig {
             if env.k == Some(0) {
                 return Err(ConfigError::invalid(format!("{ek}.k"), "must be at least 1, got 0"));
             }
+            if env.interval == Some(0) {
+                return Err(ConfigError::invalid(format!("{ek}.interval"), "must be at least 1, got 0"));
+            }
             base.merged(&env.sampling).validate(&format!("{ek}.sampling"))?;
             if !names.insert(env.display_name().to_owned()) {
                 return Err(ConfigError::invalid(

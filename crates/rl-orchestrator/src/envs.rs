@@ -70,6 +70,8 @@ pub(crate) struct EvalEnv {
     pub k: u32,
     /// Sampling of eval rollouts.
     pub sampling: SamplingConfig,
+    /// Evaluated every this many steps (and on start and after the last step).
+    pub interval: u64,
 }
 
 /// A client of an env server; `serve` describes that server (its `token_env` names the token it
@@ -166,5 +168,6 @@ pub(crate) async fn connect_eval(cfg: &OrchestratorConfig, eval: &EvalConfig, e:
         examples: wanted,
         k: e.k.unwrap_or(eval.k),
         sampling: cfg.train.sampling.merged(&eval.sampling).merged(&e.sampling),
+        interval: e.interval.unwrap_or(eval.interval),
     })
 }

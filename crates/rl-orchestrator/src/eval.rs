@@ -1,5 +1,5 @@
-//! Online evaluation: every `eval.interval` steps, each eval env's held-out examples are sampled `k`
-//! times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
+//! Online evaluation: every `eval.interval` steps (an env's own `interval` when set), each eval
+//! env's held-out examples are sampled `k` times with the current policy; reported as mean reward, avg@k and unbiased pass@j for j = 1, 2,
 //! 4, ... <= k (an example counts as solved by a sample whose reward is at least 1), and for
 //! multi-turn envs with turn rewards the mean and solved fraction of each turn. A multi-agent env's
 //! traces are its members' (no sample "solves" an example): its members' mean rewards instead of
@@ -108,7 +108,7 @@ pub(crate) fn member_rewards(name: &str, traces: &[&rl_serve::pb::Trace]) -> Map
 /// Evaluates every eval env with the policy version loaded now: each of its first `examples`
 /// tasks `k` times, as one dispatch.
 pub(crate) async fn evaluate(
-    envs: &[EvalEnv],
+    envs: &[&EvalEnv],
     dispatch: Dispatch<'_>,
     policy: &mut PolicyVersion,
 ) -> Result<Map<String, Value>> {

@@ -158,7 +158,7 @@ impl Orchestrator {
 
     /// Evaluates every eval env once with the policy as the server holds it now.
     pub async fn evaluate_now(&mut self) -> Result<Map<String, Value>> {
-        self.evaluate(0).await
+        self.evaluate(0, true).await
     }
 
     /// Runs steps until `max_steps`, calling `on_step` after each batch is written. A fresh run
@@ -178,7 +178,7 @@ impl Orchestrator {
             None => {
                 checkpoint::clean_after(&self.run, 0)?;
                 if self.cfg.eval.as_ref().is_some_and(|e| e.eval_on_start) && !self.eval_envs.is_empty() {
-                    let keyed = self.evaluate(0).await?.into_iter().collect();
+                    let keyed = self.evaluate(0, true).await?.into_iter().collect();
                     append_jsonl(&self.run.metrics(), &MetricsRow { step: 0, rollouts: None, keyed })?;
                 }
                 1
@@ -205,7 +205,7 @@ impl Orchestrator {
         let gate = step.saturating_sub(1 + u64::from(self.cfg.max_async_level));
         self.policy.wait_for(&self.models, gate, self.trainer_timeout()).await?;
         let wait_s = started.elapsed().as_secs_f64();
-        let mut keyed = self.evaluate_if_due(step).await?;
+        let mut keyed = self.evaluate(step, false).await?;
         let generating = Instant::now();
         let (groups, dispatched, refill) = self.rollouts(step).await?;
         self.check_reward_errors(&groups)?;
@@ -474,17 +474,14 @@ impl Orchestrator {
         Ok(())
     }
 
-    async fn evaluate_if_due(&mut self, step: u64) -> Result<Map<String, Value>> {
-        // The final policy is evaluated whether or not the last step falls on the interval.
-        let due = |e: &rl_configs::EvalConfig| step.is_multiple_of(e.interval) || self.cfg.max_steps == Some(step);
-        match &self.cfg.eval {
-            Some(eval) if due(eval) && !self.eval_envs.is_empty() => self.evaluate(step).await,
-            _ => Ok(Map::new()),
+    /// Evaluates with the current policy every eval env (`all`), or those whose interval falls on
+    /// `step`: after the last step every one, on the interval or not (the final policy).
+    async fn evaluate(&mut self, step: u64, all: bool) -> Result<Map<String, Value>> {
+        let all = all || self.cfg.max_steps == Some(step);
+        let envs: Vec<&EvalEnv> = self.eval_envs.iter().filter(|e| all || step.is_multiple_of(e.interval)).collect();
+        if envs.is_empty() {
+            return Ok(Map::new());
         }
-    }
-
-    /// Evaluates every eval env with the current policy.
-    async fn evaluate(&mut self, step: u64) -> Result<Map<String, Value>> {
         let dispatch = Dispatch {
             models: &self.models,
             actor: &self.cfg.actor,
@@ -495,6 +492,6 @@ impl Orchestrator {
             ready_timeout: Duration::from_secs_f64(self.cfg.wait_for_ready_s),
             fatal_errors: false,
         };
-        evaluate(&self.eval_envs, dispatch, &mut self.policy).await
+        evaluate(&envs, dispatch, &mut self.policy).await
     }
 }

@@ -303,3 +303,19 @@ fn vllms_lora_route_needs_adapters_an_external_server_and_its_own_name() {
     let same = [&with_adapters[..], &["--orchestrator.model.name", "policy-lora"]].concat();
     assert_eq!(invalid_key(rl_with(&same).unwrap_err()), "orchestrator.model.lora_name");
 }
+
+#[test]
+fn an_eval_env_interval_of_zero_is_refused_naming_the_env() {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let eval = f.write(
+        "eval.toml",
+        "[orchestrator.eval]\ninterval = 2\n[[orchestrator.eval.env]]\nid = \"reverse-text\"\n\
+         [[orchestrator.eval.env]]\nid = \"reverse-text\"\nname = \"large\"\n",
+    );
+    let args = ["@", rl.as_str(), "@", eval.as_str(), "--orchestrator.eval.env.1.interval"];
+    let ok = load_args::<RlConfig>(&[&args[..], &["100"]].concat()).expect("an env's own interval");
+    assert_eq!(ok.config.orchestrator.eval.unwrap().env[1].interval, Some(100));
+    let err = load_args::<RlConfig>(&[&args[..], &["0"]].concat()).unwrap_err();
+    assert_eq!(invalid_key(err), "orchestrator.eval.env.1.interval");
+}

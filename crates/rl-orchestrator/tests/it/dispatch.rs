@@ -278,22 +278,29 @@ async fn online_eval_reports_avg_and_pass_at_k() {
         num_examples: Some(3),
         k: None,
         sampling: Default::default(),
-        address: Some(eval_address),
+        interval: None,
+        address: Some(eval_address.clone()),
         command: None,
         serve: ServeConfig::default(),
     };
     eval_env.sampling.seed = Some(1);
+    // A second env on its own interval: every step.
+    let mut every_step = eval_env.clone();
+    every_step.name = Some(String::from("every-step"));
+    every_step.interval = Some(1);
     cfg.eval = Some(EvalConfig {
         interval: 2,
         eval_on_start: true,
         num_examples: None,
         k: 4,
-        env: vec![eval_env],
+        env: vec![eval_env, every_step],
         ..Default::default()
     });
     let summaries = run(&cfg).await;
     trainer.await.unwrap();
     assert!(row(&summaries[0]).get("eval/reverse-text/avg@4").is_none(), "interval 2: no eval at step 1");
+    assert!(row(&summaries[0]).get("eval/every-step/avg@4").is_some(), "the env's own interval 1: eval at step 1");
+    assert!(row(&summaries[1]).get("eval/every-step/avg@4").is_some());
     // The last step evaluates the final policy, on the interval or not.
     assert!(row(&summaries[2]).get("eval/reverse-text/avg@4").is_some(), "no eval at the last step (3)");
     let m = &row(&summaries[1]);
@@ -313,6 +320,7 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
     assert_eq!(first["step"], 0, "eval_on_start writes a step-0 row");
     assert_eq!(first["eval/reverse-text/avg@4"], 0.5);
+    assert!(first.get("eval/every-step/avg@4").is_some(), "eval_on_start evaluates every env");
     // More examples than the split holds (5) is an error naming the key, not a quiet cut.
     standalone.eval.as_mut().unwrap().env[0].num_examples = Some(6);
     let err = Orchestrator::connect_for_eval(&standalone).await.err().unwrap().to_string();
@@ -668,6 +676,7 @@ async fn failing_groups_are_dropped_and_counted_and_the_step_goes_on() {
         num_examples: Some(6),
         k: None,
         sampling: Default::default(),
+        interval: None,
         address: Some(eval_address),
         command: None,
         serve: ServeConfig::default(),
