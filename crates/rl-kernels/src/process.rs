@@ -12,8 +12,9 @@
 //!   kernel, so every training step page-faults its activations in again (14% of samples in page
 //!   faults). We keep freed memory in the heap instead (memory in use stays what the step needs),
 //!   in one arena: with one per thread, glibc unmapped a worker's heaps as they emptied and the
-//!   process's peak memory was ~1.5 GB higher at the 0.6B shape (blocks of 1 MiB or more are
-//!   kept by `alloc.rs` in binaries that use it).
+//!   process's peak memory was ~1.5 GB higher at the 0.6B shape. (Binaries whose global
+//!   allocator is `alloc.rs`'s, every one in this workspace, take Rust's memory from mimalloc
+//!   instead; these settings then cover what C code takes from `malloc`.)
 #![allow(unsafe_code)]
 
 /// candle's spin limit for its element-wise thread pool, unless already set.
