@@ -91,9 +91,10 @@ fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
 
 #[test]
 fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
-    // scripts/alphabet-sort.sh: a BPE trained on the task's text; the 15-minute attempts
-    // (`--bpe-pieces attached --variant fast`, 8 episodes a step, and `--variant exact`, SFT data
-    // in FIRST / LAST groups balanced by greedy exact match).
+    // scripts/alphabet-sort.sh: a BPE trained on the task's text; the 15-minute recipe it runs by
+    // default (`--bpe-pieces attached --variant fast`: 8 episodes a step, RL batches of 128), the
+    // 30-minute one (`--variant base`) and `--variant exact` (SFT data in FIRST / LAST groups
+    // balanced by greedy exact match).
     for (variant, pieces) in [(None, "isolated"), (Some("fast"), "attached"), (Some("exact"), "attached")] {
         let rows = recipe(
             "alphabet_sort",
