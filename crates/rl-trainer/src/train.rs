@@ -232,7 +232,7 @@ impl RlTrainer {
     }
 }
 
-/// Runs every row's forward and backward pass and sums the gradients (each row's loss is already
+/// Runs every row's forward and backward pass and sums the gradients in row order (each row's loss is already
 /// divided by the step's counts, so the sum is the gradient of the step's loss). Runs on a rayon
 /// pool thread: the kernels' parallel loops then start without a thread hand-off per op.
 pub fn step_gradients(
@@ -243,7 +243,9 @@ pub fn step_gradients(
     counts: crate::loss::StepCounts,
     step: StepId,
 ) -> Result<(Vec<Tensor>, LossStats)> {
-    rl_kernels::on_awake_pool(|| gradients_here(model, vars, rows, loss, counts, step))
+    let small = model.config().num_params() <= ROW_PARALLEL_MAX_PARAMS && model.device().is_cpu();
+    let at_once = if small { rayon::current_num_threads().max(1) } else { 1 };
+    rl_kernels::on_awake_pool(|| gradients_here(model, vars, rows, loss, counts, step, at_once))
 }
 
 /// A training step of a run: with a row's index it seeds that row's adapter-dropout masks, so a
@@ -268,6 +270,36 @@ impl StepId {
     }
 }
 
+/// On CPU, models up to this many parameters run a step's rows side by side, one per pool
+/// thread: at the tiny and small presets' widths one product is too small to keep two threads
+/// busy (a tiny-model SFT step ran 1.68x faster on two threads than on one, where two one-thread
+/// processes ran 1.71x one), and two rows at once fill the gaps (SFT 11.8k -> 12.1k tokens/s, the
+/// RL trainer step of alphabet-sort 0.75-0.82 s -> 0.68-0.69 s, same runs). It holds a row's
+/// activations and gradients per thread, which only small models afford (LoRA included: the
+/// activations are the base model's); larger models take one row at a time, each op on every
+/// thread.
+const ROW_PARALLEL_MAX_PARAMS: usize = 50_000_000;
+
+/// One row's loss gradients (by variable; `None` where the row does not reach it) and statistics.
+type RowGradients = (Vec<Option<Tensor>>, LossStats);
+
+fn row_gradients(
+    model: &CausalLm,
+    vars: &Trainable,
+    mb: &rl_proto::train::v1::MicroBatch,
+    loss: &rl_configs::LossConfig,
+    counts: crate::loss::StepCounts,
+    id: StepId,
+    row: usize,
+) -> Result<RowGradients> {
+    let (l, s) = micro_loss(model, mb, loss, counts, id.pass(row))?;
+    if !(s.rl_loss + s.ce_loss).is_finite() {
+        return Err(Error::NonFinite { step: id.step, what: String::from("loss") });
+    }
+    let grads = l.backward()?;
+    Ok((vars.vars.iter().map(|(_, var)| grads.get(var.as_tensor()).cloned()).collect(), s))
+}
+
 fn gradients_here(
     model: &CausalLm,
     vars: &Trainable,
@@ -275,23 +307,32 @@ fn gradients_here(
     loss: &rl_configs::LossConfig,
     counts: crate::loss::StepCounts,
     id: StepId,
+    at_once: usize,
 ) -> Result<(Vec<Tensor>, LossStats)> {
-    let step = id.step;
+    let at_once = at_once.max(1);
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.vars.len()];
     let mut stats = LossStats::default();
-    for (i, mb) in rows.iter().enumerate() {
-        let (l, s) = micro_loss(model, mb, loss, counts, id.pass(i))?;
-        if !(s.rl_loss + s.ce_loss).is_finite() {
-            return Err(Error::NonFinite { step, what: String::from("loss") });
-        }
-        stats.add(&s);
-        let grads = l.backward()?;
-        for (slot, (_, var)) in acc.iter_mut().zip(&vars.vars) {
-            if let Some(g) = grads.get(var.as_tensor()) {
-                *slot = Some(match slot.take() {
-                    Some(prev) => (prev + g)?,
-                    None => g.clone(),
-                });
+    for (c, chunk) in rows.chunks(at_once).enumerate() {
+        let one = |(j, mb): (usize, &rl_proto::train::v1::MicroBatch)| {
+            row_gradients(model, vars, mb, loss, counts, id, c * at_once + j)
+        };
+        let done: Vec<Result<RowGradients>> = if chunk.len() > 1 {
+            use rayon::prelude::*;
+            chunk.par_iter().enumerate().map(one).collect()
+        } else {
+            chunk.iter().enumerate().map(one).collect()
+        };
+        // Summed in row order, as one row at a time does: the same step bit for bit.
+        for r in done {
+            let (grads, s) = r?;
+            stats.add(&s);
+            for (slot, g) in acc.iter_mut().zip(grads) {
+                if let Some(g) = g {
+                    *slot = Some(match slot.take() {
+                        Some(prev) => (prev + g)?,
+                        None => g,
+                    });
+                }
             }
         }
     }
@@ -301,4 +342,53 @@ fn gradients_here(
         .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
         .collect::<candle_core::Result<Vec<Tensor>>>()?;
     Ok((grads, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device};
+    use rl_proto::train::v1::MicroBatch;
+
+    use super::*;
+
+    /// A row of `n` tokens of one sample, every target trained with the CE weight and an advantage.
+    fn row(n: usize, salt: u32) -> MicroBatch {
+        let ids: Vec<u32> = (0..n as u32).map(|i| (i * 7 + salt * 3 + 1) % 40).collect();
+        MicroBatch {
+            position_ids: (0..n as u32).collect(),
+            seq_lens: vec![n as u32],
+            loss_mask: (0..n).map(|i| i > 0).collect(),
+            advantages: (0..n).map(|i| if i > 0 { 0.5 - (i % 3) as f32 * 0.4 } else { 0.0 }).collect(),
+            inference_logprobs: (0..n).map(|i| if i > 0 { -2.0 - 0.01 * i as f32 } else { 0.0 }).collect(),
+            temperatures: vec![1.0; n],
+            ce_weights: (0..n).map(|i| if i > 0 { 0.25 } else { 0.0 }).collect(),
+            env_index: vec![0; n],
+            input_ids: ids,
+            parents: vec![],
+        }
+    }
+
+    #[test]
+    fn rows_side_by_side_give_the_step_of_one_row_at_a_time_bit_for_bit() {
+        // Rows long enough that the kernels inside split their products across the pool too.
+        let cfg = ModelConfig { max_position_embeddings: 512, ..rl_model::micro_config(40) };
+        let w = rl_model::scaled_random_weights(&cfg, 3, 10.0, DType::F32).unwrap();
+        let vars = Trainable::from_tensors(&cfg, &w).unwrap();
+        let model = vars.model(&cfg, &Device::Cpu).unwrap();
+        let rows = [row(300, 0), row(170, 1), row(260, 2)];
+        let counts = crate::loss::step_counts(&rows).unwrap();
+        let loss = rl_configs::LossConfig::default();
+        let id = StepId { step: 4, seed: 9 };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let run = |at_once| pool.install(|| gradients_here(&model, &vars, &rows, &loss, counts, id, at_once).unwrap());
+        let ((one, s1), (two, s2)) = (run(1), run(2));
+        assert_eq!((s1.ce_loss.to_bits(), s1.rl_loss.to_bits()), (s2.ce_loss.to_bits(), s2.rl_loss.to_bits()));
+        assert!(s1.ce_loss > 0.0);
+        for ((name, _), (a, b)) in vars.vars.iter().zip(one.iter().zip(&two)) {
+            let (a, b): (Vec<f32>, Vec<f32>) =
+                (a.flatten_all().unwrap().to_vec1().unwrap(), b.flatten_all().unwrap().to_vec1().unwrap());
+            assert!(a.iter().any(|x| *x != 0.0), "{name} received no gradient");
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{name}: gradients differ");
+        }
+    }
 }
