@@ -13,7 +13,7 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-use crate::cpu::attention_blocks::{AttnShape, Block, Causal, KvRun, blocks, key_runs, split_chunks};
+use crate::cpu::attention_blocks::{AttnShape, Causal, KeyRun, KvRun, blocks, key_runs, split_chunks};
 use crate::cpu::flash_tiles::{accumulate, causal_span, instantiated, load_tile, mask, online_softmax, scores, tiling};
 use crate::cpu::simd::exp_f32;
 use crate::layout::RowLayout;
@@ -104,7 +104,7 @@ pub(crate) struct RowGrads<'a> {
     /// dQ rows, stride `ldq` (query columns first), overwritten.
     pub dq: &'a mut [f32],
     pub ldq: usize,
-    /// dK and dV `[T, Hk d]`, overwritten.
+    /// dK and dV `[T, Hk d]`, added to (the caller passes zeros).
     pub dk: &'a mut [f32],
     pub dv: &'a mut [f32],
 }
@@ -184,12 +184,14 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
     let RowGrads { o, lse, d_o, dq, ldq: ldq_out, dk, dv } = g;
     let ldo = shape.ldq();
     let blocks = blocks(layout);
+    let runs: Vec<Vec<KeyRun>> = blocks.iter().map(|b| key_runs(layout, b)).collect();
     // One (query block, head) of the row: its dQ rows go to `dq` (stride `ldq`), its dK / dV
-    // rows are added to the group's `[T][d]` blocks `dk_g` / `dv_g`.
+    // rows are added to the group's `[keys][d]` blocks `dk_g` / `dv_g`, whose first row is key
+    // `lo` of the row.
     let head_block =
-        |b: &Block, h: usize, dq: &mut [f32], ldq_dq: usize, dk_g: &mut [f32], dv_g: &mut [f32], sc: &mut Scratch| {
-            let runs = key_runs(layout, b);
-            let starts: Vec<usize> = runs.iter().map(|r| r.start).collect();
+        |i: usize, h: usize, dq: &mut [f32], lo: usize, dk_g: &mut [f32], dv_g: &mut [f32], sc: &mut Scratch| {
+            let (b, runs) = (&blocks[i], &runs[i]);
+            let starts: Vec<usize> = runs.iter().map(|r| r.start - lo).collect();
             let at = shape.group(h) * t * d;
             let kv: Vec<KvRun<'_, f32>> = runs
                 .iter()
@@ -212,7 +214,7 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
                 lse: &lse[b.row * hq + h..],
                 lse_stride: hq,
                 dq,
-                ldq: ldq_dq,
+                ldq: ldq_out,
                 dk: dk_g,
                 dv: dv_g,
                 ldkv: d,
@@ -220,37 +222,43 @@ pub(crate) fn backward_row(row: &Row<'_>, g: RowGrads<'_>) -> bool {
             };
             backward(&head, &mut grads, sc);
         };
-    // Query blocks in parallel, each fixed run of blocks summing its own dK / dV in the grouped
-    // layout ([Hk][T][d]), the runs' sums added in order (bit-stable, `reduction_run`). (A thread
-    // per head group, with nothing to sum, measured slower.)
-    let dq_chunks = split_chunks(dq, blocks.iter().map(|b| b.rows * ldq_out));
-    let zeros = || (vec![0f32; hk * t * d], vec![0f32; hk * t * d]);
-    let run = crate::cpu::reduction_run(blocks.len());
-    let (dks, dvs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = blocks
-        .par_iter()
-        .zip(dq_chunks)
-        .fold_chunks(
-            run,
-            || (zeros(), Scratch::default()),
-            |((mut dk_t, mut dv_t), mut sc), (b, dq_blk)| {
+    // Query blocks in parallel, in fixed runs of blocks (`reduction_run`), each run summing its
+    // own dK / dV over just the keys its blocks see (`[Hk][keys][d]`; a run of a packed row's
+    // blocks sees a few of its sequences, not the whole row), the runs' sums then added in order
+    // (bit-stable). (A thread per head group, with nothing to sum, measured slower.)
+    let per_run = crate::cpu::reduction_run(blocks.len());
+    let block_ids: Vec<usize> = (0..blocks.len()).collect();
+    let dq_runs =
+        split_chunks(dq, block_ids.chunks(per_run).map(|ids| ids.iter().map(|&i| blocks[i].rows * ldq_out).sum()));
+    let partials: Vec<(std::ops::Range<usize>, Vec<f32>, Vec<f32>)> = block_ids
+        .par_chunks(per_run)
+        .zip(dq_runs)
+        .map(|(ids, dq_run)| {
+            let seen = ids.iter().flat_map(|&i| runs[i].iter().map(|r| r.start..r.start + r.len));
+            let (lo, hi) = seen.fold((t, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
+            let (lo, span) = (lo.min(hi), hi.saturating_sub(lo));
+            let (mut dk_r, mut dv_r) = (vec![0f32; hk * span * d], vec![0f32; hk * span * d]);
+            let mut sc = Scratch::default();
+            let mut dq_at = 0;
+            for &i in ids {
                 for h in 0..hq {
-                    let at = shape.group(h) * t * d;
-                    head_block(b, h, &mut dq_blk[h * d..], ldq_out, &mut dk_t[at..], &mut dv_t[at..], &mut sc);
+                    let at = shape.group(h) * span * d;
+                    let dq_blk = &mut dq_run[dq_at + h * d..];
+                    head_block(i, h, dq_blk, lo, &mut dk_r[at..], &mut dv_r[at..], &mut sc);
                 }
-                ((dk_t, dv_t), sc)
-            },
-        )
-        .map(|(acc, _)| acc)
-        .unzip();
-    let (dkc, dvc) = match (crate::cpu::sum_in_order(dks), crate::cpu::sum_in_order(dvs)) {
-        (Some(dk), Some(dv)) => (dk, dv),
-        _ => zeros(),
-    };
+                dq_at += blocks[i].rows * ldq_out;
+            }
+            (lo..lo + span, dk_r, dv_r)
+        })
+        .collect();
     let ldkv = shape.ldk();
-    for (src, dst) in [(&dkc, dk), (&dvc, dv)] {
-        for (gi, block) in src.chunks_exact(t * d).enumerate() {
-            for (tok, r) in block.chunks_exact(d).enumerate() {
-                dst[tok * ldkv + gi * d..][..d].copy_from_slice(r);
+    for (keys, dk_r, dv_r) in &partials {
+        for (src, dst) in [(dk_r, &mut *dk), (dv_r, &mut *dv)] {
+            for (gi, block) in src.chunks_exact(keys.len() * d).enumerate() {
+                for (tok, r) in keys.clone().zip(block.chunks_exact(d)) {
+                    let out = &mut dst[tok * ldkv + gi * d..][..d];
+                    out.iter_mut().zip(r).for_each(|(a, b)| *a += *b);
+                }
             }
         }
     }
