@@ -126,10 +126,10 @@ pub(crate) fn applies(d: usize) -> bool {
 /// groups one after another. Keys and values are re-read by every query tile; rows of a packed
 /// q/k/v buffer are 2 KiB or more apart, which maps a chunk's rows onto a few L1 sets.
 fn by_group(x: &[f32], ld: usize, t: usize, groups: usize, d: usize) -> Vec<f32> {
-    let mut out = vec![0f32; groups * t * d];
-    for (g, block) in out.chunks_exact_mut(t * d).enumerate() {
-        for (tok, row) in block.chunks_exact_mut(d).enumerate() {
-            row.copy_from_slice(&x[tok * ld + g * d..][..d]);
+    let mut out = Vec::with_capacity(groups * t * d);
+    for g in 0..groups {
+        for tok in 0..t {
+            out.extend_from_slice(&x[tok * ld + g * d..][..d]);
         }
     }
     out
