@@ -8,8 +8,9 @@ use rl_configs::RlConfig;
 use rl_run::RunDir;
 
 /// The checkpoint step to resume from: `wanted`, or the latest step for which both the trainer
-/// and the orchestrator finished a checkpoint.
-pub(crate) fn resume_step(run: &RunDir, wanted: Option<u64>) -> anyhow::Result<u64> {
+/// and the orchestrator finished a checkpoint. `interval` is the run's `[ckpt] interval`: with
+/// one, a run that stopped before its first complete checkpoint is told to start over.
+pub(crate) fn resume_step(run: &RunDir, wanted: Option<u64>, interval: Option<u64>) -> anyhow::Result<u64> {
     let complete = run.complete_checkpoints();
     if let Some(s) = wanted {
         if complete.contains(&s) {
@@ -20,9 +21,15 @@ pub(crate) fn resume_step(run: &RunDir, wanted: Option<u64>) -> anyhow::Result<u
             run.checkpoint(s).display()
         );
     }
+    let why = match interval {
+        Some(n) => format!(
+            "the run stopped before its first (one every {n} steps); start it again with --clean instead of --resume"
+        ),
+        None => String::from("set [ckpt] interval to write them"),
+    };
     complete.last().copied().with_context(|| {
         format!(
-            "cannot resume: no complete checkpoint (trainer and orchestrator) in {} (set [ckpt] interval)",
+            "cannot resume: no complete checkpoint (trainer and orchestrator) in {}: {why}",
             run.checkpoints().display()
         )
     })
@@ -55,4 +62,21 @@ pub(crate) fn export_final_model(run: &RunDir, config: &RlConfig) -> anyhow::Res
     rl_model::write_model_dir(&run.model(), &cfg, &tensors, &src)?;
     writeln!(out, "final model (after step {step}) written to {}", run.model().display())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resuming_without_a_complete_checkpoint_says_what_to_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::new(tmp.path());
+        let early = resume_step(&run, None, Some(50)).unwrap_err().to_string();
+        assert!(early.contains("before its first (one every 50 steps)") && early.contains("--clean"), "{early}");
+        let never = resume_step(&run, None, None).unwrap_err().to_string();
+        assert!(never.contains("set [ckpt] interval"), "{never}");
+        let named = resume_step(&run, Some(4), Some(2)).unwrap_err().to_string();
+        assert!(named.contains("step_4") || named.contains("step 4"), "{named}");
+    }
 }

@@ -82,7 +82,8 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
 /// Empties the run directory (`--clean`) or, when resuming, removes what the crashed run left
 /// after the checkpoint; writes the resolved configs. Returns the checkpoint step resumed from.
 fn prepare_run_dir(run: &RunDir, config: &RlConfig) -> anyhow::Result<Option<u64>> {
-    let resume = config.resume.as_ref().map(|r| finish::resume_step(run, r.step)).transpose()?;
+    let interval = config.trainer.ckpt.as_ref().map(|c| c.interval);
+    let resume = config.resume.as_ref().map(|r| finish::resume_step(run, r.step, interval)).transpose()?;
     // A dry run's resolved configs are not a run: the real run with the same name may start.
     if run.has_run_output() && resume.is_none() {
         if !config.clean {

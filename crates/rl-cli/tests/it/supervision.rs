@@ -224,7 +224,9 @@ fn a_killed_inference_server_is_restarted_with_the_current_weights() {
 /// Crash at arbitrary points, then `--resume`: every process of the run is killed with SIGKILL at
 /// once at several moments (mid-step, so between a batch write and the trainer's read, during a
 /// broadcast or a checkpoint, whichever is under way), and after `--resume` every JSONL file holds
-/// each step exactly once, in order, and the run ends with its final model.
+/// each step exactly once, in order, and the run ends with its final model. Each kill waits for
+/// the first complete checkpoint too: the step line can come before the trainer has written it (a
+/// run stopped before its first cannot resume, and says so: `finish::resume_step`).
 #[test]
 fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
     let tmp = tempfile::tempdir().unwrap();
@@ -235,6 +237,12 @@ fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
         let (mut child, mut lines) = launch(tmp.path(), &model, &name, &steps);
         let wanted = format!("step {kill_after}/12");
         assert!(lines.any(|l| l.is_ok_and(|l| l.starts_with(&wanted))), "{name}: never reached {wanted}");
+        let dir = RunDir::new(tmp.path().join(&name));
+        let start = Instant::now();
+        while dir.complete_checkpoints().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(60), "{name}: no complete checkpoint within 60 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         std::thread::sleep(Duration::from_millis(delay_ms));
         let configs = tmp.path().join(&name).join("configs");
         let mut victims = pids_naming(&configs);
@@ -245,7 +253,6 @@ fn after_a_crash_anywhere_resume_leaves_each_step_once_in_every_file() {
         let mut args = vec!["rl", "@", "configs/ci/smoke.toml", "--run.name", &name, "--resume"];
         args.extend(steps);
         args.extend(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()]);
-        let dir = RunDir::new(tmp.path().join(&name));
         if kill_after == 2 {
             // A crash in the middle of appending a row: the resume cuts it and says so.
             let mut metrics = std::fs::OpenOptions::new().append(true).open(dir.metrics()).unwrap();
