@@ -2,7 +2,7 @@
 """Checks that `rl` computes the same models as HF transformers.
 
 1. A directory written by `rl model init` (character-level tokenizer, and BPEs trained with
-   `--tokenizer-task`, both kinds of `--bpe-pieces`) is a valid HF checkpoint: transformers loads it
+   `--tokenizer-task`, every kind of `--bpe-pieces`) is a valid HF checkpoint: transformers loads it
    (Qwen3ForCausalLM + its fast tokenizer and chat template) and, against the embedded inference
    server (`rl inference`) on the same directory, apply_chat_template(...) token ids == our
    prompt_token_ids and HF log-probabilities of every prompt token == our prompt_logprobs.
@@ -80,7 +80,9 @@ def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, extra in [("tiny", []), ("tiny-bpe", ["--tokenizer-task", "alphabet-sort"]),
-                            ("tiny-bpe-attached", ["--tokenizer-task", "alphabet-sort", "--bpe-pieces", "attached"])]:
+                            ("tiny-bpe-attached", ["--tokenizer-task", "alphabet-sort", "--bpe-pieces", "attached"]),
+                            ("tiny-bpe-phrases", ["--tokenizer-task", "alphabet-sort", "--bpe-pieces", "phrases",
+                                                  "--vocab-size", "768"])]:
             model_dir = f"{tmp}/{name}"
             ok = check_init(model_dir, extra) and ok
         model_dir = f"{tmp}/tiny"

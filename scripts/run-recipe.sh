@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs a recipe from nothing to a trained model on CPU:
 #   rl model init (tiny preset) -> rl sft @ configs/<dir>/sft.toml -> rl rl @ configs/<dir>/rl.toml.
-# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]] [--clean]
-#        [--seed N] [--lora] [--variant V]
+# Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]
+#        [--vocab-size N]] [--clean] [--seed N] [--lora] [--variant V]
 # Outputs land under ./outputs; --clean starts over; --seed N changes the model's initialisation,
 # the SFT order and the RL task order (the data and the eval set stay the same);
 # --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters
-# (--bpe-pieces KIND: what the BPE merges within, `rl model init --help`);
+# (--bpe-pieces KIND: what the BPE merges within, `rl model init --help`; --vocab-size N its
+# vocabulary, 512 by default);
 # --lora trains LoRA adapters in the RL stage (configs/<dir>/lora.toml layered on rl.toml), from
 # the same SFT model, into a run named <prefix>-rl-lora-seedN; --variant V layers
 # configs/<dir>/sft_V.toml on sft.toml and configs/<dir>/rl_V.toml on rl.toml (each where it
@@ -20,6 +21,7 @@ clean=()
 seed=0
 tokenizer=()
 pieces=()
+vocab=()
 lora=()
 suffix=""
 variant=""
@@ -29,9 +31,10 @@ while [[ $# -gt 0 ]]; do
     --seed) seed="$2"; shift ;;
     --tokenizer-task) tokenizer=(--tokenizer-task "$2"); shift ;;
     --bpe-pieces) pieces=(--bpe-pieces "$2"); shift ;;
+    --vocab-size) vocab=(--vocab-size "$2"); shift ;;
     --lora) lora=(@ "configs/$dir/lora.toml"); suffix="-lora" ;;
     --variant) variant="$2"; shift ;;
-    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
+    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND] [--vocab-size N]] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -39,10 +42,10 @@ cargo build --release --locked -p rl-cli
 rl=target/release/rl
 model=outputs/models/tiny-seed$seed
 if [[ ${#tokenizer[@]} -gt 0 ]]; then
-  model=outputs/models/tiny-${tokenizer[1]}-bpe${pieces[1]:+-${pieces[1]}}-seed$seed
-  tokenizer+=("${pieces[@]}")
-elif [[ ${#pieces[@]} -gt 0 ]]; then
-  echo "--bpe-pieces shapes the BPE of --tokenizer-task" >&2
+  model=outputs/models/tiny-${tokenizer[1]}-bpe${pieces[1]:+-${pieces[1]}}${vocab[1]:+-${vocab[1]}}-seed$seed
+  tokenizer+=("${pieces[@]}" "${vocab[@]}")
+elif [[ ${#pieces[@]} -gt 0 || ${#vocab[@]} -gt 0 ]]; then
+  echo "--bpe-pieces and --vocab-size shape the BPE of --tokenizer-task" >&2
   exit 2
 fi
 sft_layers=()

@@ -78,7 +78,7 @@ fn config_command<T: ConfigFile>(
 }
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force] \
-     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached]";
+     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached|phrases]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
 model.safetensors, a tokenizer and the chat template) that every command loads. The tokenizer is
@@ -101,7 +101,10 @@ become one token each, so a small model reads and copies them as single symbols)
                            runs, every space its own token; the default) or attached (a lower-case
                            or all-capital word takes the space before it, punctuation the space
                            after it, an XML-style tag is one piece; capitalised words such as names
-                           take no space): ~35% fewer tokens on prose and tagged formats";
+                           take no space): ~35% fewer tokens on prose and tagged formats; or
+                           phrases (as attached, but what a line holds between capitalised or
+                           all-capital words, tags and line breaks is one piece, so a task's
+                           fixed wording can become one token; give it a larger --vocab-size)";
 
 fn model_command(args: &[String]) -> anyhow::Result<()> {
     use crate::model_merge::{HELP as MERGE_HELP, USAGE as MERGE_USAGE};

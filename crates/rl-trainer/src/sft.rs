@@ -548,7 +548,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Spans found by byte offsets in one encoding are the spans found by encoding every
-        /// prefix, for the character tokenizer and both kinds of BPE, whichever roles are trained.
+        /// prefix, for the character tokenizer and every kind of BPE, whichever roles are trained.
         #[test]
         fn offsets_find_the_spans_that_prefix_encodings_find(
             msgs in conversation(),
@@ -563,7 +563,12 @@ mod tests {
             ];
             let bpe = |pieces| tokenizer(Some((&corpus, pieces)));
             for (_dir, tok, template) in
-                [tokenizer(None), bpe(rl_model::BpePieces::Isolated), bpe(rl_model::BpePieces::Attached)]
+                [
+                    tokenizer(None),
+                    bpe(rl_model::BpePieces::Isolated),
+                    bpe(rl_model::BpePieces::Attached),
+                    bpe(rl_model::BpePieces::Phrases),
+                ]
             {
                 let text = template.render(&msgs, &[], false).unwrap();
                 let (ids, offsets) = tok.encode_with_offsets(&text).unwrap();

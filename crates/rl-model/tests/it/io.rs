@@ -108,6 +108,31 @@ fn an_attached_bpe_takes_spaces_into_words_and_keeps_tags_and_names_whole() {
     assert!(pieces(text).len() < before, "{} tokens attached, {before} isolated", pieces(text).len());
 }
 
+/// With phrases, a task's fixed wording between names becomes one token, while each name and an
+/// all-capital keyword are the same tokens in a list, on their own line and after a phrase; tags
+/// stay whole.
+#[test]
+fn a_phrases_bpe_makes_fixed_wording_one_token_and_keeps_names_keywords_and_tags_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts = name_corpus().into_iter().map(|t| {
+        let t = t.replace(": ", " by FIRST name: ");
+        format!("{t}<answer>\nAdaLovelace // new!\nGraceHopper\n</answer>\n")
+    });
+    write_bpe_tokenizer(&dir.path().join("tokenizer.json"), texts, 200, BpePieces::Phrases).unwrap();
+    let tok = Tok::load(dir.path()).unwrap();
+    let pieces = |t: &str| tok.encode(t).unwrap().iter().map(|&i| tok.token(i)).collect::<Vec<_>>();
+    assert_eq!(
+        pieces("Sort these names by FIRST name: AdaLovelace, GraceHopper"),
+        ["Sort", " these names by", " FIRST", " name: ", "Ada", "Lovelace", ", ", "Grace", "Hopper"]
+    );
+    assert_eq!(
+        pieces("<answer>\nAdaLovelace // new!\nGraceHopper\n</answer>"),
+        ["<answer>", "\n", "Ada", "Lovelace", " // new!", "\n", "Grace", "Hopper", "\n", "</answer>"]
+    );
+    // A phrase never swallows the tag after it on the same line.
+    assert_eq!(pieces("sorted: <answer>").last().map(String::as_str), Some("<answer>"));
+}
+
 #[test]
 fn a_bpe_smaller_than_its_alphabet_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,7 +150,7 @@ proptest::proptest! {
     fn a_trained_bpe_decodes_any_ascii_text_to_itself(text in "([ -~\n\t]|<\\|im_end\\|>|AdaLovelace|</?a_b>){0,80}") {
         static TOKS: std::sync::OnceLock<Vec<(tempfile::TempDir, Tok)>> = std::sync::OnceLock::new();
         let toks = TOKS.get_or_init(|| {
-            [BpePieces::Isolated, BpePieces::Attached]
+            [BpePieces::Isolated, BpePieces::Attached, BpePieces::Phrases]
                 .into_iter()
                 .map(|pieces| {
                     let dir = tempfile::tempdir().unwrap();
