@@ -97,6 +97,7 @@ become one token each, so a small model reads and copies them as single symbols)
                            prompt/completion rows, as `rl sft` reads them) when it ends in .jsonl,
                            otherwise plain text, one document per line
   --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512
+                           (init says when the BPE fills it with pieces still repeating)
   --bpe-pieces KIND        what the BPE merges within: isolated (words, digit runs, punctuation
                            runs, every space its own token; the default) or attached (a lower-case
                            or all-capital word takes the space before it, punctuation the space
@@ -195,6 +196,17 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
         cfg.vocab_size,
         out.display()
     )?;
+    // A BPE cut off at its size leaves repeated words in pieces (names in characters, say),
+    // which nothing else would show.
+    if let rl_model::NewTokenizer::Bpe { vocab_size, .. } = &tokenizer
+        && rl_model::Tok::load(&out)?.vocab_size() >= *vocab_size
+    {
+        writeln!(
+            stdout,
+            "the BPE filled all {vocab_size} entries: pieces that still repeat in the corpus stay split (a larger \
+             --vocab-size merges more of them)"
+        )?;
+    }
     Ok(())
 }
 

@@ -156,7 +156,7 @@ pub enum BpePieces {
     /// line breaks (lower-case words with their spaces, digits, punctuation) is one piece, so a
     /// task's fixed wording (` these names in alphabetical order by`) can merge into one token,
     /// while each name, and a keyword such as ` FIRST`, stays the same tokens in every context
-    /// (alphabet-sort's episodes: ~196 -> ~135 tokens; a BPE of 768 entries stops at 576 there).
+    /// (alphabet-sort's episodes: ~196 -> ~135 tokens; a BPE of 768 entries stops at 568 there).
     /// Fewer positions can mean less learned per step: there the tiny model's SFT learned more
     /// slowly than with `Attached` (docs/recipes.md).
     Phrases,

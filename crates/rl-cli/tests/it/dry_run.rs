@@ -149,6 +149,7 @@ fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
     assert_eq!(tok.encode("AdaLovelace met").unwrap().len(), 4, "Ada, Lovelace, space, met");
     let padded = tok.vocab_size().div_ceil(64) * 64;
     assert!(stdout(&o).contains(&format!("vocab {padded}")), "the embedding is padded to 64: {}", stdout(&o));
+    assert!(!stdout(&o).contains("filled"), "every repeated pair merged within 150: {}", stdout(&o));
     // JSONL conversations, as `rl sft` reads them: the contents are the corpus.
     let jsonl = dir.path().join("corpus.jsonl");
     let row = r#"{"messages": [{"role": "user", "content": "GraceHopper?"}, {"role": "assistant", "content": "GraceHopper"}]}"#;
@@ -159,6 +160,20 @@ fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
     let o = rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-task", "alphabet-sort"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("vocab 512"), "{}", stdout(&o));
+    // Phrases repeat more than 512 entries hold: init says so (the names would stay split).
+    let o = rl(&[
+        "model",
+        "init",
+        "--out",
+        out_s,
+        "--force",
+        "--tokenizer-task",
+        "alphabet-sort",
+        "--bpe-pieces",
+        "phrases",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("filled all 512 entries"), "{}", stdout(&o));
     let o =
         rl(&["model", "init", "--out", out_s, "--force", "--tokenizer-corpus", corpus_s, "--bpe-pieces", "attached"]);
     assert!(o.status.success(), "{}", stderr(&o));
