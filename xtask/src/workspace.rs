@@ -1,5 +1,6 @@
 //! Where the workspace is and how to run cargo in it: what every xtask command shares.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -11,7 +12,7 @@ pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Runs cargo with `args` and extra environment variables, failing on a non-zero exit.
-pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &Path)]) -> anyhow::Result<()> {
+pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &OsStr)]) -> anyhow::Result<()> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")))
         .args(args)
         .envs(env.iter().copied())

@@ -394,17 +394,35 @@ class VfEval(unittest.TestCase):
             self.assertTrue(sampled and all(n["token_ids"] and n["logprobs"] for n in sampled), "token-level traces")
 
 
+# Every episode of verifiers' `subprocess` runtime starts a fresh interpreter for its harness program
+# (~2.5 s of CPU importing `openai`), so the training tests run the smallest batches that still
+# hold two groups: 8 episodes a run instead of the configs' 16 (and 4 per eval instead of 16).
+SMALL_BATCH = ["--orchestrator.batch-size", "4", "--orchestrator.group-size", "2"]
+
+
 class Training(unittest.TestCase):
     """`rl rl` trains each config of configs/verifiers for two steps."""
 
-    def train(self, name):
+    def train(self, name, *extra):
         text = (ROOT / "configs/verifiers" / name).read_text()
         text = text.replace('python = "python3"', f"python = {json.dumps(sys.executable)}")
         config = WORK / name
         config.write_text(text)
         out = WORK / ("out-" + name)
         run = subprocess.run(
-            [RL, "rl", "@", str(config), "--clean", "--model.path", str(MODEL), "--output-dir", str(out)],
+            [
+                RL,
+                "rl",
+                "@",
+                str(config),
+                "--clean",
+                "--model.path",
+                str(MODEL),
+                "--output-dir",
+                str(out),
+                *SMALL_BATCH,
+                *extra,
+            ],
             capture_output=True,
             text=True,
             timeout=900,
@@ -423,9 +441,10 @@ class Training(unittest.TestCase):
         return rows
 
     def test_single_turn_with_evals(self):
-        rows = self.train("reverse_text.toml")
+        rows = self.train("reverse_text.toml", "--orchestrator.eval.num-examples", "4")
         evals = [r for r in rows if "eval/verifiers/avg@1" in r]
-        self.assertTrue(evals and all(r["eval/verifiers/examples"] == 16 for r in evals), rows)
+        self.assertEqual(len(evals), 2, "at the start and after step 2")
+        self.assertTrue(all(r["eval/verifiers/examples"] == 4 for r in evals), rows)
         # Per reward function and per metric, as the training rows have them.
         self.assertTrue(
             all("eval/verifiers/reward/reversal" in r and "eval/verifiers/metric/reply_chars" in r for r in evals),
