@@ -27,7 +27,7 @@ pub(crate) fn check() -> anyhow::Result<()> {
         ("RUSTFLAGS", OsStr::new("-D warnings")),
     ];
     crate::workspace::cargo_env(&["test", "--locked", "--all-targets", "--manifest-path", MANIFEST], &env)?;
-    crate::workspace::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    crate::workspace::build_rl_as_tested()?;
     let rl = target.join("debug/rl");
     let out = target.join("example-env");
     let model = out.join("tiny");

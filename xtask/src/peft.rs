@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 /// Runs the PEFT check with the workspace's debug `rl`.
 pub(crate) fn check() -> anyhow::Result<()> {
     let root = crate::workspace::project_root();
-    crate::workspace::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    crate::workspace::build_rl_as_tested()?;
     let python = crate::bench::reference_python()?;
     let status = Command::new(&python)
         .arg(root.join("scripts/check_peft.py"))

@@ -16,7 +16,7 @@ const UV: &str = "uv==0.13.9";
 /// Makes `target/verifiers-venv` and runs the verifiers tests with the workspace's `rl`.
 pub(crate) fn test() -> anyhow::Result<()> {
     let root = crate::workspace::project_root();
-    crate::workspace::cargo(&["build", "--locked", "-p", "rl-cli"])?;
+    crate::workspace::build_rl_as_tested()?;
     let sdk = format!("--editable={}", root.join("python/rl-env").display());
     let tests = root.join("python/rl-env/tests_verifiers");
     // The tests' own tasksets, installed as a user installs an environment.

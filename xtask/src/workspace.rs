@@ -24,6 +24,14 @@ pub(crate) fn cargo_env(args: &[&str], env: &[(&str, &OsStr)]) -> anyhow::Result
     Ok(())
 }
 
+/// Builds `target/debug/rl` as the tests step builds it, so after that step this is a no-op: the
+/// test build resolves features over the whole workspace and its dev-dependencies, and
+/// `cargo build -p rl-cli` (its own feature set) would compile much of the graph again (3.5 min
+/// on a clean 2-core machine).
+pub(crate) fn build_rl_as_tested() -> anyhow::Result<()> {
+    cargo(&["test", "--workspace", "--locked", "--no-run"])
+}
+
 /// The workspace root (the parent of this crate's directory).
 pub(crate) fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace root").to_path_buf()
