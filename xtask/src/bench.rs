@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-pub(crate) use self::reference::reference_python;
 use self::reference::{json_lines, print_out};
+pub(crate) use self::reference::{reference_python, reference_venv};
 
 mod gpu;
 mod large;

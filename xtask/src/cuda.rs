@@ -10,6 +10,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::venv::Venv;
+
 /// The compiler, pinned to CUDA 13.0, the oldest 13.x: candle's kernels ship as PTX that the
 /// driver compiles when it loads them, and a driver JITs PTX no newer than its own CUDA version
 /// (13.4's PTX fails on the r580 drivers that carry CUDA 13.0). Built with 13.0, the binary runs on
@@ -36,6 +38,20 @@ const TARGET_DIR: &str = "target/cuda";
 /// Compute capability the PTX is built for unless `CUDA_COMPUTE_CAP` says otherwise (H100/H200).
 const DEFAULT_COMPUTE_CAP: &str = "90";
 
+/// The toolkit's venv holding `packages`.
+fn toolkit_venv(packages: &[&str]) -> Venv {
+    Venv {
+        dir: crate::workspace::project_root().join(TARGET_DIR).join("toolkit"),
+        packages: packages.iter().map(|p| String::from(*p)).collect(),
+        purpose: "the CUDA toolchain",
+    }
+}
+
+/// The venv the clippy check of the `cuda` features uses (the compiler alone).
+pub(crate) fn compiler_venv() -> Venv {
+    toolkit_venv(COMPILER)
+}
+
 /// An installed toolkit: the wheels' `nvidia/cu13` directory.
 struct Toolkit {
     root: PathBuf,
@@ -44,9 +60,9 @@ struct Toolkit {
 impl Toolkit {
     /// Installs `packages` (once) and finds the toolkit they form.
     fn install(packages: &[&str]) -> anyhow::Result<Self> {
-        let venv = crate::workspace::project_root().join(TARGET_DIR).join("toolkit");
-        crate::venv::ensure(&venv, packages, "the CUDA toolchain")?;
-        let lib = venv.join("lib");
+        let venv = toolkit_venv(packages);
+        venv.ensure()?;
+        let lib = venv.dir.join("lib");
         let root = std::fs::read_dir(&lib)
             .with_context(|| format!("cannot read {}", lib.display()))?
             .flatten()

@@ -1,8 +1,7 @@
 //! The example env crate outside the workspace (`examples/rust-env`): fmt, clippy and its own tests, then `rl rl`
 //! trains on it for two steps, the launcher starting its binary through the env's `command`.
 
-use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, bail};
@@ -15,17 +14,12 @@ pub(crate) fn check() -> anyhow::Result<()> {
     let target = root.join("target");
     crate::workspace::cargo(&["fmt", "--manifest-path", MANIFEST, "--", "--check"])?;
     // Its own workspace resolves its own features and profile, so its dependencies share no
-    // artifacts with ours: compiled once here, not once checked for clippy and once built for the
-    // tests. Clippy's driver compiles the crate itself (as `cargo clippy` does, for workspace
-    // members only), the tests then run from that build, and `rl rl`'s `cargo run` reuses it
-    // under the same environment. `-D warnings` reaches only local crates: cargo caps the lints
-    // of registry dependencies.
-    let driver = clippy_driver()?;
-    let env = [
-        ("CARGO_TARGET_DIR", target.as_os_str()),
-        ("RUSTC_WORKSPACE_WRAPPER", driver.as_os_str()),
-        ("RUSTFLAGS", OsStr::new("-D warnings")),
-    ];
+    // artifacts with ours: compiled once here, linted as it compiles (`linted_build_env`), not
+    // once checked for clippy and once built for the tests; `rl rl`'s `cargo run` reuses that
+    // build under the same environment.
+    let mut owned = crate::workspace::linted_build_env()?;
+    owned.push(("CARGO_TARGET_DIR", target.clone().into_os_string()));
+    let env = crate::workspace::as_env(&owned);
     crate::workspace::cargo_env(&["test", "--locked", "--all-targets", "--manifest-path", MANIFEST], &env)?;
     crate::workspace::build_rl_as_tested()?;
     let rl = target.join("debug/rl");
@@ -38,7 +32,7 @@ pub(crate) fn check() -> anyhow::Result<()> {
             .arg(&model)
             .arg("--output-dir")
             .arg(&out)
-            .envs(env),
+            .envs(env.iter().copied()),
         "rl rl @ examples/rust-env/rl.toml",
     )?;
     let metrics = out.join("word-count/metrics.jsonl");
@@ -47,20 +41,6 @@ pub(crate) fn check() -> anyhow::Result<()> {
         bail!("{} has {} rows, expected one per step (2)", metrics.display(), rows.lines().count());
     }
     Ok(())
-}
-
-/// The toolchain's clippy driver, beside its rustc.
-fn clippy_driver() -> anyhow::Result<PathBuf> {
-    let out =
-        Command::new("rustc").args(["--print", "sysroot"]).output().context("cannot run rustc --print sysroot")?;
-    if !out.status.success() {
-        bail!("rustc --print sysroot failed ({})", out.status);
-    }
-    let driver = Path::new(String::from_utf8_lossy(&out.stdout).trim()).join("bin/clippy-driver");
-    if !driver.exists() {
-        bail!("{} is missing: install clippy (`rustup component add clippy`)", driver.display());
-    }
-    Ok(driver)
 }
 
 fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {

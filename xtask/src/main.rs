@@ -60,23 +60,28 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     step("tidy", || tidy::check(&project_root()))?;
     step("dependency rules", deps::check)?;
     step("unused dependencies", unused_deps::check)?;
-    step("clippy", || {
-        let mut a = vec!["clippy", "--workspace", "--all-targets", "--locked"];
+    // pip's downloads (torch alone is gigabytes) wait on the network, not the CPU: they run
+    // while cargo compiles, and each Python step below finds its venv made.
+    let venvs = venv::Prefetch::start(prefetched_venvs());
+    // One build lints the workspace (clippy's driver, warnings denied) and makes every target's
+    // binaries; the benches (`harness = false`) are built here so they are linted too.
+    let lint = workspace::linted_build_env()?;
+    let lint = workspace::as_env(&lint);
+    step("clippy and test build", || {
+        let mut a = vec!["test", "--workspace", "--all-targets", "--locked", "--no-run"];
         a.extend_from_slice(features);
-        a.extend_from_slice(&["--", "-D", "warnings"]);
-        cargo(&a)
+        workspace::cargo_env(&a, &lint)
     })?;
     step("tests", || {
-        if has_nextest() {
-            let mut a = vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"];
-            a.extend_from_slice(features);
-            cargo(&a)
+        let mut a = if has_nextest() {
+            vec!["nextest", "run", "--workspace", "--locked", "--no-fail-fast"]
         } else {
-            let mut a = vec!["test", "--workspace", "--locked", "--no-fail-fast"];
-            a.extend_from_slice(features);
-            cargo(&a)
-        }
+            vec!["test", "--workspace", "--locked", "--no-fail-fast"]
+        };
+        a.extend_from_slice(features);
+        workspace::cargo_env(&a, &lint)
     })?;
+    venvs.wait();
     step("python sdk tests", python::test)?;
     step("example env crate", example_env::check)?;
     step("verifiers environments", verifiers::test)?;
@@ -86,6 +91,14 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
     step("clippy (cuda feature)", cuda::clippy)?;
     eprintln_flush("xtask ci: all checks passed");
     Ok(())
+}
+
+/// Every venv a later step uses, in the order the steps use them.
+fn prefetched_venvs() -> Vec<venv::Venv> {
+    let mut all = vec![python::venv(), verifiers::venv()];
+    all.extend(bench::reference_venv());
+    all.push(cuda::compiler_venv());
+    all
 }
 
 fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {

@@ -6,16 +6,23 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::venv::Venv;
+
 /// Where the SDK lives in the repository.
 const SDK: &str = "python/rl-env";
 
+/// `target/sdk-venv`: the SDK (editable) with the W&B extra (the tracking sidecar's test writes an
+/// offline run) and the linters.
+pub(crate) fn venv() -> Venv {
+    let root = crate::workspace::project_root();
+    let spec = format!("--editable={}[wandb,dev]", root.join(SDK).display());
+    Venv { dir: root.join("target/sdk-venv"), packages: vec![spec], purpose: "the rl-env Python SDK" }
+}
+
 /// Installs the SDK (editable) into `target/sdk-venv`, lints and type-checks it, and runs its tests.
 pub(crate) fn test() -> anyhow::Result<()> {
-    let root = crate::workspace::project_root();
-    let sdk = root.join(SDK);
-    // With the W&B extra (the tracking sidecar's test writes an offline run) and the linters.
-    let spec = format!("--editable={}[wandb,dev]", sdk.display());
-    let python = crate::venv::ensure(&root.join("target/sdk-venv"), &[spec.as_str()], "the rl-env Python SDK")?;
+    let sdk = crate::workspace::project_root().join(SDK);
+    let python = venv().ensure()?;
     let code = ["src", "tests", "tests_verifiers", "examples"];
     let checks: [(&str, Vec<&str>); 3] = [
         ("ruff check", [&["-m", "ruff", "check"][..], &code].concat()),

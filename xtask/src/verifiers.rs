@@ -8,24 +8,38 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::venv::Venv;
+
 /// The verifiers release the host is tested against (its v1 API).
 pub(crate) const VERIFIERS: &str = "verifiers==0.4.0";
 /// The uv verifiers' subprocess runtime prepares harness programs with.
 const UV: &str = "uv==0.13.9";
 
+/// Where the tests live.
+const TESTS: &str = "python/rl-env/tests_verifiers";
+
+/// `target/verifiers-venv`: verifiers, uv, the SDK and the tests' own tasksets (installed as a user
+/// installs an environment), all editable but the first two.
+pub(crate) fn venv() -> Venv {
+    let root = crate::workspace::project_root();
+    let sdk = format!("--editable={}", root.join("python/rl-env").display());
+    let tasksets = format!("--editable={}", root.join(TESTS).join("tasksets").display());
+    Venv {
+        dir: root.join("target/verifiers-venv"),
+        packages: vec![VERIFIERS.into(), UV.into(), sdk, tasksets],
+        purpose: "verifiers (the v1 host's tests)",
+    }
+}
+
 /// Makes `target/verifiers-venv` and runs the verifiers tests with the workspace's `rl`.
 pub(crate) fn test() -> anyhow::Result<()> {
     let root = crate::workspace::project_root();
     crate::workspace::build_rl_as_tested()?;
-    let sdk = format!("--editable={}", root.join("python/rl-env").display());
-    let tests = root.join("python/rl-env/tests_verifiers");
-    // The tests' own tasksets, installed as a user installs an environment.
-    let tasksets = format!("--editable={}", tests.join("tasksets").display());
-    let venv = root.join("target/verifiers-venv");
-    let packages = [VERIFIERS, UV, sdk.as_str(), tasksets.as_str()];
-    let python = crate::venv::ensure(&venv, &packages, "verifiers (the v1 host's tests)")?;
+    let tests = root.join(TESTS);
+    let venv = venv();
+    let python = venv.ensure()?;
     // The venv's `uv` and `vf-eval` come first on PATH: harness programs are prepared with it.
-    let mut path = vec![venv.join("bin")];
+    let mut path = vec![venv.dir.join("bin")];
     path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
     let status = Command::new(&python)
         .args(["-m", "unittest", "discover", "--start-directory"])

@@ -7,6 +7,8 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+use crate::venv::Venv;
+
 /// The reference packages, pinned to the versions the figures of docs/benchmarks.md were measured with.
 pub(crate) const REFERENCE_PACKAGES: &[&str] =
     &["torch==2.15.*", "transformers==5.23.*", "trl==1.16.*", "peft==0.21.*", "datasets"];
@@ -14,14 +16,23 @@ pub(crate) const REFERENCE_PACKAGES: &[&str] =
 /// The reference interpreter: `RL_BENCH_PYTHON`, or `target/bench-venv` (created and filled from
 /// PyPI the first time).
 pub(crate) fn reference_python() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("RL_BENCH_PYTHON") {
-        return Ok(PathBuf::from(p));
+    match std::env::var_os("RL_BENCH_PYTHON") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => bench_venv().ensure(),
     }
-    crate::venv::ensure(
-        &crate::workspace::project_root().join("target/bench-venv"),
-        REFERENCE_PACKAGES,
-        "the benchmark references",
-    )
+}
+
+/// The venv `reference_python` makes, unless `RL_BENCH_PYTHON` names another interpreter.
+pub(crate) fn reference_venv() -> Option<Venv> {
+    std::env::var_os("RL_BENCH_PYTHON").is_none().then(bench_venv)
+}
+
+fn bench_venv() -> Venv {
+    Venv {
+        dir: crate::workspace::project_root().join("target/bench-venv"),
+        packages: REFERENCE_PACKAGES.iter().map(|p| String::from(*p)).collect(),
+        purpose: "the benchmark references",
+    }
 }
 
 /// JSON lines of a command's stdout.
