@@ -57,7 +57,10 @@ impl Venv {
             }
         }
         let mut pip = Command::new(&python);
-        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(&self.packages);
+        // `--no-compile`: bytecode for every module of every wheel (torch has thousands) is CPU
+        // that a background install takes from cargo; Python compiles what it imports, once.
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"])
+            .args(&self.packages);
         let status = run(pip, log, cancel).context("cannot run pip")?;
         if !status.success() {
             bail!(
