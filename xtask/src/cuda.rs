@@ -297,3 +297,33 @@ fn driver_stub(tk: &Toolkit, out: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvcc_check_turns_machine_code_targets_into_ptx_and_keeps_every_other_argument() {
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let root = std::env::temp_dir().join(format!("xtask-nvcc-check-{}-{stamp}", std::process::id()));
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        // A stand-in nvcc that prints the arguments it was given, one a line.
+        let fake = root.join("bin/nvcc");
+        std::fs::write(&fake, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n").unwrap();
+        let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&fake, perms).unwrap();
+        let wrapper = check_nvcc(&Toolkit { root: root.clone() }).unwrap();
+        let args = ["-gencode=arch=compute_90a,code=sm_90a", "-c", "a file.cu", "--gpu-architecture=sm_90a", ""];
+        let out = Command::new(&wrapper).args(args).output().unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(out.status.success());
+        let got: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+        // `--gpu-architecture` is left alone: candle's PTX build passes it with `-ptx`, which
+        // never runs ptxas anyway.
+        assert_eq!(
+            got,
+            ["-gencode=arch=compute_90a,code=compute_90a", "-c", "a file.cu", "--gpu-architecture=sm_90a", ""]
+        );
+    }
+}
