@@ -48,6 +48,10 @@ pub(crate) fn test() -> anyhow::Result<()> {
         .arg(&tests)
         .env("RL_BIN", root.join("target/debug/rl"))
         .env("PATH", std::env::join_paths(path).context("cannot form PATH")?)
+        // uv installs the harness program's environment without bytecode by default; where
+        // PYTHONDONTWRITEBYTECODE is set (CI images often set it) every episode's interpreter
+        // would compile openai from source (~2 s of CPU each, hundreds of episodes).
+        .env("UV_COMPILE_BYTECODE", "1")
         .env_remove("PYTHONPATH")
         .status()
         .context("cannot run the verifiers tests")?;

@@ -78,9 +78,9 @@ def engine_logprobs(tokens, prompt_len):
     return [rows[i][str(tokens[i])]["logprob"] for i in range(prompt_len, len(tokens))]
 
 
-def env_config(taskset, harness="null", **agent):
+def env_config(taskset, harness="null", taskset_args=None, **agent):
     return {
-        "taskset": {"id": taskset},
+        "taskset": {"id": taskset, **(taskset_args or {})},
         "agent": {"harness": {"id": harness}, "runtime": {"type": "subprocess"}, **agent},
     }
 
@@ -210,16 +210,6 @@ class HostTraces(unittest.TestCase):
         self.assertGreaterEqual(trace["num_turns"], 2)
         self.check_tokens(episodes, traces, 1.0)
 
-    def test_tools_reach_the_prompt(self):
-        renderer = {"name": "default", "tool_parser": "qwen3"}
-        episodes, traces = run_episodes(env_config("rlt_lookup", max_turns=2), 1, renderer=renderer)
-        (trace,) = traces[0]
-        self.assertEqual([t["name"] for t in trace["tools"]], ["lookup"])
-        first = trace["nodes"][0]
-        text = post("/detokenize", {"tokens": first["token_ids"]})["prompt"]
-        self.assertIn('"name": "lookup"', text, "the tool schema is rendered into the prompt")
-        self.check_tokens(episodes, traces, 1.0)
-
 
 class ScriptedEngine:
     """A stand-in for the engine that plays a tool-using policy (the tiny random model never calls
@@ -273,6 +263,7 @@ class ScriptedEngine:
                 self.send_response(404)
                 self.end_headers()
 
+        self.tokenizer = tok
         self.requests = []
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -286,16 +277,24 @@ class ToolCalls(unittest.TestCase):
     """A tool call, its result and the answer become trace nodes with roles, calls and call ids."""
 
     def test_a_tool_round_trip_is_converted_whole(self):
+        # verifiers' two tool scopes: a server per rollout, and one the taskset shares.
+        for shared in (False, True):
+            with self.subTest(shared_tools=shared):
+                self.round_trip({"shared_tools": shared})
+
+    def round_trip(self, taskset_args):
         engine = ScriptedEngine()
         try:
             renderer = {"name": "default", "tool_parser": "qwen3"}
-            _, traces = run_episodes(
-                env_config("rlt_lookup", max_turns=3), 1, actor(base_url=engine.base_url), renderer=renderer
-            )
+            env = env_config("rlt_lookup", taskset_args=taskset_args, max_turns=3)
+            _, traces = run_episodes(env, 1, actor(base_url=engine.base_url), renderer=renderer)
         finally:
             engine.close()
         (trace,) = traces[0]
         self.assertEqual(trace["errors"], [], trace["errors"])
+        self.assertEqual([t["name"] for t in trace["tools"]], ["lookup"])
+        first_prompt = engine.tokenizer.decode(engine.requests[0]["token_ids"])
+        self.assertIn('"name": "lookup"', first_prompt, "the tool schema is rendered into the prompt")
         roles = [(n["role"], n["sampled"]) for n in trace["nodes"]]
         self.assertEqual(roles.count(("assistant", True)), 2, roles)
         self.assertIn(("tool", False), roles)

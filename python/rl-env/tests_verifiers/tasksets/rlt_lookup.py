@@ -24,6 +24,8 @@ class CodeBook(vf.Toolset[vf.ToolsetConfig]):
 
 
 class LookupTask(vf.Task[LookupData]):
+    """Its tool server starts with each rollout (`Task.toolsets`)."""
+
     @classmethod
     def toolsets(cls, config):
         return [CodeBook(vf.ToolsetConfig())]
@@ -46,19 +48,36 @@ class LookupTask(vf.Task[LookupData]):
         return float(trace.num_turns)
 
 
+class SharedLookupTask(LookupTask):
+    """Launches no server of its own: the taskset's shared one answers (`Taskset.toolsets`)."""
+
+    @classmethod
+    def toolsets(cls, config):
+        return []
+
+
 class LookupConfig(vf.TasksetConfig):
     num_tasks: int = 32
     seed: int = 0
+    # Both of verifiers' tool scopes: one server per rollout (false), or one per environment
+    # worker that every rollout calls (true; a stateless tool's usual shape, and one server start
+    # instead of one per episode).
+    shared_tools: bool = False
 
 
 class LookupTaskset(vf.Taskset[LookupTask, LookupConfig]):
+    @classmethod
+    def toolsets(cls, config):
+        return [CodeBook(vf.ToolsetConfig())] if config.shared_tools else []
+
     def load(self):
         rng = random.Random(self.config.seed)
         words = sorted(CODES)
+        task = SharedLookupTask if self.config.shared_tools else LookupTask
         for _ in range(self.config.num_tasks):
             word = rng.choice(words)
             prompt = f"Use the lookup tool to find the code of {word!r}, then answer with the code."
-            yield LookupTask(LookupData(prompt=prompt, word=word, code=CODES[word]), self.config.task)
+            yield task(LookupData(prompt=prompt, word=word, code=CODES[word]), self.config.task)
 
 
 __all__ = ["LookupTaskset"]
