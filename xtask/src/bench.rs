@@ -110,7 +110,7 @@ fn side_by_side(
             }
         }
         if let Some((python, script, _)) = reference {
-            for v in json_lines(Command::new(python).arg(script), script)? {
+            for v in json_lines(crate::venv::command(python).arg(script), script)? {
                 let e = best.entry(key_of(&v, keys)).or_insert((0.0, 0.0));
                 e.1 = e.1.max(v["tokens_per_s"].as_f64().unwrap_or(0.0));
             }

@@ -2,8 +2,6 @@
 //! and computes `rl inference`'s log-probabilities of base + adapter; `rl model merge` equals
 //! PEFT's `merge_and_unload`) in the benchmark references' venv (torch, transformers, peft).
 
-use std::process::Command;
-
 use anyhow::{Context, bail};
 
 /// Runs the PEFT check with the workspace's debug `rl`.
@@ -11,7 +9,7 @@ pub(crate) fn check() -> anyhow::Result<()> {
     let root = crate::workspace::project_root();
     crate::workspace::build_rl_as_tested()?;
     let python = crate::bench::reference_python()?;
-    let status = Command::new(&python)
+    let status = crate::venv::command(&python)
         .arg(root.join("scripts/check_peft.py"))
         .arg(root.join("target/debug/rl"))
         .current_dir(&root)

@@ -2,8 +2,6 @@
 //! (which checks that it installs), linted and type-checked there (ruff, mypy --strict, pinned in
 //! its `dev` extra), then its unit and protocol tests run there.
 
-use std::process::Command;
-
 use anyhow::{Context, bail};
 
 use crate::venv::Venv;
@@ -31,7 +29,7 @@ pub(crate) fn test() -> anyhow::Result<()> {
         ("mypy", vec!["-m", "mypy"]),
     ];
     for (what, args) in checks {
-        let status = Command::new(&python)
+        let status = crate::venv::command(&python)
             .args(&args)
             .current_dir(&sdk)
             .env_remove("PYTHONPATH")
@@ -41,7 +39,7 @@ pub(crate) fn test() -> anyhow::Result<()> {
             bail!("{what} found problems in {SDK} ({status})");
         }
     }
-    let status = Command::new(&python)
+    let status = crate::venv::command(&python)
         .args(["-m", "unittest", "discover", "--start-directory"])
         .arg(sdk.join("tests"))
         .arg("--top-level-directory")

@@ -57,10 +57,11 @@ impl Venv {
             }
         }
         let mut pip = Command::new(&python);
-        // Not `--no-compile`: with PYTHONDONTWRITEBYTECODE set (as on these machines) every
-        // interpreter would compile what it imports from source, and verifiers starts one per
-        // harness program (the verifiers step took 255 -> 363 s, the PEFT check 15 -> 28 s).
-        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(&self.packages);
+        // `--no-compile`: pip's bytecode for every installed file (~28,000 of them, torch's and
+        // transformers' mostly never imported here) is minutes of CPU that, in `ci`, takes cores
+        // from cargo; the interpreters `command` starts write what they import, once.
+        pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"])
+            .args(&self.packages);
         let status = run(pip, log, cancel).context("cannot run pip")?;
         if !status.success() {
             bail!(
@@ -74,6 +75,17 @@ impl Venv {
         std::fs::rename(&tmp, &marker).with_context(|| format!("cannot write {}", marker.display()))?;
         Ok(python)
     }
+}
+
+/// A command running `python`, a venv's interpreter (or the one `RL_BENCH_PYTHON` names). It
+/// writes the bytecode of what it imports even where PYTHONDONTWRITEBYTECODE is set (as on these
+/// machines): the venvs are installed without any (`--no-compile`), and otherwise every
+/// interpreter, e.g. each of the dozens of processes a verifiers test starts, would compile what
+/// it imports from source again.
+pub(crate) fn command(python: &Path) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.env_remove("PYTHONDONTWRITEBYTECODE");
+    cmd
 }
 
 /// Runs `cmd` to its end, its output to `log` when given, killing it if `cancel` is set.

@@ -4,8 +4,6 @@
 //! host's traces, failures, `vf-eval --client.type train`, and `rl rl` on each config of
 //! `configs/verifiers`).
 
-use std::process::Command;
-
 use anyhow::{Context, bail};
 
 use crate::venv::Venv;
@@ -41,7 +39,7 @@ pub(crate) fn test() -> anyhow::Result<()> {
     // The venv's `uv` and `vf-eval` come first on PATH: harness programs are prepared with it.
     let mut path = vec![venv.dir.join("bin")];
     path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
-    let status = Command::new(&python)
+    let status = crate::venv::command(&python)
         .args(["-m", "unittest", "discover", "--start-directory"])
         .arg(&tests)
         .arg("--top-level-directory")

@@ -22,9 +22,10 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     }
     let ours = by_mode(&lines);
     let theirs = match python {
-        Some(p) => {
-            by_mode(&json_lines(Command::new(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]), "PyTorch")?)
-        }
+        Some(p) => by_mode(&json_lines(
+            crate::venv::command(p).args(["scripts/bench_torch_train.py", "qwen3-0.6b"]),
+            "PyTorch",
+        )?),
         None => BTreeMap::new(),
     };
     let mut out = String::from(
@@ -73,9 +74,10 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
     };
     let ours = by_case(&json_lines(&mut cargo, "our decode benchmark")?);
     let theirs = match python {
-        Some(p) => {
-            by_case(&json_lines(Command::new(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]), "HF generate")?)
-        }
+        Some(p) => by_case(&json_lines(
+            crate::venv::command(p).args(["scripts/bench_hf_generate.py", "qwen3-0.6b"]),
+            "HF generate",
+        )?),
         None => BTreeMap::new(),
     };
     let mut out = String::from(

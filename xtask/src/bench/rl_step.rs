@@ -102,7 +102,7 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     );
     if let Some(python) = python {
         let lines = super::reference::json_lines(
-            Command::new(python).arg("scripts/bench_trl_grpo.py").arg(&model).arg("8"),
+            crate::venv::command(python).arg("scripts/bench_trl_grpo.py").arg(&model).arg("8"),
             "the TRL reference",
         )?;
         let v = lines.last().context("the TRL reference printed no result")?;
