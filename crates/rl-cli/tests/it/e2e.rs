@@ -156,7 +156,7 @@ fn rl_trains_lora_adapters_end_to_end() {
         "--adapter",
         model.to_str().unwrap(),
         "--out",
-        "/tmp/x",
+        tmp.path().join("not-merged").to_str().unwrap(),
     ]);
     assert!(!again.status.success() && stderr(&again).contains("adapter_config.json"), "{}", stderr(&again));
 }
