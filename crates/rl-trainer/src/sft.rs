@@ -544,6 +544,26 @@ mod tests {
         })
     }
 
+    /// The character tokenizer and each kind of BPE, made once for all the cases below (a model
+    /// directory and a trained BPE each: most of a case's time when made per case).
+    fn every_kind_of_tokenizer() -> &'static [(tempfile::TempDir, Tok, ChatTemplate)] {
+        static ALL: std::sync::OnceLock<Vec<(tempfile::TempDir, Tok, ChatTemplate)>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            let corpus = [
+                "<|im_start|>user\nAda Lovelace, Bob<|im_end|>",
+                "<think>\n\n</think>\n\nsorted 42",
+                "<answer>\nAda Lovelace\n</answer>",
+            ];
+            let bpe = |pieces| tokenizer(Some((&corpus, pieces)));
+            vec![
+                tokenizer(None),
+                bpe(rl_model::BpePieces::Isolated),
+                bpe(rl_model::BpePieces::Attached),
+                bpe(rl_model::BpePieces::Phrases),
+            ]
+        })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -556,25 +576,12 @@ mod tests {
             train_user in prop::bool::ANY,
         ) {
             let mask = LossMaskConfig { user: train_user, tool: train_user, ..LossMaskConfig::default() };
-            let corpus = [
-                "<|im_start|>user\nAda Lovelace, Bob<|im_end|>",
-                "<think>\n\n</think>\n\nsorted 42",
-                "<answer>\nAda Lovelace\n</answer>",
-            ];
-            let bpe = |pieces| tokenizer(Some((&corpus, pieces)));
-            for (_dir, tok, template) in
-                [
-                    tokenizer(None),
-                    bpe(rl_model::BpePieces::Isolated),
-                    bpe(rl_model::BpePieces::Attached),
-                    bpe(rl_model::BpePieces::Phrases),
-                ]
-            {
+            for (_dir, tok, template) in every_kind_of_tokenizer() {
                 let text = template.render(&msgs, &[], false).unwrap();
                 let (ids, offsets) = tok.encode_with_offsets(&text).unwrap();
                 prop_assert_eq!(&ids, &tok.encode(&text).unwrap());
-                let fast = spans_by_offsets(&template, &msgs, &[], first_trained, &mask, &text, &offsets);
-                let exact = spans_by_prefixes(&tok, &template, &msgs, &[], first_trained, &mask, &ids);
+                let fast = spans_by_offsets(template, &msgs, &[], first_trained, &mask, &text, &offsets);
+                let exact = spans_by_prefixes(tok, template, &msgs, &[], first_trained, &mask, &ids);
                 match fast {
                     // A prefix the template cannot render fails both ways.
                     Err(_) => prop_assert!(exact.is_err()),
