@@ -96,16 +96,27 @@ fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
     // 30-minute one (`--variant base`) and `--variant exact` (SFT data in FIRST / LAST groups
     // balanced by greedy exact match).
     for (variant, pieces) in [(None, "isolated"), (Some("fast"), "attached"), (Some("exact"), "attached")] {
+        let mut rl_extra =
+            vec!["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"];
+        if variant == Some("fast") {
+            // Its second greedy eval, the 512 held-out episodes, at the start and the end: 2 here.
+            rl_extra.extend(["--orchestrator.eval.env.1.num-examples", "2"]);
+        }
         let rows = recipe(
             "alphabet_sort",
             variant,
             &["--tokenizer-task", "alphabet-sort", "--bpe-pieces", pieces],
             // The recipe generates 40,000-64,000 episodes; three steps need few.
             &["--seq-len", "512", "--data.num-examples", "64"],
-            &["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"],
+            &rl_extra,
         );
         check(&rows, "alphabet-sort");
         assert!(rows[1].keyed.contains_key("refill/planned_reward"), "the recipe's refill round is on");
+        if variant == Some("fast") {
+            for row in [&rows[0], &rows[2]] {
+                assert_eq!(row.keyed["eval/alphabet-sort-512/examples"], 2, "step {}", row.step);
+            }
+        }
     }
 }
 
