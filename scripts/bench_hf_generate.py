@@ -6,7 +6,8 @@ samples each (32 new tokens). Decode time = generate(N) - generate(1),
 so the prompt's prefill is not counted (as in our benchmark). Prints one JSON line per case.
 
 With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), 32 new tokens after 64-token
-prompts at batch 1 and 8 (the best of two runs).
+prompts at batch 1 and 8 (the best of two runs): in f32, in f32 with the weights rounded to bf16 (as
+a bf16 checkpoint loaded in f32), and in bf16.
 
 Usage: python3 scripts/bench_hf_generate.py [qwen3-0.6b]
 """
@@ -34,8 +35,11 @@ def qwen3_0_6b():
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                       rope_theta=1_000_000.0, tie_word_embeddings=True, attn_implementation="sdpa")
     model = Qwen3ForCausalLM(cfg).float().eval()
-    # f32, then the same weights in bf16 (beside `rl`'s bf16-packed weights).
-    for weights, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+    # f32; f32 with the weights rounded to bf16 (a checkpoint stored in bf16, computed in f32); the
+    # same weights in bf16 (beside `rl`'s bf16-packed weights).
+    for weights, dtype in (("f32", torch.float32), ("ckpt-bf16", torch.float32), ("bf16", torch.bfloat16)):
+        if weights == "ckpt-bf16":
+            model = model.to(torch.bfloat16)
         model = model.to(dtype)
         for batch in (1, 8):
             ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])

@@ -127,6 +127,8 @@ impl Engine {
             && matches!(model.compute_dtype(), candle_core::DType::F32 | candle_core::DType::BF16);
         let run: Box<dyn FnOnce() + Send> = if cpu {
             let rt = CpuRuntime::new(model)?;
+            // What a decode step reads (an f32 model from a bf16 checkpoint packs in bf16).
+            tracing::info!(packed_mb = rt.packed_bytes() / (1 << 20), "CPU runtime packed the weights");
             Box::new(move || EngineLoop::new(rt, tok, max_batch, prefix_cache_bytes).run(&rx, &guard.0))
         } else {
             let rt = TensorRuntime::new(model)?;

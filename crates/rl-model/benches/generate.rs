@@ -72,12 +72,26 @@ fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -
     caches
 }
 
-/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two),
-/// with the weights packed in f32, then in bf16.
+/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two):
+/// `f32` random f32 weights; `ckpt-bf16` the same weights rounded to bf16, as a checkpoint stored
+/// in bf16 (every released Qwen3) holds them, computed in f32 (the runtime packs such matrices in
+/// bf16, losslessly); `bf16` the f32 weights packed in bf16 (rounded: a bf16 model).
 fn qwen3_0_6b() {
     let lm = causal_lm(Preset::Qwen3_0_6B);
-    for (weights, dtype) in [("f32", DType::F32), ("bf16", DType::BF16)] {
-        let m = CpuRuntime::with_weight_dtype(&lm, dtype).expect("runtime");
+    let cfg = ModelConfig::preset(Preset::Qwen3_0_6B, 151_936);
+    let rounded: HashMap<String, Tensor> = random_weights(&cfg, 0)
+        .expect("weights")
+        .into_iter()
+        .map(|(k, t)| {
+            let t = if t.rank() == 2 { t.to_dtype(DType::BF16).and_then(|t| t.to_dtype(DType::F32)) } else { Ok(t) };
+            (k, t.expect("rounded"))
+        })
+        .collect();
+    let lm_ckpt = CausalLm::new(&cfg, &VarBuilder::from_tensors(rounded, DType::F32, &Device::Cpu)).expect("model");
+    for (weights, model, dtype) in
+        [("f32", &lm, DType::F32), ("ckpt-bf16", &lm_ckpt, DType::F32), ("bf16", &lm, DType::BF16)]
+    {
+        let m = CpuRuntime::with_weight_dtype(model, dtype).expect("runtime");
         let _ = decode(&m, &prefilled(&m, 1, 2), 2);
         for batch in [1usize, 8] {
             let caches = prefilled(&m, batch, 32);

@@ -81,10 +81,11 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
         None => BTreeMap::new(),
     };
     let mut out = String::from(
-        "\ngreedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts; bf16: weights in bf16)\n",
+        "\ngreedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts; ckpt-bf16: f32 compute of \
+         weights stored in bf16, as released checkpoints are; bf16: weights in bf16)\n",
     );
     out.push_str(&format!(
-        "{:<8} {:<6} {:>10} {:>12} {:>7} {:>14}\n",
+        "{:<10} {:<6} {:>10} {:>12} {:>7} {:>14}\n",
         "weights", "batch", "ours", "HF generate", "ratio", "vs HF f32"
     ));
     let ratio = |a: f64, b: Option<f64>| match b {
@@ -92,12 +93,13 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
         _ => String::from("-"),
     };
     let mut cases: Vec<_> = ours.iter().collect();
-    cases.sort_by_key(|((weights, batch), _)| (weights != "f32", *batch));
+    let order = |w: &str| ["f32", "ckpt-bf16", "bf16"].iter().position(|o| *o == w).unwrap_or(3);
+    cases.sort_by_key(|((weights, batch), _)| (order(weights), *batch));
     for ((weights, batch), tps) in cases {
         let hf = theirs.get(&(weights.clone(), *batch)).copied();
         let hf32 = theirs.get(&(String::from("f32"), *batch)).copied();
         out.push_str(&format!(
-            "{weights:<8} {batch:<6} {tps:>10.1} {:>12.1} {:>7} {:>14}\n",
+            "{weights:<10} {batch:<6} {tps:>10.1} {:>12.1} {:>7} {:>14}\n",
             hf.unwrap_or(0.0),
             ratio(*tps, hf),
             ratio(*tps, hf32)

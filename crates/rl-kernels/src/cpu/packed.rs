@@ -8,7 +8,10 @@
 //! A weight can also be packed in bf16 ([`PackedLinear::new_bf16`]): half the bytes, so twice the
 //! tokens a second where decoding is bound by memory bandwidth (one sequence reads every weight
 //! once per token). Two bf16 values of consecutive inputs share one 32-bit word, so widening a
-//! value to f32 is one mask or one shift; products still accumulate in f32.
+//! value to f32 is one mask or one shift; products still accumulate in f32. A weight whose every
+//! value already is a bf16 value (a checkpoint stored in bf16, as released models are, loaded in
+//! f32) is packed so by [`PackedLinear::new`] too: the bf16 tile accumulates the same products in
+//! the same order as the f32 tile, so the result is the same to the bit at half the bytes.
 
 use pulp::{Simd, WithSimd};
 
@@ -64,9 +67,23 @@ fn simd_lanes() -> usize {
     pulp::Arch::new().dispatch(Lanes)
 }
 
+/// Whether `v` is exactly a bf16 value (its low 16 bits are zero; NaNs aside, which no weight is).
+fn exact_in_bf16(v: f32) -> bool {
+    v.to_bits() & 0xFFFF == 0
+}
+
 impl PackedLinear {
-    /// Packs `w` (`out` rows of `inp`, row-major as HF stores it).
+    /// Packs `w` (`out` rows of `inp`, row-major as HF stores it): in f32, or in bf16 when every
+    /// value of `w` is exactly a bf16 value (lossless: see the module's doc).
     pub fn new(w: &[f32], out: usize, inp: usize) -> Self {
+        if w.iter().all(|&v| exact_in_bf16(v)) {
+            return Self::new_bf16(w, out, inp);
+        }
+        Self::new_f32(w, out, inp)
+    }
+
+    /// Packs `w` in f32 whatever its values.
+    fn new_f32(w: &[f32], out: usize, inp: usize) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {} values is not [{out}, {inp}]", w.len());
         let nr = 2 * simd_lanes();
         let n_panels = out.div_ceil(nr);
@@ -104,6 +121,14 @@ impl PackedLinear {
     /// Whether the weights are held in bf16.
     pub fn is_bf16(&self) -> bool {
         matches!(self.panels, Values::Bf16(_))
+    }
+
+    /// Bytes of the packed weights (what one pass over them reads).
+    pub fn bytes(&self) -> usize {
+        match &self.panels {
+            Values::F32(v) => std::mem::size_of_val(&v[..]),
+            Values::Bf16(v) => std::mem::size_of_val(&v[..]),
+        }
     }
 
     /// Output columns.
@@ -413,6 +438,7 @@ mod tests {
             let x: Vec<f32> = (0..m * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
             let w: Vec<f32> = (0..out * inp).map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0).collect();
             let packed = PackedLinear::new(&w, out, inp);
+            assert!(!packed.is_bf16(), "these weights are not all exact in bf16: the f32 tiles are under test");
             let want = reference(&x, &w, m, inp, out);
             let mut y = vec![f32::NAN; m * out];
             packed.apply(&mut y, &x, m, false);
@@ -459,6 +485,29 @@ mod tests {
                 assert!((f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()));
             }
         }
+    }
+
+    #[test]
+    fn weights_exact_in_bf16_are_packed_in_bf16_with_the_same_products_to_the_bit() {
+        for (m, inp, out) in [(1, 7, 5), (3, 16, 33), (4, 33, 40), (8, 64, 70), (13, 63, 70), (1, 512, 1024)] {
+            let x: Vec<f32> = (0..m * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 47.0).collect();
+            let w: Vec<f32> =
+                (0..out * inp).map(|i| bf16_value(bf16_bits(((i * 53 % 97) as f32 - 48.0) / 41.0 + 1e-3))).collect();
+            let (auto, f32s) = (PackedLinear::new(&w, out, inp), PackedLinear::new_f32(&w, out, inp));
+            assert!(auto.is_bf16() && !f32s.is_bf16());
+            for accumulate in [false, true] {
+                let (mut a, mut b) = (vec![0.5f32; m * out], vec![0.5f32; m * out]);
+                auto.apply(&mut a, &x, m, accumulate);
+                f32s.apply(&mut b, &x, m, accumulate);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "({m},{inp},{out}) accumulate {accumulate}");
+            }
+        }
+        // One value off the bf16 grid keeps the whole weight in f32.
+        let mut w = vec![0.25f32; 6 * 4];
+        assert!(PackedLinear::new(&w, 6, 4).is_bf16());
+        w[17] = 0.1;
+        assert!(!PackedLinear::new(&w, 6, 4).is_bf16());
     }
 
     #[test]

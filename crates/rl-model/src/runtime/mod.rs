@@ -214,7 +214,8 @@ impl CpuRuntime {
     /// Copies `model`'s weights (any device, any float dtype) into f32 buffers; every matrix
     /// (projections, embedding, output head) in bf16 when the model computes in bf16 (half the
     /// bytes each decoded token reads; norms, biases, activations, caches and sums stay f32). A
-    /// bf16 runtime computes exactly what the f32 one computes on the weights rounded to bf16.
+    /// bf16 runtime computes exactly what the f32 one computes on the weights rounded to bf16,
+    /// and so an f32 runtime packs a matrix whose values are all bf16 values in bf16 too.
     pub fn new(model: &CausalLm) -> Result<Self> {
         let dtype = if model.compute_dtype() == candle_core::DType::BF16 {
             candle_core::DType::BF16
@@ -247,6 +248,15 @@ impl CpuRuntime {
     /// What the projections and the output head are packed in.
     pub fn weight_dtype(&self) -> candle_core::DType {
         self.weight_dtype
+    }
+
+    /// Bytes of the packed projections and output head: what a decode step reads. Less than 4 a
+    /// value in an f32 runtime where matrices hold only bf16 values (a bf16 checkpoint), which
+    /// are packed in bf16 with the same results.
+    pub fn packed_bytes(&self) -> usize {
+        let layers: usize =
+            self.layers.iter().map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes()).sum();
+        layers + self.lm_head.bytes()
     }
 
     /// An empty cache continuing `prefix` (if any), with room for `capacity` own tokens.

@@ -288,6 +288,17 @@ fn the_device_runtime_equals_the_cpu_runtime_in(cfg: &rl_model::ModelConfig) {
     assert!(diff < 0.1, "bf16 logits drift by {diff}");
 }
 
+/// Two prompts' logits (every row), then three decode steps' (the last rows).
+fn two_prompts<R: Runtime>(rt: &R) -> Vec<f32> {
+    let (mut a, mut b) = (rt.new_cache(None, 16), rt.new_cache(None, 16));
+    let mut out = rt.forward_rows(&mut [&mut a, &mut b], &[&[3, 8, 1, 30], &[5, 6]], &[Rows::All, Rows::All]).unwrap();
+    for step in 0..3u32 {
+        let toks: [&[u32]; 2] = [&[7 + step], &[11 + step]];
+        out.extend(rt.forward_rows(&mut [&mut a, &mut b], &toks, &[Rows::Last, Rows::Last]).unwrap());
+    }
+    out
+}
+
 #[test]
 fn bf16_weights_compute_the_f32_runtime_of_the_rounded_model() {
     use candle_core::{DType, Device};
@@ -311,21 +322,20 @@ fn bf16_weights_compute_the_f32_runtime_of_the_rounded_model() {
         let (m, mr) = (build(&w), build(&rounded));
         let half = CpuRuntime::with_weight_dtype(&m, DType::BF16).unwrap();
         assert_eq!(half.weight_dtype(), DType::BF16);
-        let runtimes = [half, CpuRuntime::new(&mr).unwrap(), CpuRuntime::new(&m).unwrap()];
-        let logits: Vec<Vec<f32>> = runtimes
-            .iter()
-            .map(|rt| {
-                let (mut a, mut b) = (rt.new_cache(None, 16), rt.new_cache(None, 16));
-                let mut out = rt.forward(&mut [&mut a, &mut b], &[&[3, 8, 1, 30], &[5, 6]], true).unwrap();
-                for step in 0..3u32 {
-                    out.extend(rt.forward(&mut [&mut a, &mut b], &[&[7 + step], &[11 + step]], false).unwrap());
-                }
-                out
-            })
-            .collect();
+        // The f32 runtime of the rounded model holds its matrices in bf16 as well (lossless), and
+        // that of the unrounded model in f32: twice the bytes.
+        let (f32_rounded, f32_full) = (CpuRuntime::new(&mr).unwrap(), CpuRuntime::new(&m).unwrap());
+        assert_eq!(f32_rounded.weight_dtype(), DType::F32);
+        assert_eq!(f32_rounded.packed_bytes(), half.packed_bytes());
+        assert!(f32_full.packed_bytes() > half.packed_bytes() * 19 / 10, "f32 matrices take 4 bytes a value");
+        let logits = [two_prompts(&half), two_prompts(&f32_rounded), two_prompts(&f32_full)];
+        // The candle path computes the rounded model in f32 from its f32 tensors: an independent
+        // check that packing it in bf16 is exact.
+        let reference = two_prompts(&TensorRuntime::new(&mr).unwrap());
         let diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         let scale = logits[1].iter().fold(0f32, |m, v| m.max(v.abs()));
         assert!(diff(&logits[0], &logits[1]) <= 1e-6 * scale, "bf16 runtime != f32 runtime of the rounded weights");
+        assert!(diff(&logits[1], &reference) < 1e-4, "the rounded model's packed runtime != its tensor runtime");
         assert!(diff(&logits[0], &logits[2]) > 1e-4 * scale, "rounding to bf16 changed nothing");
     }
 }
