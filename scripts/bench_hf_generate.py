@@ -7,7 +7,8 @@ so the prompt's prefill is not counted (as in our benchmark). Prints one JSON li
 
 With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), 32 new tokens after 64-token
 prompts at batch 1 and 8 (the best of two runs): in f32, in f32 with the weights rounded to bf16 (as
-a bf16 checkpoint loaded in f32), and in bf16.
+a bf16 checkpoint loaded in f32), in bf16, and that checkpoint in f32 with PEFT LoRA adapters
+(r=16, every projection) unmerged and merged.
 
 Usage: python3 scripts/bench_hf_generate.py [qwen3-0.6b]
 """
@@ -36,11 +37,22 @@ def qwen3_0_6b():
                       rope_theta=1_000_000.0, tie_word_embeddings=True, attn_implementation="sdpa")
     model = Qwen3ForCausalLM(cfg).float().eval()
     # f32; f32 with the weights rounded to bf16 (a checkpoint stored in bf16, computed in f32); the
-    # same weights in bf16 (beside `rl`'s bf16-packed weights).
-    for weights, dtype in (("f32", torch.float32), ("ckpt-bf16", torch.float32), ("bf16", torch.bfloat16)):
+    # same weights in bf16 (beside `rl`'s bf16-packed weights); then that checkpoint in f32 with
+    # PEFT's LoRA r=16 on every projection (B random, not zero), unmerged and merged.
+    for weights in ("f32", "ckpt-bf16", "bf16", "lora", "lora-merged"):
         if weights == "ckpt-bf16":
+            model = model.to(torch.bfloat16).to(torch.float32)
+        elif weights == "bf16":
             model = model.to(torch.bfloat16)
-        model = model.to(dtype)
+        elif weights == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, init_lora_weights=False,
+                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                              "down_proj"])
+            model = get_peft_model(model.to(torch.float32), lora).eval()
+        elif weights == "lora-merged":
+            model = model.merge_and_unload().eval()
         for batch in (1, 8):
             ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
             timed(model, ids, 2)

@@ -9,13 +9,11 @@
 //! its invariants — a sequence is waiting, running or answered, never two; every finished
 //! sequence frees its cache; a swap happens only between steps — are checked by reading it whole.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
-
-use candle_core::Tensor;
 
 use rl_model::{CausalLm, CpuRuntime, Rows, Runtime, Sampler, TensorRuntime, Tok, log_softmax};
 use tokio::sync::oneshot;
@@ -23,7 +21,7 @@ use tokio::sync::oneshot;
 use crate::error::{Error, Result};
 use crate::generation::{Completion, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
 use crate::prefix_cache::PrefixCache;
-use crate::weights::WeightSource;
+use crate::weights::{Update, WeightSource};
 
 /// `row` as the request samples from it: adjusted by its penalties for the output so far, and
 /// with the end-of-sequence tokens `eos` masked while the output is shorter than `min_tokens`.
@@ -48,7 +46,7 @@ fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32], eos: &[u32]) 
 #[derive(Debug)]
 pub(crate) enum Command {
     Generate(GenRequest, oneshot::Sender<Result<GenOutput>>),
-    UpdateWeights(PathBuf, HashMap<String, Tensor>, oneshot::Sender<Result<u64>>),
+    UpdateWeights(PathBuf, Update, oneshot::Sender<Result<u64>>),
     Pause(oneshot::Sender<()>),
     Resume(oneshot::Sender<()>),
 }
@@ -138,7 +136,9 @@ impl Engine {
             .name(String::from("rl-inference-engine"))
             .spawn(run)
             .map_err(|e| Error::Engine(format!("cannot start the engine thread: {e}")))?;
-        let weights = Arc::new(WeightSource::new(model.config().clone(), None));
+        // The CPU runtime computes adapters apart from its packed base; the tensor runtime needs
+        // them merged.
+        let weights = Arc::new(WeightSource::new(model.config().clone(), None, !cpu));
         Ok(Engine { tx, beat, weights })
     }
 
@@ -146,7 +146,7 @@ impl Engine {
     /// directory).
     pub fn with_base_dir(mut self, dir: PathBuf) -> Self {
         let cfg = self.weights_config();
-        self.weights = Arc::new(WeightSource::new(cfg, Some(dir)));
+        self.weights = Arc::new(WeightSource::new(cfg, Some(dir), self.weights.merges()));
         self
     }
 
@@ -188,12 +188,12 @@ impl Engine {
         self.call(|tx| Command::Generate(req, tx)).await?
     }
 
-    /// Loads the weights in `dir` (full weights, or a LoRA adapter merged into the base) and swaps
+    /// Loads the weights in `dir` (full weights, or a LoRA adapter over the base) and swaps
     /// them in between steps; returns the new version. The files are read on a blocking thread
     /// while generation goes on, within `limit`: a stuck disk fails this call, never the engine.
     pub async fn update_weights(&self, dir: PathBuf, limit: Duration) -> Result<u64> {
-        let tensors = self.weights.read(&dir, limit).await?;
-        self.call(|tx| Command::UpdateWeights(dir, tensors, tx)).await?
+        let update = self.weights.read(&dir, limit).await?;
+        self.call(|tx| Command::UpdateWeights(dir, update, tx)).await?
     }
 
     /// Stops admitting and decoding until [`Engine::resume`].
@@ -278,8 +278,12 @@ impl<R: Runtime> EngineLoop<R> {
     fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Generate(req, tx) => self.waiting.push_back((req, tx)),
-            Command::UpdateWeights(dir, tensors, tx) => {
-                let result = self.rt.with_weights(&dir, tensors).map(|rt| {
+            Command::UpdateWeights(dir, update, tx) => {
+                let swapped = match update {
+                    Update::Full(tensors) => self.rt.with_weights(&dir, tensors),
+                    Update::Adapter(adapter) => self.rt.with_adapter(&dir, &adapter),
+                };
+                let result = swapped.map(|rt| {
                     self.rt = rt;
                     self.prompts.clear();
                     self.version += 1;

@@ -1,6 +1,7 @@
 //! Reading a weight update: a full broadcast (`model.safetensors`) as it is, or a LoRA adapter
-//! directory (`adapter_config.json`, PEFT's format) merged into the served model's base weights,
-//! which are read from its directory once, at the first adapter, and kept.
+//! directory (`adapter_config.json`, PEFT's format) over the served model's base weights, which
+//! are read from its directory once, at the first adapter, and kept. The CPU runtime computes the
+//! adapters unmerged; for any other runtime they are merged here, off the engine thread.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,12 +9,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
-use rl_model::ModelConfig;
+use rl_model::{AdapterUpdate, ModelConfig};
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 
 type Tensors = HashMap<String, Tensor>;
+
+/// A weight update as read.
+#[derive(Debug)]
+pub(crate) enum Update {
+    /// Full weights.
+    Full(Tensors),
+    /// Adapters to compute over the base weights.
+    Adapter(AdapterUpdate),
+}
 
 /// Where updates come from and the base weights adapters apply to.
 #[derive(Debug)]
@@ -22,11 +32,18 @@ pub(crate) struct WeightSource {
     /// The served model's directory (the base of every adapter); none: adapters are refused.
     base_dir: Option<PathBuf>,
     base: OnceCell<Arc<Tensors>>,
+    /// Whether adapters are merged into the base here (a runtime that cannot compute them apart).
+    merge: bool,
 }
 
 impl WeightSource {
-    pub(crate) fn new(cfg: ModelConfig, base_dir: Option<PathBuf>) -> Self {
-        WeightSource { cfg, base_dir, base: OnceCell::new() }
+    pub(crate) fn new(cfg: ModelConfig, base_dir: Option<PathBuf>, merge: bool) -> Self {
+        WeightSource { cfg, base_dir, base: OnceCell::new(), merge }
+    }
+
+    /// Whether adapters are merged into the base weights on reading.
+    pub(crate) fn merges(&self) -> bool {
+        self.merge
     }
 
     pub(crate) fn config(&self) -> &ModelConfig {
@@ -35,14 +52,14 @@ impl WeightSource {
 
     /// The tensors of the update in `dir`, read on a blocking thread within `limit` (a stuck disk
     /// fails this call, never the engine).
-    pub(crate) async fn read(&self, dir: &Path, limit: Duration) -> Result<Tensors> {
+    pub(crate) async fn read(&self, dir: &Path, limit: Duration) -> Result<Update> {
         let timeout = |what: &str| {
             Error::Timeout(format!("reading {what} in {} took longer than {:.0}s", dir.display(), limit.as_secs_f64()))
         };
         if !rl_model::is_adapter_dir(dir) {
             let source = dir.to_owned();
             let read = blocking(limit, move || rl_model::read_weights(&source, &Device::Cpu));
-            return read.await.ok_or_else(|| timeout("the weights"))?;
+            return read.await.ok_or_else(|| timeout("the weights"))?.map(Update::Full);
         }
         let base_dir = self.base_dir.clone().ok_or_else(|| {
             Error::BadRequest(String::from("this server has no base model directory to apply a LoRA adapter to"))
@@ -55,12 +72,16 @@ impl WeightSource {
             })
             .await?
             .clone();
-        let (cfg, source) = (self.cfg.clone(), dir.to_owned());
-        let merge = blocking(limit, move || {
+        let (cfg, source, merge) = (self.cfg.clone(), dir.to_owned(), self.merge);
+        let read = blocking(limit, move || {
             let (lora, adapters) = rl_model::read_adapter_dir(&cfg, &source, &Device::Cpu)?;
-            rl_model::merge_adapters(&cfg, &lora, &base, &adapters)
+            Ok(if merge {
+                Update::Full(rl_model::merge_adapters(&cfg, &lora, &base, &adapters)?)
+            } else {
+                Update::Adapter(AdapterUpdate { lora, adapters, base })
+            })
         });
-        merge.await.ok_or_else(|| timeout("the adapter"))?
+        read.await.ok_or_else(|| timeout("the adapter"))?
     }
 }
 

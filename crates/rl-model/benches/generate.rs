@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use rl_model::{CausalLm, CpuRuntime, ModelConfig, Preset, SeqCache, random_weights};
+use rl_model::{
+    CausalLm, CpuRuntime, Lora, ModelConfig, Preset, SeqCache, init_adapters, merge_adapters, random_weights,
+};
 
 fn causal_lm(preset: Preset) -> CausalLm {
     let cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(128));
@@ -75,7 +77,9 @@ fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -
 /// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two):
 /// `f32` random f32 weights; `ckpt-bf16` the same weights rounded to bf16, as a checkpoint stored
 /// in bf16 (every released Qwen3) holds them, computed in f32 (the runtime packs such matrices in
-/// bf16, losslessly); `bf16` the f32 weights packed in bf16 (rounded: a bf16 model).
+/// bf16, losslessly); `bf16` the f32 weights packed in bf16 (rounded: a bf16 model); `lora` the
+/// bf16 checkpoint with r = 16 adapters on every projection computed unmerged, `lora-merged` the
+/// same adapters merged into it (ours only: the reference is each other).
 fn qwen3_0_6b() {
     let lm = causal_lm(Preset::Qwen3_0_6B);
     let cfg = ModelConfig::preset(Preset::Qwen3_0_6B, 151_936);
@@ -87,11 +91,34 @@ fn qwen3_0_6b() {
             (k, t.expect("rounded"))
         })
         .collect();
-    let lm_ckpt = CausalLm::new(&cfg, &VarBuilder::from_tensors(rounded, DType::F32, &Device::Cpu)).expect("model");
-    for (weights, model, dtype) in
-        [("f32", &lm, DType::F32), ("ckpt-bf16", &lm_ckpt, DType::F32), ("bf16", &lm, DType::BF16)]
-    {
-        let m = CpuRuntime::with_weight_dtype(model, dtype).expect("runtime");
+    let lm_ckpt =
+        CausalLm::new(&cfg, &VarBuilder::from_tensors(rounded.clone(), DType::F32, &Device::Cpu)).expect("model");
+    // LoRA r = 16 on every projection over the bf16 checkpoint: computed apart from the base
+    // (which stays packed in bf16), and merged into it (the merged matrices are f32).
+    let lora = Lora::from_config(&rl_configs::LoraConfig::default());
+    let mut adapters = init_adapters(&cfg, &lora, 0, &Device::Cpu).expect("adapters");
+    for (name, t) in adapters.iter_mut() {
+        if name.contains(".lora_B.") {
+            *t = Tensor::randn(0f32, 0.01, t.dims(), &Device::Cpu).expect("B");
+        }
+    }
+    // Each runtime is built when its case runs (five at once would not fit in memory).
+    type Build<'a> = Box<dyn Fn() -> rl_model::Result<CpuRuntime> + 'a>;
+    let cases: [(&str, Build<'_>); 5] = [
+        ("f32", Box::new(|| CpuRuntime::new(&lm))),
+        ("ckpt-bf16", Box::new(|| CpuRuntime::new(&lm_ckpt))),
+        ("bf16", Box::new(|| CpuRuntime::with_weight_dtype(&lm, DType::BF16))),
+        ("lora", Box::new(|| CpuRuntime::new(&lm_ckpt)?.with_adapters(&lora, &adapters))),
+        (
+            "lora-merged",
+            Box::new(|| {
+                let merged = merge_adapters(&cfg, &lora, &rounded, &adapters)?;
+                CpuRuntime::new(&CausalLm::new(&cfg, &VarBuilder::from_tensors(merged, DType::F32, &Device::Cpu))?)
+            }),
+        ),
+    ];
+    for (weights, build) in cases {
+        let m = build().expect("runtime");
         let _ = decode(&m, &prefilled(&m, 1, 2), 2);
         for batch in [1usize, 8] {
             let caches = prefilled(&m, batch, 32);

@@ -40,7 +40,7 @@ pub use lora::{
 pub use model::{CausalLm, Pass};
 pub use rl_kernels::{RowLayout, Segment, Targets};
 pub use rng::SplitMix64;
-pub use runtime::{CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
+pub use runtime::{AdapterUpdate, CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tensor_file::write_safetensors;
 pub use tokenizer::{BpePieces, Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};

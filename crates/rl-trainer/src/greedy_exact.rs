@@ -68,7 +68,7 @@ fn argmax(row: &[f32]) -> u32 {
 
 /// Decodes every trained span of `examples` greedily after its gold context (earlier turns as
 /// written, not as the model would answer them) and counts the spans reproduced token for token.
-/// A span stops decoding at its first wrong token. `model` must carry no unmerged adapters.
+/// A span stops decoding at its first wrong token (a model's LoRA adapters computed unmerged).
 pub(crate) fn greedy_exact(model: &CausalLm, examples: &[SftExample]) -> Result<ExactCount> {
     let rt = CpuRuntime::new(model)?;
     let vocab = model.config().vocab_size;

@@ -400,18 +400,9 @@ impl SftTrainer {
         Ok(SftEnd::Finished)
     }
 
-    /// Each group's held-out replies decoded greedily (the adapters merged first, with LoRA).
+    /// Each group's held-out replies decoded greedily (with LoRA, the adapters computed unmerged).
     fn greedy_exact(&self, train: &[SftGroup]) -> Result<Vec<ExactCount>> {
-        let merged;
-        let model = if self.model.has_adapters() {
-            let tensors: std::collections::HashMap<String, candle_core::Tensor> =
-                self.vars.merged(&self.model_cfg)?.into_iter().collect();
-            merged = Trainable::from_tensors(&self.model_cfg, &tensors)?.model(&self.model_cfg, self.model.device())?;
-            &merged
-        } else {
-            &self.model
-        };
-        train.iter().map(|g| greedy_exact(model, &g.val)).collect()
+        train.iter().map(|g| greedy_exact(&self.model, &g.val)).collect()
     }
 
     /// The groups' shares in force: equal at the start; on resume, those of the last step kept in

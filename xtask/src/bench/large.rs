@@ -59,6 +59,9 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     decode(python)
 }
 
+/// The decode cases in the order printed (`crates/rl-model/benches/generate.rs` says what each is).
+const CASES: [&str; 5] = ["f32", "ckpt-bf16", "bf16", "lora", "lora-merged"];
+
 /// Greedy decode at the 0.6B shape, ours and HF `generate`'s, by weight dtype and batch.
 fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
@@ -82,10 +85,11 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
     };
     let mut out = String::from(
         "\ngreedy decode tokens/s, qwen3-0.6b shape (32 new tokens after 64-token prompts; ckpt-bf16: f32 compute of \
-         weights stored in bf16, as released checkpoints are; bf16: weights in bf16)\n",
+         weights stored in bf16, as released checkpoints are; bf16: weights in bf16; lora: ckpt-bf16 with LoRA r=16 on \
+         every projection, unmerged (HF: PEFT); lora-merged: the same merged)\n",
     );
     out.push_str(&format!(
-        "{:<10} {:<6} {:>10} {:>12} {:>7} {:>14}\n",
+        "{:<12} {:<6} {:>10} {:>12} {:>7} {:>14}\n",
         "weights", "batch", "ours", "HF generate", "ratio", "vs HF f32"
     ));
     let ratio = |a: f64, b: Option<f64>| match b {
@@ -93,13 +97,13 @@ fn decode(python: Option<&PathBuf>) -> anyhow::Result<()> {
         _ => String::from("-"),
     };
     let mut cases: Vec<_> = ours.iter().collect();
-    let order = |w: &str| ["f32", "ckpt-bf16", "bf16"].iter().position(|o| *o == w).unwrap_or(3);
+    let order = |w: &str| CASES.iter().position(|o| *o == w).unwrap_or(CASES.len());
     cases.sort_by_key(|((weights, batch), _)| (order(weights), *batch));
     for ((weights, batch), tps) in cases {
         let hf = theirs.get(&(weights.clone(), *batch)).copied();
         let hf32 = theirs.get(&(String::from("f32"), *batch)).copied();
         out.push_str(&format!(
-            "{weights:<10} {batch:<6} {tps:>10.1} {:>12.1} {:>7} {:>14}\n",
+            "{weights:<12} {batch:<6} {tps:>10.1} {:>12.1} {:>7} {:>14}\n",
             hf.unwrap_or(0.0),
             ratio(*tps, hf),
             ratio(*tps, hf32)

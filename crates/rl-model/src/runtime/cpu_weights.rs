@@ -1,9 +1,17 @@
 //! The CPU runtime's weights: each layer's projections packed for [`PackedLinear::apply`] (in f32,
-//! or in bf16 where the model computes in bf16), the rest as f32 buffers.
+//! or in bf16 where the model computes in bf16), the rest as f32 buffers; LoRA adapters packed
+//! apart from the base weights they add to.
 
+use std::collections::HashMap;
+
+use candle_core::Tensor;
 use rl_kernels::cpu::packed::{PackedLinear, bf16_bits, bf16_value};
+use rl_kernels::{LoraShape, Proj};
 
-use crate::error::Result;
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::layout::layer_shape;
+use crate::lora::{Lora, adapter_shapes};
 use crate::model::CausalLm;
 
 /// One layer's weights: projections packed for [`PackedLinear::apply`] (q/k/v stacked into one
@@ -94,4 +102,98 @@ pub(super) fn pack(model: &CausalLm, bf16: bool) -> Result<Packed> {
         cos: values(cos)?,
         sin: values(sin)?,
     })
+}
+
+/// One projection's LoRA adapter, unmerged: adds `scale * (x A^T) B^T` to the columns
+/// `col..col + out` of the product its projection is part of.
+#[derive(Debug, Clone)]
+pub(super) struct Adapter {
+    /// `A [r, in]`.
+    a: PackedLinear,
+    /// `B [out, r]`.
+    b: PackedLinear,
+    col: usize,
+    scale: f32,
+}
+
+impl Adapter {
+    /// Adds the adapter's output for the `n` rows of `x` into the rows of `y`, `ld` values each.
+    pub(super) fn add(&self, y: &mut [f32], ld: usize, x: &[f32], n: usize) {
+        let (r, out) = (self.a.out(), self.b.out());
+        let mut t = vec![0f32; n * r];
+        self.a.apply(&mut t, x, n, false);
+        let mut u = vec![0f32; n * out];
+        self.b.apply(&mut u, &t, n, false);
+        for (row, d) in y.chunks_mut(ld).take(n).zip(u.chunks(out)) {
+            row[self.col..self.col + out].iter_mut().zip(d).for_each(|(y, d)| *y += self.scale * d);
+        }
+    }
+}
+
+/// One layer's adapters, by the packed product they add to.
+#[derive(Debug, Clone, Default)]
+pub(super) struct LayerAdapters {
+    pub(super) qkv: Vec<Adapter>,
+    pub(super) o: Vec<Adapter>,
+    pub(super) gate_up: Vec<Adapter>,
+    pub(super) down: Vec<Adapter>,
+}
+
+impl LayerAdapters {
+    /// A layer's adapters from its flat buffer (the fused layer's order, [`LoraShape::parts`]).
+    /// They stay in f32 whatever the base weights are packed in (a few MB even at 0.6B).
+    fn from_flat(cfg: &ModelConfig, shape: &LoraShape, flat: &[f32]) -> LayerAdapters {
+        let sh = layer_shape(cfg);
+        let mut out = LayerAdapters::default();
+        for part in shape.parts(&sh) {
+            let adapter = Adapter {
+                a: PackedLinear::new(&flat[part.a.clone()], shape.rank, part.inp),
+                b: PackedLinear::new(&flat[part.b.clone()], part.out, shape.rank),
+                col: match part.proj {
+                    Proj::O | Proj::Down => 0,
+                    p => p.column(&sh),
+                },
+                scale: shape.scale as f32,
+            };
+            match part.proj {
+                Proj::Q | Proj::K | Proj::V => out.qkv.push(adapter),
+                Proj::O => out.o.push(adapter),
+                Proj::Gate | Proj::Up => out.gate_up.push(adapter),
+                Proj::Down => out.down.push(adapter),
+            }
+        }
+        out
+    }
+}
+
+/// The adapters a model carries unmerged (none: an empty list).
+pub(super) fn model_adapters(model: &CausalLm) -> Result<Vec<LayerAdapters>> {
+    let Some(shape) = model.lora else { return Ok(Vec::new()) };
+    model
+        .layers
+        .iter()
+        .map(|l| match &l.lora {
+            Some(flat) => Ok(LayerAdapters::from_flat(model.config(), &shape, &values(flat)?)),
+            None => Err(Error::Input(String::from("a layer of the adapted model has no adapters"))),
+        })
+        .collect()
+}
+
+/// Adapters read from an adapter directory (PEFT names, checked by
+/// [`crate::read_adapter_dir`]), packed by layer.
+pub(super) fn named_adapters(
+    cfg: &ModelConfig,
+    lora: &Lora,
+    tensors: &HashMap<String, Tensor>,
+) -> Result<Vec<LayerAdapters>> {
+    (0..cfg.num_hidden_layers)
+        .map(|i| {
+            let mut flat = Vec::new();
+            for (name, _) in adapter_shapes(cfg, lora, i) {
+                let t = tensors.get(&name).ok_or_else(|| Error::Input(format!("the adapter has no {name}")))?;
+                flat.extend(values(t)?);
+            }
+            Ok(LayerAdapters::from_flat(cfg, &lora.shape, &flat))
+        })
+        .collect()
 }

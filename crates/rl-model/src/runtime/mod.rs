@@ -5,6 +5,7 @@
 //! tensors. One call advances any number of sequences by any number of tokens (a prefill, a
 //! batched decode step, or both): projections and MLPs run over all new tokens at once.
 
+mod api;
 mod cpu_weights;
 mod kv;
 mod tensor;
@@ -14,81 +15,21 @@ use rl_kernels::cpu::decode::{attend_shared, attend_step};
 use rl_kernels::cpu::norm::{HeadSpan, RopeTables, heads_norm_rope_forward, rms_norm_forward};
 use rl_kernels::cpu::packed::PackedLinear;
 
-use cpu_weights::Layer;
+use std::sync::Arc;
+
+use cpu_weights::{Adapter, Layer, LayerAdapters};
 use rl_kernels::cpu::swiglu::swiglu_packed_forward;
 use rl_kernels::gemm::{MatMut, MatRef};
 
 use rayon::prelude::*;
 
+pub use api::{AdapterUpdate, Rows, Runtime};
 pub use kv::{KvBlock, SeqCache, SharedPrefix};
 pub use tensor::{TensorCache, TensorPrefix, TensorRuntime};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::model::CausalLm;
-
-/// Which logits a sequence wants from a forward call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rows {
-    /// Its last new token's (what sampling the next token needs).
-    Last,
-    /// Every new token's (prompt log-probabilities).
-    All,
-}
-
-/// What the generation engine needs of a runtime: caches that sequences own, prefixes they share
-/// (a prompt prefilled once), and one forward call over many sequences.
-pub trait Runtime: Send + Sized + 'static {
-    /// One sequence's keys and values.
-    type Cache: Send;
-    /// A frozen prefix several caches continue.
-    type Prefix: Clone + Send;
-
-    /// The architecture.
-    fn config(&self) -> &ModelConfig;
-    /// The same runtime over `tensors`, read by [`crate::read_weights`] from `dir` (a weight
-    /// update; `dir` names the source in errors). Reading happens elsewhere so a slow disk never
-    /// stalls the thread that owns the runtime.
-    fn with_weights(
-        &self,
-        dir: &std::path::Path,
-        tensors: std::collections::HashMap<String, candle_core::Tensor>,
-    ) -> Result<Self>;
-    /// An empty cache continuing `prefix`, with room for `capacity` own tokens.
-    fn new_cache(&self, prefix: Option<&Self::Prefix>, capacity: usize) -> Self::Cache;
-    /// Tokens in a cache (prefix included).
-    fn cache_len(cache: &Self::Cache) -> usize;
-    /// The first `len` tokens of a cache as a shareable prefix (a copy).
-    fn share_first(&self, cache: &Self::Cache, len: usize) -> Result<Self::Prefix>;
-    /// A whole cache frozen as a prefix (consumed).
-    fn freeze(&self, cache: Self::Cache) -> Result<Self::Prefix>;
-    /// Tokens in a prefix.
-    fn prefix_len(prefix: &Self::Prefix) -> usize;
-    /// Bytes a prefix holds.
-    fn prefix_bytes(prefix: &Self::Prefix) -> usize;
-    /// Appends `tokens[i]` to `caches[i]`; logits `[rows, vocab]` as `rows` asks, in order.
-    fn forward_rows(&self, caches: &mut [&mut Self::Cache], tokens: &[&[u32]], rows: &[Rows]) -> Result<Vec<f32>>;
-
-    /// Whether `tokens` can be appended to a sequence of `cached` tokens (ids in the vocabulary,
-    /// the total within `max_position_embeddings`).
-    fn check(&self, cached: usize, tokens: &[u32]) -> Result<()> {
-        let cfg = self.config();
-        if tokens.is_empty() {
-            return Err(Error::Input(String::from("nothing to append")));
-        }
-        if let Some(bad) = tokens.iter().find(|&&i| i as usize >= cfg.vocab_size) {
-            return Err(Error::Input(format!("token id {bad} is outside the vocabulary of {}", cfg.vocab_size)));
-        }
-        let max = cfg.max_position_embeddings;
-        if cached + tokens.len() > max {
-            return Err(Error::Input(format!(
-                "sequence of {} tokens exceeds max_position_embeddings ({max})",
-                cached + tokens.len()
-            )));
-        }
-        Ok(())
-    }
-}
 
 impl Runtime for CpuRuntime {
     type Cache = SeqCache;
@@ -104,6 +45,9 @@ impl Runtime for CpuRuntime {
     ) -> Result<Self> {
         let model = crate::model_from_weights(&self.cfg, dir, tensors, &candle_core::Device::Cpu)?;
         CpuRuntime::with_weight_dtype(&model, self.weight_dtype)
+    }
+    fn with_adapter(&self, _dir: &std::path::Path, update: &AdapterUpdate) -> Result<Self> {
+        self.with_adapters(&update.lora, &update.adapters)
     }
     fn new_cache(&self, prefix: Option<&SharedPrefix>, capacity: usize) -> SeqCache {
         CpuRuntime::new_cache(self, prefix, capacity)
@@ -166,11 +110,14 @@ fn by_shared_prefix<'c, 'o>(
 #[derive(Debug, Clone)]
 pub struct CpuRuntime {
     cfg: ModelConfig,
-    embed: Vec<f32>,
+    embed: Arc<[f32]>,
     /// The output head (the embedding itself, packed, when tied).
-    lm_head: PackedLinear,
+    lm_head: Arc<PackedLinear>,
     norm: Vec<f32>,
-    layers: Vec<Layer>,
+    /// The base weights (shared by the runtimes that differ in adapters only).
+    layers: Arc<[Layer]>,
+    /// Each layer's LoRA adapters, computed apart from the base weights; empty: none.
+    adapters: Arc<[LayerAdapters]>,
     cos: Vec<f32>,
     sin: Vec<f32>,
     /// What the projections and the output head are packed in (F32 or BF16).
@@ -194,13 +141,18 @@ fn linear_bias(out: &mut [f32], x: &[f32], w: &PackedLinear, b: Option<&[f32]>, 
     }
 }
 
+/// Adds each adapter's output for the `n` rows of `x` into the rows of `y` (`ld` values each).
+fn add_adapters(adapters: &[Adapter], y: &mut [f32], ld: usize, x: &[f32], n: usize) {
+    adapters.iter().for_each(|a| a.add(y, ld, x, n));
+}
+
 /// Adds `b` to every row of `x`.
 fn add_rows(x: &mut [f32], b: &[f32]) {
     x.chunks_mut(b.len()).for_each(|row| row.iter_mut().zip(b).for_each(|(x, b)| *x += b));
 }
 
-/// A runtime computes the base weights only: adapters must be merged into them first
-/// ([`crate::merge_adapters`]), or generation would silently ignore them.
+/// A runtime that computes the base weights only (the tensor runtime) needs adapters merged into
+/// them first ([`crate::merge_adapters`]), or generation would silently ignore them.
 pub(crate) fn no_adapters(model: &CausalLm) -> Result<()> {
     if model.has_adapters() {
         return Err(Error::Input(String::from(
@@ -215,7 +167,8 @@ impl CpuRuntime {
     /// (projections, embedding, output head) in bf16 when the model computes in bf16 (half the
     /// bytes each decoded token reads; norms, biases, activations, caches and sums stay f32). A
     /// bf16 runtime computes exactly what the f32 one computes on the weights rounded to bf16,
-    /// and so an f32 runtime packs a matrix whose values are all bf16 values in bf16 too.
+    /// and so an f32 runtime packs a matrix whose values are all bf16 values in bf16 too. The
+    /// LoRA adapters of an adapted model are computed unmerged, in f32 (as the trainer does).
     pub fn new(model: &CausalLm) -> Result<Self> {
         let dtype = if model.compute_dtype() == candle_core::DType::BF16 {
             candle_core::DType::BF16
@@ -228,7 +181,6 @@ impl CpuRuntime {
     /// [`CpuRuntime::new`] with the matrices held in `weight_dtype` (F32 or BF16; anything else is
     /// an error).
     pub fn with_weight_dtype(model: &CausalLm, weight_dtype: candle_core::DType) -> Result<Self> {
-        no_adapters(model)?;
         let bf16 = match weight_dtype {
             candle_core::DType::F32 => false,
             candle_core::DType::BF16 => true,
@@ -236,8 +188,26 @@ impl CpuRuntime {
         };
         let p = cpu_weights::pack(model, bf16)?;
         let cfg = model.config().clone();
-        let (layers, embed, lm_head, norm, cos, sin) = (p.layers, p.embed, p.lm_head, p.norm, p.cos, p.sin);
-        Ok(CpuRuntime { cfg, embed, lm_head, norm, layers, cos, sin, weight_dtype })
+        let (layers, embed, lm_head, norm, cos, sin) =
+            (p.layers.into(), p.embed.into(), p.lm_head.into(), p.norm, p.cos, p.sin);
+        let adapters = cpu_weights::model_adapters(model)?.into();
+        Ok(CpuRuntime { cfg, embed, lm_head, norm, layers, adapters, cos, sin, weight_dtype })
+    }
+
+    /// The same base weights with `tensors`' adapters (PEFT names, as [`crate::read_adapter_dir`]
+    /// reads them) in place of any this runtime computes: nothing of the base is packed again.
+    pub fn with_adapters(
+        &self,
+        lora: &crate::Lora,
+        tensors: &std::collections::HashMap<String, candle_core::Tensor>,
+    ) -> Result<Self> {
+        let adapters = cpu_weights::named_adapters(&self.cfg, lora, tensors)?.into();
+        Ok(CpuRuntime { adapters, ..self.clone() })
+    }
+
+    /// Whether LoRA adapters are computed over the base weights.
+    pub fn has_adapters(&self) -> bool {
+        !self.adapters.is_empty()
     }
 
     /// The architecture.
@@ -344,9 +314,12 @@ impl CpuRuntime {
         let width = qd + 2 * kd;
         let mut qkv = vec![0f32; n * width];
         let mut gu = vec![0f32; n * 2 * inter];
+        let none = LayerAdapters::default();
         for (li, l) in self.layers.iter().enumerate() {
+            let ad = self.adapters.get(li).unwrap_or(&none);
             let hn = rms_norm_forward(&x, &l.ln1, eps);
             linear_bias(&mut qkv, &hn, &l.qkv, l.qkv_bias.as_deref(), n);
+            add_adapters(&ad.qkv, &mut qkv, width, &hn, n);
             let norm = |i: usize| l.qk_norm.as_ref().map(|w| w[i].as_slice());
             let spans = [
                 HeadSpan { heads: c.num_attention_heads, norm: norm(0) },
@@ -363,9 +336,13 @@ impl CpuRuntime {
                 add_rows(&mut x, b);
             }
             l.o.apply(&mut x, &a, n, true);
+            add_adapters(&ad.o, &mut x, h, &a, n);
             let hn = rms_norm_forward(&x, &l.ln2, eps);
             l.gate_up.apply(&mut gu, &hn, n, false);
-            l.down.apply(&mut x, &swiglu_packed_forward(&gu, inter), n, true);
+            add_adapters(&ad.gate_up, &mut gu, 2 * inter, &hn, n);
+            let act = swiglu_packed_forward(&gu, inter);
+            l.down.apply(&mut x, &act, n, true);
+            add_adapters(&ad.down, &mut x, h, &act, n);
         }
         let mut rows = Vec::new();
         let mut start = 0;

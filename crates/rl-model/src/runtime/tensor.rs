@@ -245,6 +245,10 @@ impl Runtime for TensorRuntime {
         let model = crate::model_from_weights(&self.cfg, dir, tensors, &self.device)?.with_compute_dtype(self.dtype);
         TensorRuntime::new(&model)
     }
+    fn with_adapter(&self, dir: &std::path::Path, update: &super::AdapterUpdate) -> Result<Self> {
+        let merged = crate::merge_adapters(&self.cfg, &update.lora, &update.base, &update.adapters)?;
+        self.with_weights(dir, merged)
+    }
 
     fn new_cache(&self, prefix: Option<&TensorPrefix>, capacity: usize) -> TensorCache {
         TensorCache {

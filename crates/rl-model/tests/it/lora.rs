@@ -73,8 +73,20 @@ fn fresh_adapters_start_at_the_base_model_and_merged_adapters_equal_unmerged_one
             let out = rt.forward(&mut [&mut cache], &[&IDS], true).unwrap();
             let rt_logits = Tensor::from_vec(out, (IDS.len(), cfg.vocab_size), &Device::Cpu).unwrap();
             assert!(max_abs_diff(&unmerged, &rt_logits) < 1e-4, "{modules:?}: runtime differs");
-            // An unmerged model cannot be handed to a runtime: it would ignore the adapters.
-            let Err(err) = CpuRuntime::new(&t.model(&cfg, &Device::Cpu).unwrap()) else { panic!("not refused") };
+            // The CPU runtime computes an adapted model's adapters unmerged, whether it gets them
+            // with the model or as an adapter directory's tensors over the base weights; the
+            // tensor runtime refuses them (it would ignore them).
+            let adapted = t.model(&cfg, &Device::Cpu).unwrap();
+            let base_rt = CpuRuntime::new(&plain).unwrap();
+            let swapped = base_rt.with_adapters(&l, &trained).unwrap();
+            for rt in [CpuRuntime::new(&adapted).unwrap(), swapped] {
+                assert!(rt.has_adapters());
+                assert_eq!(rt.packed_bytes(), base_rt.packed_bytes(), "the adapters are not packed into the base");
+                let out = rt.forward(&mut [&mut rt.new_cache(None, 16)], &[&IDS], true).unwrap();
+                let rt_logits = Tensor::from_vec(out, (IDS.len(), cfg.vocab_size), &Device::Cpu).unwrap();
+                assert!(max_abs_diff(&unmerged, &rt_logits) < 1e-4, "{modules:?}: unmerged runtime differs");
+            }
+            let Err(err) = rl_model::TensorRuntime::new(&adapted) else { panic!("not refused") };
             let err = err.to_string();
             assert!(err.contains("merge"), "{err}");
         }
