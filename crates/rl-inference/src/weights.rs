@@ -1,7 +1,8 @@
 //! Reading a weight update: a full broadcast (`model.safetensors`) as it is, or a LoRA adapter
-//! directory (`adapter_config.json`, PEFT's format) over the served model's base weights, which
-//! are read from its directory once, at the first adapter, and kept. The CPU runtime computes the
-//! adapters unmerged; for any other runtime they are merged here, off the engine thread.
+//! directory (`adapter_config.json`, PEFT's format) over the served model's base weights. The CPU
+//! runtime computes the adapters over the base it packed, so only they are read; for any other
+//! runtime they are merged here, off the engine thread, into the base weights read from the
+//! model's directory once, at the first adapter, and kept.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,15 @@ impl WeightSource {
             let read = blocking(limit, move || rl_model::read_weights(&source, &Device::Cpu));
             return read.await.ok_or_else(|| timeout("the weights"))?.map(Update::Full);
         }
+        let (cfg, source) = (self.cfg.clone(), dir.to_owned());
+        if !self.merge {
+            // The runtime computes the adapters over the base it holds: only they are read.
+            let read = blocking(limit, move || {
+                let (lora, adapters) = rl_model::read_adapter_dir(&cfg, &source, &Device::Cpu)?;
+                Ok(Update::Adapter(AdapterUpdate { lora, adapters, base: None }))
+            });
+            return read.await.ok_or_else(|| timeout("the adapter"))?;
+        }
         let base_dir = self.base_dir.clone().ok_or_else(|| {
             Error::BadRequest(String::from("this server has no base model directory to apply a LoRA adapter to"))
         })?;
@@ -72,16 +82,11 @@ impl WeightSource {
             })
             .await?
             .clone();
-        let (cfg, source, merge) = (self.cfg.clone(), dir.to_owned(), self.merge);
-        let read = blocking(limit, move || {
+        let merge = blocking(limit, move || {
             let (lora, adapters) = rl_model::read_adapter_dir(&cfg, &source, &Device::Cpu)?;
-            Ok(if merge {
-                Update::Full(rl_model::merge_adapters(&cfg, &lora, &base, &adapters)?)
-            } else {
-                Update::Adapter(AdapterUpdate { lora, adapters, base })
-            })
+            Ok(Update::Full(rl_model::merge_adapters(&cfg, &lora, &base, &adapters)?))
         });
-        read.await.ok_or_else(|| timeout("the adapter"))?
+        merge.await.ok_or_else(|| timeout("the adapter"))?
     }
 }
 

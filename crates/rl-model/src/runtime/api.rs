@@ -72,15 +72,14 @@ pub trait Runtime: Send + Sized + 'static {
     }
 }
 
-/// A LoRA adapter update: the adapters and the base weights they apply to (the model directory's,
-/// read once). The CPU runtime computes the adapters apart from the base weights it packed at the
-/// start; a runtime without that merges them into `base` ([`crate::merge_adapters`]).
+/// A LoRA adapter update. The CPU runtime computes the adapters apart from the base weights it
+/// packed at the start; a runtime without that merges them into `base` ([`crate::merge_adapters`]).
 #[derive(Debug, Clone)]
 pub struct AdapterUpdate {
     /// Rank, scale and targets.
     pub lora: crate::Lora,
     /// The adapter matrices by PEFT name.
     pub adapters: std::collections::HashMap<String, candle_core::Tensor>,
-    /// The base weights by HF name.
-    pub base: Arc<std::collections::HashMap<String, candle_core::Tensor>>,
+    /// The base weights by HF name, for a runtime that merges (the CPU runtime needs none).
+    pub base: Option<Arc<std::collections::HashMap<String, candle_core::Tensor>>>,
 }

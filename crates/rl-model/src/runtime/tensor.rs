@@ -246,7 +246,10 @@ impl Runtime for TensorRuntime {
         TensorRuntime::new(&model)
     }
     fn with_adapter(&self, dir: &std::path::Path, update: &super::AdapterUpdate) -> Result<Self> {
-        let merged = crate::merge_adapters(&self.cfg, &update.lora, &update.base, &update.adapters)?;
+        let base = update.base.as_ref().ok_or_else(|| {
+            Error::Input(String::from("the tensor runtime merges adapters into base weights, and the update has none"))
+        })?;
+        let merged = crate::merge_adapters(&self.cfg, &update.lora, base, &update.adapters)?;
         self.with_weights(dir, merged)
     }
 

@@ -4,7 +4,7 @@
 
 use candle_core::{D, DType, Device, Tensor};
 use rl_configs::LoraConfig;
-use rl_model::{CpuRuntime, Lora, Trainable};
+use rl_model::{CpuRuntime, Lora, Runtime, Trainable};
 
 use crate::{family_configs, max_abs_diff, weights};
 
@@ -89,6 +89,19 @@ fn fresh_adapters_start_at_the_base_model_and_merged_adapters_equal_unmerged_one
             let Err(err) = rl_model::TensorRuntime::new(&adapted) else { panic!("not refused") };
             let err = err.to_string();
             assert!(err.contains("merge"), "{err}");
+            // Through the runtime contract: the tensor runtime merges the update into its base
+            // weights, and refuses an update without them.
+            let tensor = rl_model::TensorRuntime::new(&plain).unwrap();
+            let dir = std::path::Path::new("adapter");
+            let mut update = rl_model::AdapterUpdate { lora: l.clone(), adapters: trained.clone(), base: None };
+            let Err(err) = tensor.with_adapter(dir, &update) else { panic!("merged without base weights") };
+            assert!(err.to_string().contains("base weights"), "{err}");
+            update.base = Some(std::sync::Arc::new(base.clone()));
+            let merged_rt = tensor.with_adapter(dir, &update).unwrap();
+            let mut cache = merged_rt.new_cache(None, 16);
+            let out = merged_rt.forward_rows(&mut [&mut cache], &[&IDS], &[rl_model::Rows::All]).unwrap();
+            let rt_logits = Tensor::from_vec(out, (IDS.len(), cfg.vocab_size), &Device::Cpu).unwrap();
+            assert!(max_abs_diff(&unmerged, &rt_logits) < 1e-4, "{modules:?}: tensor runtime's merge differs");
         }
     }
 }
