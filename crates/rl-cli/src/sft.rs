@@ -46,8 +46,10 @@ fn fit_to_seq_len(train: Vec<SftExample>, seq_len: usize) -> anyhow::Result<(Vec
 pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);
     let run_dir = config.run_dir();
-    prepare_run_dir(&run_dir, config)?;
     let run = RunDir::new(&run_dir);
+    // Held to the end: a second launch on this run directory fails instead of sharing it.
+    let _lock = run.lock()?;
+    prepare_run_dir(&run_dir, config)?;
     // The resolved config next to the run's output (what tracking sends as the run's config).
     rl_run::write_json_atomic(&run.config(rl_run::ConfigPart::Sft), &rl_configs::to_json(config))?;
     let mut trainer = SftTrainer::new(config).context("cannot start SFT")?;
@@ -186,7 +188,7 @@ pub(crate) fn prepare_run_dir(run_dir: &Path, config: &SftConfig) -> anyhow::Res
         if !run_dir.starts_with(&config.output_dir) {
             bail!("refusing to delete {}: it is not under output_dir", run_dir.display());
         }
-        std::fs::remove_dir_all(run_dir).with_context(|| format!("cannot clean {}", run_dir.display()))?;
+        RunDir::new(run_dir).clear().with_context(|| format!("cannot clean {}", run_dir.display()))?;
     }
     std::fs::create_dir_all(run_dir).with_context(|| format!("cannot create {}", run_dir.display()))
 }

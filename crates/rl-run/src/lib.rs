@@ -7,6 +7,7 @@
 //! directory the same way.
 //!
 //! ```text
+//! <run>/.lock                               held by the one `rl rl` / `rl sft` running here
 //! <run>/configs/<part>.json                  resolved configs (launcher, dry runs)
 //! <run>/logs/<process>.log                   one log per child process (launcher)
 //! <run>/metrics.jsonl                        orchestrator step rows, or SFT rows (MetricsRow, SftRow)
@@ -23,6 +24,7 @@
 //! ```
 
 mod files;
+mod lock;
 mod metrics;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +33,7 @@ pub use files::{
     FileError, Retained, append_jsonl, persist, read_jsonl, repair_jsonl, retain_jsonl, temp_path, write_atomic,
     write_json_atomic,
 };
+pub use lock::{LOCK_FILE, LockError, RunLock};
 pub use metrics::{
     MetricsRow, RolloutMetrics, SftRow, TrainerRow, group_exact_key, group_share_key, group_val_loss_key,
 };
@@ -87,10 +90,10 @@ impl RunDir {
     }
 
     /// Whether a run has left anything here: false for a missing or empty directory and for one
-    /// holding only the resolved configs a `--dry-run` wrote.
+    /// holding only the resolved configs a `--dry-run` wrote (and the lock).
     pub fn has_run_output(&self) -> bool {
         let Ok(entries) = std::fs::read_dir(&self.root) else { return false };
-        entries.flatten().any(|e| e.file_name() != "configs")
+        entries.flatten().any(|e| e.file_name() != "configs" && e.file_name() != LOCK_FILE)
     }
 
     /// Resolved configs of the run's parts.

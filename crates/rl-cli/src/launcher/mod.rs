@@ -33,6 +33,8 @@ use crate::plot::rl_curves;
 /// Runs the RL launcher for a loaded config.
 pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let run = RunDir::new(config.run_dir());
+    // Held to the end: a second launch on this run directory fails instead of sharing it.
+    let _lock = run.lock()?;
     let resume = prepare_run_dir(&run, config)?;
     crate::interrupt::watch()?;
     let parts = config.parts();
@@ -92,7 +94,7 @@ fn prepare_run_dir(run: &RunDir, config: &RlConfig) -> anyhow::Result<Option<u64
                 run.root().display()
             );
         }
-        std::fs::remove_dir_all(run.root()).with_context(|| format!("cannot clean {}", run.root().display()))?;
+        run.clear().with_context(|| format!("cannot clean {}", run.root().display()))?;
     }
     let (configs_dir, files) = config.resolved_files()?;
     for (name, value) in &files {

@@ -7,6 +7,7 @@ mod e2e;
 mod env_server;
 mod guide;
 mod recipes;
+mod run_lock;
 mod sft;
 mod supervision;
 
