@@ -43,7 +43,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),
         "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),
         // Evaluation runs envs against a model exactly like the orchestrator's online eval.
-        "eval" => config_command::<OrchestratorConfig>(command, rest, crate::orchestrating::eval),
+        "eval" => config_command::<OrchestratorConfig>(command, rest, crate::eval::eval),
         "model" => model_command(rest),
         other => bail!("unknown command `{other}`; run `rl --help` for the list"),
     }

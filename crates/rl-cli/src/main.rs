@@ -4,6 +4,7 @@
 mod async_runtime;
 mod commands;
 mod env_server;
+mod eval;
 mod help;
 mod interrupt;
 mod launcher;

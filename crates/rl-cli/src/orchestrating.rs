@@ -1,6 +1,5 @@
 //! `rl orchestrator`: connects to the env servers (by `address`) and the policy endpoint, then runs
-//! the dispatch loop, printing one line per step. `rl eval`: the same connections to the eval envs
-//! only, one evaluation, a line per env and `<output_dir>/eval.json`.
+//! the dispatch loop, printing one line per step (`rl eval` is `eval.rs`).
 
 use std::io::Write;
 
@@ -32,27 +31,4 @@ pub(crate) fn orchestrator(_command: &str, config: &OrchestratorConfig) -> anyho
         .await
         .context("orchestrator failed")
     })
-}
-
-/// Evaluates the policy endpoint once on every `[[orchestrator.eval.env]]` (running servers).
-pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
-    crate::logging::init(&config.log);
-    let runtime = crate::async_runtime::runtime()?;
-    let metrics = runtime.block_on(async {
-        let mut orch =
-            rl_orchestrator::Orchestrator::connect_for_eval(config).await.context("cannot start the evaluation")?;
-        orch.evaluate_now().await.context("evaluation failed")
-    })?;
-    let mut out = std::io::stdout().lock();
-    for env in config.eval.iter().flat_map(|e| &e.env) {
-        let name = env.display_name();
-        let prefix = format!("eval/{name}/");
-        let fields: Vec<String> =
-            metrics.iter().filter_map(|(k, v)| Some(format!("{} {v}", k.strip_prefix(&prefix)?))).collect();
-        writeln!(out, "{name} | {}", fields.join(" | "))?;
-    }
-    let path = rl_run::RunDir::new(&config.output_dir).eval_result();
-    rl_run::write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
-    writeln!(out, "wrote {}", path.display())?;
-    Ok(())
 }

@@ -407,16 +407,12 @@ impl RlConfig {
     pub fn parts(&self) -> RlParts {
         let train = self.orchestrator.train.env.iter().map(|e| ("train", e.endpoint()));
         let eval = self.orchestrator.eval.iter().flat_map(|eval| eval.env.iter().map(|e| ("eval", e.endpoint())));
-        let env_servers = train
-            .chain(eval)
-            .filter(|(_, env)| env.address.is_none())
-            .map(|(split, env)| EnvServerPart {
-                split,
-                name: env.display_name().to_owned(),
-                config: self.env_server(env),
-                command: env.command.map(<[String]>::to_vec),
-            })
-            .collect();
+        let spawned = SpawnedEnvs {
+            tokenizer: self.trainer.model.path.as_deref(),
+            output_dir: self.run_dir(),
+            log: &self.orchestrator.log,
+        };
+        let env_servers = spawned.parts(train.chain(eval));
         let mut orchestrator = self.orchestrator.clone();
         let inference = self.inference.clone().map(|mut inference| {
             // The embedded server loads weights from this run's broadcasts only, and its client
@@ -431,22 +427,53 @@ impl RlConfig {
         });
         RlParts { trainer: self.trainer.clone(), orchestrator, inference, env_servers }
     }
+}
 
-    fn env_server(&self, env: EnvEndpoint<'_>) -> EnvServerConfig {
+impl OrchestratorConfig {
+    /// The env servers `rl eval` spawns: one per eval env without an `address`, in
+    /// `output_dir`, a verifiers env rendering prompts with `model.path`'s tokenizer.
+    pub fn eval_env_servers(&self) -> Vec<EnvServerPart> {
+        let eval = self.eval.iter().flat_map(|eval| eval.env.iter().map(|e| ("eval", e.endpoint())));
+        SpawnedEnvs { tokenizer: self.model.path.as_deref(), output_dir: self.output_dir.clone(), log: &self.log }
+            .parts(eval)
+    }
+}
+
+/// What every spawned env server's config shares.
+struct SpawnedEnvs<'a> {
+    /// The policy's model directory (a verifiers env renders prompts with its tokenizer).
+    tokenizer: Option<&'a std::path::Path>,
+    output_dir: PathBuf,
+    log: &'a LogConfig,
+}
+
+impl SpawnedEnvs<'_> {
+    /// One part per env without an `address` (those are already running).
+    fn parts<'e>(&self, envs: impl Iterator<Item = (&'static str, EnvEndpoint<'e>)>) -> Vec<EnvServerPart> {
+        envs.filter(|(_, env)| env.address.is_none())
+            .map(|(split, env)| EnvServerPart {
+                split,
+                name: env.display_name().to_owned(),
+                command: env.command.map(<[String]>::to_vec),
+                config: self.config(env),
+            })
+            .collect()
+    }
+
+    fn config(&self, env: EnvEndpoint<'_>) -> EnvServerConfig {
         let EnvEndpoint { id, name, args, serve, .. } = env;
         let mut args = args.clone();
-        // A verifiers env renders prompts with the policy's tokenizer: its model directory.
         if id.replace('_', "-") == "verifiers"
             && !args.contains_key("tokenizer")
-            && let Some(path) = &self.trainer.model.path
+            && let Some(path) = self.tokenizer
         {
             args.insert(String::from("tokenizer"), serde_json::Value::from(path.to_string_lossy().into_owned()));
         }
         EnvServerConfig {
             env: EnvSpec { id: id.to_owned(), name: name.map(str::to_owned), args },
             serve: serve.clone(),
-            output_dir: self.run_dir(),
-            log: self.orchestrator.log.clone(),
+            output_dir: self.output_dir.clone(),
+            log: self.log.clone(),
         }
     }
 }

@@ -154,9 +154,18 @@ impl Models {
         let start = Instant::now();
         for url in &self.endpoint(key)?.replicas {
             let health = format!("{}/health", root_url(url));
+            let mut said = false;
             loop {
                 match self.http.get(&health).send().await {
                     Ok(r) if r.status().is_success() => break,
+                    // Said once: a server still loading is normal, a silent wait of minutes is not.
+                    _ if !said => {
+                        said = true;
+                        tracing::info!(
+                            "waiting for the policy server at {health} (at most {wait:?}: wait_for_ready_s)"
+                        );
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                     other if start.elapsed() > wait => {
                         let why = other.map_or_else(|e| e.to_string(), |r| r.status().to_string());
                         let message = format!("not healthy after {wait:?}: {why}");
@@ -167,6 +176,39 @@ impl Models {
             }
         }
         Ok(())
+    }
+
+    /// With neither `model.name` nor `model.path` set, the policy is the one model its server lists
+    /// at `/v1/models` (`rl inference`, vLLM without adapters), as `vf-eval` users expect; a server
+    /// listing several (vLLM with LoRA adapters) needs `model.name`.
+    pub async fn name_the_policy_from_its_server(&mut self) -> Result<()> {
+        let http = self.http.clone();
+        let ep = self
+            .endpoints
+            .get_mut(POLICY_KEY)
+            .ok_or_else(|| Error::Config(String::from("no policy endpoint is configured")))?;
+        let url = format!("{}/models", ep.base_url.trim_end_matches('/'));
+        let fail = |message: String| Error::Policy { url: url.clone(), message };
+        let request = with_headers(authorized(http.get(&url), ep.api_key.as_ref()), ep);
+        let resp = request.send().await.map_err(|e| fail(e.to_string()))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.map_err(|e| fail(format!("{status}: not JSON: {e}")))?;
+        if !status.is_success() {
+            return Err(fail(format!("{status}: {body}")));
+        }
+        let ids: Vec<&str> = body["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
+        match ids[..] {
+            [one] => {
+                tracing::info!("model.name is not set: using `{one}`, the model {url} serves");
+                ep.model = one.to_owned();
+                Ok(())
+            }
+            _ => Err(fail(format!(
+                "model.name is not set (nor model.path) and the server lists {} models ({}): set model.name",
+                ids.len(),
+                ids.join(", ")
+            ))),
+        }
     }
 
     /// `/health` of the policy server at `base_url`: `None` when it does not answer 200, else its

@@ -83,9 +83,7 @@ impl Orchestrator {
     /// (`rl eval`); training envs are ignored.
     pub async fn connect_for_eval(cfg: &OrchestratorConfig) -> Result<Self> {
         if cfg.eval.as_ref().is_none_or(|e| e.env.is_empty()) {
-            return Err(Error::Config(String::from(
-                "nothing to evaluate: add [[orchestrator.eval.env]] entries (with `address`)",
-            )));
+            return Err(Error::Config(String::from("nothing to evaluate: add [[eval.env]] entries")));
         }
         Self::open(cfg, false).await
     }
@@ -104,10 +102,13 @@ impl Orchestrator {
                 eval_envs.push(connect_eval(cfg, eval, e).await?);
             }
         }
-        let models = Models::new(cfg)?;
+        let mut models = Models::new(cfg)?;
         let wait = Duration::from_secs_f64(cfg.wait_for_ready_s);
         for key in [POLICY_KEY, cfg.actor.as_str()] {
             models.wait_healthy(key, wait).await?;
+        }
+        if cfg.model.name.is_none() && cfg.model.path.is_none() {
+            models.name_the_policy_from_its_server().await?;
         }
         let run = RunDir::new(&cfg.output_dir);
         Ok(Orchestrator {

@@ -27,7 +27,7 @@ use rl_run::{ConfigPart, RunDir, write_json_atomic};
 use self::process::{Restart, Role, spawn};
 use self::progress::Progress;
 use self::stall::Stall;
-use self::supervisor::Supervisor;
+pub(crate) use self::supervisor::Supervisor;
 use crate::plot::rl_curves;
 
 /// Runs the RL launcher for a loaded config.
@@ -157,7 +157,7 @@ fn start_inference(
 
 /// Starts the env servers one after another and points the orchestrator's envs at their
 /// addresses; `false` when interrupted meanwhile.
-fn start_env_servers(
+pub(crate) fn start_env_servers(
     sup: &mut Supervisor,
     run: &RunDir,
     parts: &[rl_configs::EnvServerPart],

@@ -14,13 +14,19 @@ use super::process::{Proc, Role, tail};
 pub(crate) struct Supervisor {
     run: RunDir,
     procs: Vec<Proc>,
-    /// Restarts allowed per server (`launcher.max_restarts`).
-    max_restarts: u32,
+    /// Restarts allowed per server (`launcher.max_restarts`); `None`: a command with no restart
+    /// budget (`rl eval`), whose servers' exits are final.
+    max_restarts: Option<u32>,
 }
 
 impl Supervisor {
     pub(crate) fn new(run: RunDir, max_restarts: u32) -> Self {
-        Supervisor { run, procs: Vec::new(), max_restarts }
+        Supervisor { run, procs: Vec::new(), max_restarts: Some(max_restarts) }
+    }
+
+    /// A supervisor that never restarts a child.
+    pub(crate) fn without_restarts(run: RunDir) -> Self {
+        Supervisor { run, procs: Vec::new(), max_restarts: None }
     }
 
     /// Takes a started child; it is stopped after every child added before it.
@@ -36,7 +42,7 @@ impl Supervisor {
             if status.success() && p.role.finishes_the_run() {
                 continue;
             }
-            if p.restart(&self.run, out, &format!("exited with {status}"), self.max_restarts)? {
+            if p.restart(&self.run, out, &format!("exited with {status}"), self.max_restarts.unwrap_or(0))? {
                 continue;
             }
             if p.role == Role::Tracking {
@@ -53,8 +59,11 @@ impl Supervisor {
                 continue;
             }
             // A restartable child here has used its whole budget: say so.
-            let spent =
-                p.restart.as_ref().map(|r| format!(" (restarted {} times: launcher.max_restarts spent)", r.done));
+            let spent = p
+                .restart
+                .as_ref()
+                .filter(|_| self.max_restarts.is_some())
+                .map(|r| format!(" (restarted {} times: launcher.max_restarts spent)", r.done));
             bail!(
                 "{} exited with {status}{}; last lines of {}:\n{}",
                 p.name,

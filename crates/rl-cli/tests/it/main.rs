@@ -5,6 +5,7 @@ mod dry_run;
 mod durability;
 mod e2e;
 mod env_server;
+mod eval;
 mod guide;
 mod recipes;
 mod run_lock;
