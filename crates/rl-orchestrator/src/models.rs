@@ -79,6 +79,14 @@ fn with_headers(mut request: reqwest::RequestBuilder, ep: &Endpoint) -> reqwest:
     request
 }
 
+/// `a`, `b` (or "nothing").
+fn quoted(names: &[String]) -> String {
+    if names.is_empty() {
+        return String::from("nothing");
+    }
+    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+}
+
 /// `http://host:port` of a `.../v1` base URL.
 pub fn root_url(base_url: &str) -> String {
     base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned()
@@ -178,10 +186,13 @@ impl Models {
         Ok(())
     }
 
-    /// With neither `model.name` nor `model.path` set, the policy is the one model its server lists
-    /// at `/v1/models` (`rl inference`, vLLM without adapters), as `vf-eval` users expect; a server
-    /// listing several (vLLM with LoRA adapters) needs `model.name`.
-    pub async fn name_the_policy_from_its_server(&mut self) -> Result<()> {
+    /// Settles the policy's model name against what its server lists at `/v1/models`. `configured`
+    /// false (neither `model.name` nor `model.path`): the one model listed, as `vf-eval` users
+    /// expect (several, as vLLM lists with LoRA adapters, need `model.name`). Configured: a name
+    /// the server does not list (vLLM's `--served-model-name` is not the directory's name, say)
+    /// would have every request refused, so it stops the start here, naming what is served. A
+    /// server without the route (not every OpenAI-compatible one has it) is taken at its word.
+    pub async fn settle_policy_name(&mut self, configured: bool) -> Result<()> {
         let http = self.http.clone();
         let ep = self
             .endpoints
@@ -189,24 +200,44 @@ impl Models {
             .ok_or_else(|| Error::Config(String::from("no policy endpoint is configured")))?;
         let url = format!("{}/models", ep.base_url.trim_end_matches('/'));
         let fail = |message: String| Error::Policy { url: url.clone(), message };
-        let request = with_headers(authorized(http.get(&url), ep.api_key.as_ref()), ep);
-        let resp = request.send().await.map_err(|e| fail(e.to_string()))?;
-        let status = resp.status();
-        let body: Value = resp.json().await.map_err(|e| fail(format!("{status}: not JSON: {e}")))?;
-        if !status.is_success() {
-            return Err(fail(format!("{status}: {body}")));
+        let listed = async {
+            let request = with_headers(authorized(http.get(&url), ep.api_key.as_ref()), ep);
+            let resp = request.send().await.map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let body: Value = resp.json().await.map_err(|e| format!("{status}: not JSON: {e}"))?;
+            if !status.is_success() {
+                return Err(format!("{status}: {body}"));
+            }
+            let ids = body["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str());
+            Ok::<Vec<String>, String>(ids.map(str::to_owned).collect())
         }
-        let ids: Vec<&str> = body["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str()).collect();
-        match ids[..] {
-            [one] => {
+        .await;
+        let ids = match listed {
+            Ok(ids) => ids,
+            Err(why) if configured => {
+                tracing::debug!("{url} does not list the served models ({why}): requests name `{}`", ep.model);
+                return Ok(());
+            }
+            Err(why) => {
+                return Err(fail(format!("model.name is not set and the served models cannot be listed: {why}")));
+            }
+        };
+        match &ids[..] {
+            _ if configured && (ids.is_empty() || ids.contains(&ep.model)) => Ok(()),
+            [one] if !configured => {
                 tracing::info!("model.name is not set: using `{one}`, the model {url} serves");
-                ep.model = one.to_owned();
+                ep.model.clone_from(one);
                 Ok(())
             }
+            _ if configured => Err(fail(format!(
+                "the server does not serve `{}` (it serves {}): set model.name to the name it serves",
+                ep.model,
+                quoted(&ids)
+            ))),
             _ => Err(fail(format!(
                 "model.name is not set (nor model.path) and the server lists {} models ({}): set model.name",
                 ids.len(),
-                ids.join(", ")
+                quoted(&ids)
             ))),
         }
     }

@@ -107,9 +107,7 @@ impl Orchestrator {
         for key in [POLICY_KEY, cfg.actor.as_str()] {
             models.wait_healthy(key, wait).await?;
         }
-        if cfg.model.name.is_none() && cfg.model.path.is_none() {
-            models.name_the_policy_from_its_server().await?;
-        }
+        models.settle_policy_name(cfg.model.name.is_some() || cfg.model.path.is_some()).await?;
         let run = RunDir::new(&cfg.output_dir);
         Ok(Orchestrator {
             cfg: cfg.clone(),

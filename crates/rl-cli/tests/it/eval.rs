@@ -1,6 +1,6 @@
-//! `rl eval` needs only a policy endpoint: it spawns the env servers of its `[[eval.env]]` entries
-//! itself, stops them when it ends, and fails at once, naming the server and its log, when one of
-//! them exits.
+//! `rl eval` needs only a policy endpoint: it takes the served model's name from the server,
+//! spawns the env servers of its `[[eval.env]]` entries itself, stops them when it ends, and fails
+//! at once, naming the server and its log, when one of them exits.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -65,6 +65,11 @@ fn eval_spawns_its_env_servers_stops_them_and_names_one_that_exits() {
     assert_eq!(result["eval/short/examples"], 4, "{result}");
     assert!(out.join("logs/env-eval-short.log").exists());
     assert_eq!(processes_under(&out), Vec::<String>::new(), "env servers left running");
+
+    // A name the server does not serve stops the start, naming the one it does.
+    let o = rl(&[&args[..], &["--model.name", "nope", "--eval.env", envs]].concat());
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("does not serve `nope` (it serves `tiny`)"), "{err}");
 
     // A server that reports its address and then dies: named with its log, in seconds.
     let script = tmp.path().join("dying.sh");
