@@ -77,7 +77,7 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 const USER_HZ: f64 = 100.0;
 
 /// `GET /health` on `host:port` within 5 s: `Ok` for a 200, else what was seen.
-fn health(addr: &str) -> Result<(), String> {
+pub(crate) fn health(addr: &str) -> Result<(), String> {
     let limit = Duration::from_secs(5);
     let target = addr.to_socket_addrs().ok().and_then(|mut a| a.next()).ok_or_else(|| format!("bad address {addr}"))?;
     let mut stream = TcpStream::connect_timeout(&target, limit).map_err(|e| format!("cannot connect: {e}"))?;

@@ -52,6 +52,9 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     if !start_env_servers(&mut sup, &run, &parts.env_servers, &mut orchestrator)? {
         return interrupted(sup, &run);
     }
+    if config.inference.is_none() {
+        say_if_the_policy_is_not_up(&orchestrator)?;
+    }
     write_json_atomic(&run.config(ConfigPart::Orchestrator), &rl_configs::to_json(&orchestrator))?;
     write_json_atomic(&run.config(ConfigPart::Trainer), &rl_configs::to_json(&trainer))?;
     for (role, part) in [(Role::Trainer, ConfigPart::Trainer), (Role::Orchestrator, ConfigPart::Orchestrator)] {
@@ -153,6 +156,24 @@ fn start_inference(
     }
     orchestrator.model.base_url = rl_configs::BaseUrls::many(urls);
     Ok(health)
+}
+
+/// A policy served elsewhere that does not answer yet (vLLM still loading, or never started) is
+/// said on the console: the orchestrator waits for it, and its log alone would leave the console
+/// silent for minutes.
+fn say_if_the_policy_is_not_up(orchestrator: &OrchestratorConfig) -> anyhow::Result<()> {
+    for url in orchestrator.model.base_url.all() {
+        let Some(addr) = crate::liveness::host_port(url) else { continue };
+        if let Err(why) = crate::liveness::health(addr) {
+            writeln!(
+                std::io::stdout().lock(),
+                "note: the policy server at {url} does not answer yet ({why}); the orchestrator waits up to {}s \
+                 for it (orchestrator.wait_for_ready_s)",
+                orchestrator.wait_for_ready_s
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Starts the env servers one after another and points the orchestrator's envs at their

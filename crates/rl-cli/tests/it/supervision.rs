@@ -385,3 +385,33 @@ fn two_inference_servers_share_the_groups_and_one_killed_mid_run_costs_no_step()
     let log = std::fs::read_to_string(run.join("logs/orchestrator.log")).unwrap();
     assert!(log.contains("came back; loading its weights again"), "{log}");
 }
+
+/// A policy served elsewhere that does not answer: the console says so at once (the wait itself
+/// is the orchestrator's, in its log), and when the wait runs out the run fails naming the URL.
+#[test]
+fn a_policy_server_that_does_not_answer_is_said_on_the_console() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path(), "9");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config = tmp.path().join("external.toml");
+    let url = format!("http://{closed}/v1");
+    let text = format!(
+        "max_steps = 2\nseq_len = 256\n[orchestrator]\nbatch_size = 4\ngroup_size = 2\nwait_for_ready_s = 2\n\
+         [orchestrator.model]\nbase_url = \"{url}\"\n[[orchestrator.train.env]]\nid = \"reverse-text\"\n\
+         args = {{ num_examples = 20 }}\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let o = crate::rl(&[
+        "rl",
+        "@",
+        config.to_str().unwrap(),
+        "--output-dir",
+        tmp.path().to_str().unwrap(),
+        "--model.path",
+        model.to_str().unwrap(),
+    ]);
+    let (out, err) = (crate::stdout(&o), crate::stderr(&o));
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(out.contains(&format!("the policy server at {url} does not answer yet")), "{out}");
+    assert!(err.contains("not healthy after 2s"), "{err}");
+}
