@@ -17,7 +17,7 @@ const CONFIG_COMMANDS: &[(&str, &str)] = &[
     ("trainer", "run the trainer alone"),
     ("inference", "run the embedded OpenAI-compatible inference server"),
     ("env-server", "run one environment's gRPC server"),
-    ("eval", "evaluate a served model once on the [[orchestrator.eval.env]] servers"),
+    ("eval", "evaluate a served model once on its [[eval.env]] envs (starting their env servers)"),
 ];
 
 /// Schema parts `rl schema <part>` knows.
