@@ -2,7 +2,8 @@
 //! `<run>/.lock` for their whole life, so a second launch on the same `--run.name` (another
 //! terminal, a script started twice) fails at once with the holder's pid, instead of the two runs
 //! writing, cleaning and deleting each other's steps. The kernel releases the lock when the holder
-//! exits however it exits, so a crashed run never leaves a stale lock behind.
+//! exits however it exits, so a crashed run never leaves a stale lock behind. A filesystem that
+//! cannot lock files (some network mounts) leaves the run unguarded rather than stopped.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -43,6 +44,16 @@ pub enum LockError {
 #[derive(Debug)]
 pub struct RunLock {
     _file: File,
+    /// Why the directory is not locked after all: a filesystem without `flock` (some network
+    /// mounts answer ENOLCK). The run goes on, unguarded, rather than not at all.
+    unsupported: Option<std::io::Error>,
+}
+
+impl RunLock {
+    /// `Some(reason)` when the filesystem could not lock the file and the run is not guarded.
+    pub fn unsupported(&self) -> Option<&std::io::Error> {
+        self.unsupported.as_ref()
+    }
 }
 
 impl RunDir {
@@ -63,13 +74,13 @@ impl RunDir {
             Err(TryLockError::WouldBlock) => {
                 return Err(LockError::Busy { dir: self.root().to_path_buf(), holder: holder_pid(&mut file) });
             }
-            Err(TryLockError::Error(e)) => return Err(io(e)),
+            Err(TryLockError::Error(e)) => return Ok(RunLock { _file: file, unsupported: Some(e) }),
         }
         // The pid is for the message a second process prints; the lock itself is the kernel's.
         file.set_len(0).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(RunLock { _file: file })
+        Ok(RunLock { _file: file, unsupported: None })
     }
 
     /// Deletes everything in the run directory but its lock file (`--clean`, lock held).
@@ -114,6 +125,7 @@ mod tests {
     fn a_second_lock_on_a_held_run_directory_fails_with_the_holders_pid_and_succeeds_after_release() {
         let run = temp_run("busy");
         let held = run.lock().expect("first lock");
+        assert!(held.unsupported().is_none(), "the temp directory's filesystem locks files");
         let err = run.lock().expect_err("second lock while held");
         let text = err.to_string();
         assert!(matches!(err, LockError::Busy { holder: Some(pid), .. } if pid == std::process::id()), "{text}");
