@@ -321,20 +321,6 @@ fn print_command_help<T: ConfigFile>(command: &str, section: Option<&str>) -> an
     Ok(())
 }
 
-/// Takes the run directory for this `rl rl` / `rl sft` (held until dropped); on a filesystem that
-/// cannot lock files the run goes on, and the console says it is unguarded.
-pub(crate) fn lock_run(run: &rl_run::RunDir) -> anyhow::Result<rl_run::RunLock> {
-    let lock = run.lock()?;
-    if let Some(why) = lock.unsupported() {
-        writeln!(
-            std::io::stderr().lock(),
-            "note: cannot lock {} ({why}): nothing stops a second run from using this directory at the same time",
-            run.lock_file().display()
-        )?;
-    }
-    Ok(lock)
-}
-
 #[cfg(test)]
 mod tests {
     use super::{Corpus, corpus_texts};

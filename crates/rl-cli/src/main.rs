@@ -14,6 +14,7 @@ mod model_merge;
 mod orchestrating;
 mod orphan;
 mod plot;
+mod run_lock;
 mod serving;
 mod sft;
 mod sft_data;

@@ -48,7 +48,7 @@ pub(crate) fn sft(_command: &str, config: &SftConfig) -> anyhow::Result<()> {
     let run_dir = config.run_dir();
     let run = RunDir::new(&run_dir);
     // Held to the end: a second launch on this run directory fails instead of sharing it.
-    let _lock = crate::commands::lock_run(&run)?;
+    let _lock = crate::run_lock::lock_run(&run)?;
     prepare_run_dir(&run_dir, config)?;
     // The resolved config next to the run's output (what tracking sends as the run's config).
     rl_run::write_json_atomic(&run.config(rl_run::ConfigPart::Sft), &rl_configs::to_json(config))?;

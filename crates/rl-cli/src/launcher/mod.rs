@@ -34,7 +34,7 @@ use crate::plot::rl_curves;
 pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     let run = RunDir::new(config.run_dir());
     // Held to the end: a second launch on this run directory fails instead of sharing it.
-    let _lock = crate::commands::lock_run(&run)?;
+    let _lock = crate::run_lock::lock_run(&run)?;
     let resume = prepare_run_dir(&run, config)?;
     crate::interrupt::watch()?;
     let parts = config.parts();
