@@ -74,9 +74,27 @@ fn is_plain_file_name(name: &str) -> bool {
 pub fn read_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");
     if !path.exists() {
-        return Err(Error::bad_dir(dir, "has no config.json (is it an HF-format model directory?)"));
+        return Err(Error::bad_dir(dir, not_a_model(dir)));
     }
     ModelConfig::load(&path)
+}
+
+/// Why `dir` (without a config.json) is not a model directory; a PEFT adapter directory (what
+/// `rl sft` / `rl rl` write to `<run>/adapter`) is named as one, with where its model is.
+fn not_a_model(dir: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(dir.join("adapter_config.json")) else {
+        return String::from("has no config.json (is it an HF-format model directory?)");
+    };
+    let base = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|c| c["base_model_name_or_path"].as_str().map(str::to_owned))
+        .map_or_else(String::new, |b| format!(" over the base model {b}"));
+    let merged = dir.parent().map(|p| p.join("model")).filter(|m| m.join("config.json").exists());
+    let merged = merged.map_or_else(String::new, |m| format!(" ({} holds it merged)", m.display()));
+    format!(
+        "is a LoRA adapter (adapter_config.json){base}, not a model: load the merged model{merged}, or \
+         `rl model merge` it into one"
+    )
 }
 
 fn check_names(dir: &Path, cfg: &ModelConfig, tensors: &HashMap<String, Tensor>) -> Result<()> {
@@ -364,4 +382,27 @@ pub fn write_model_dir(
         let _ = std::fs::remove_dir_all(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_adapter_directory_is_named_as_one_with_its_base_and_merged_model() {
+        let run = tempfile::tempdir().unwrap();
+        let adapter = run.path().join("adapter");
+        std::fs::create_dir_all(&adapter).unwrap();
+        std::fs::write(adapter.join("adapter_config.json"), r#"{"base_model_name_or_path": "/models/base"}"#).unwrap();
+        let text = read_config(&adapter).unwrap_err().to_string();
+        assert!(text.contains("is a LoRA adapter") && text.contains("over the base model /models/base"), "{text}");
+        assert!(!text.contains("holds it merged"), "no merged model beside it yet: {text}");
+        std::fs::create_dir_all(run.path().join("model")).unwrap();
+        std::fs::write(run.path().join("model/config.json"), "{}").unwrap();
+        let text = read_config(&adapter).unwrap_err().to_string();
+        assert!(text.contains(&format!("{} holds it merged", run.path().join("model").display())), "{text}");
+        let empty = tempfile::tempdir().unwrap();
+        let text = read_config(empty.path()).unwrap_err().to_string();
+        assert!(text.contains("is it an HF-format model directory?"), "{text}");
+    }
 }
