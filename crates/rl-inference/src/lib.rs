@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use axum::Router;
 use rl_configs::InferenceConfig;
-use rl_model::{ChatTemplate, Tok, load_model};
+use rl_model::{ChatTemplate, Tok};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -81,13 +81,18 @@ impl Server {
             .clone()
             .ok_or_else(|| Error::BadRequest(String::from("inference.model.path must name a model directory")))?;
         let device = rl_model::open_device(config.device)?;
-        let model = load_model(&dir, &device)?.with_compute_dtype(rl_model::compute_dtype(config.dtype));
-        let tok = Tok::load(&dir)?;
-        let template = ChatTemplate::load(&dir)?;
+        let compute = rl_model::compute_dtype(config.dtype);
+        // An adapter directory serves over its base: unmerged where the CPU runtime computes the
+        // adapters apart (f32), merged for the tensor runtime.
+        let unmerged = device.is_cpu() && compute == candle_core::DType::F32;
+        let (model, base_dir) = rl_model::load_model_or_adapter(&dir, &device, unmerged)?;
+        let model = model.with_compute_dtype(compute);
+        let tok = Tok::load(&base_dir)?;
+        let template = ChatTemplate::load(&base_dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
         let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
         let engine =
-            Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(dir.clone());
+            Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(base_dir);
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
         let state = state::AppState {
             engine: engine.clone(),

@@ -34,8 +34,8 @@ pub use layout::{
     EMBED, FINAL_NORM, LM_HEAD, LayerWeight, layer_part_shapes, layer_shape, module_path, weight_names, weight_shapes,
 };
 pub use lora::{
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_name, adapter_shapes, check_adapters, init_adapters, is_adapter_dir,
-    merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
+    ADAPTER_CONFIG, ADAPTER_WEIGHTS, Lora, adapter_base_dir, adapter_name, adapter_shapes, check_adapters,
+    init_adapters, is_adapter_dir, merge_adapters, read_adapter_dir, write_adapter_dir, write_adapter_files,
 };
 pub use model::{CausalLm, Pass};
 pub use rl_kernels::{RowLayout, Segment, Targets};
@@ -45,6 +45,6 @@ pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tensor_file::write_safetensors;
 pub use tokenizer::{BpePieces, Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
-    MODEL_WEIGHTS, Part, Trainable, load_model, load_trainable, load_weights_for, model_from_weights, read_config,
-    read_weights, write_model_dir,
+    MODEL_WEIGHTS, Part, Trainable, load_model, load_model_or_adapter, load_trainable, load_weights_for,
+    model_from_weights, read_config, read_weights, write_model_dir,
 };

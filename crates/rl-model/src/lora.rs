@@ -165,6 +165,30 @@ pub fn is_adapter_dir(dir: &Path) -> bool {
     dir.join(ADAPTER_CONFIG).is_file()
 }
 
+/// The local base model directory an adapter directory names (`base_model_name_or_path`);
+/// models load from local directories only, so a name that is not one is an error saying so.
+pub fn adapter_base_dir(dir: &Path) -> Result<std::path::PathBuf> {
+    let path = dir.join(ADAPTER_CONFIG);
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::bad_dir(dir, format!("{ADAPTER_CONFIG}: {e}")))?;
+    let base = v["base_model_name_or_path"].as_str().filter(|b| !b.is_empty()).ok_or_else(|| {
+        Error::bad_dir(dir, format!("{ADAPTER_CONFIG} names no base model (`base_model_name_or_path`)"))
+    })?;
+    let base = std::path::PathBuf::from(base);
+    if !base.join("config.json").is_file() {
+        return Err(Error::bad_dir(
+            dir,
+            format!(
+                "its base model `{}` is not a local model directory (nothing is downloaded): point \
+                 `base_model_name_or_path` in {ADAPTER_CONFIG} at a local copy of the base, or load the merged model",
+                base.display()
+            ),
+        ));
+    }
+    Ok(base)
+}
+
 /// Reads an adapter directory (ours or PEFT's) as f32 tensors on `device`, checked against `cfg`.
 pub fn read_adapter_dir(cfg: &ModelConfig, dir: &Path, device: &Device) -> Result<(Lora, HashMap<String, Tensor>)> {
     let path = dir.join(ADAPTER_CONFIG);

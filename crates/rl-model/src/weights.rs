@@ -111,6 +111,28 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<CausalLm> {
     load_weights_for(&cfg, dir, device)
 }
 
+/// Loads `dir` to serve: a model directory, or a LoRA adapter directory over the local base it
+/// names (as PEFT's `AutoPeftModelForCausalLM` loads one). Returns the model and its base's
+/// directory (tokenizer, chat template, the base of later adapter updates). `unmerged`: the
+/// adapters ride on the frozen base (the CPU runtime computes them apart, `W x + s B A x`);
+/// otherwise they are merged into the weights.
+pub fn load_model_or_adapter(dir: &Path, device: &Device, unmerged: bool) -> Result<(CausalLm, PathBuf)> {
+    if !crate::is_adapter_dir(dir) || dir.join("config.json").exists() {
+        return Ok((load_model(dir, device)?, dir.to_owned()));
+    }
+    let base_dir = crate::lora::adapter_base_dir(dir)?;
+    let cfg = read_config(&base_dir)?;
+    let base = read_weights(&base_dir, device)?;
+    check_names(&base_dir, &cfg, &base)?;
+    let (lora, adapters) = crate::read_adapter_dir(&cfg, dir, device)?;
+    let model = if unmerged {
+        Trainable::with_adapters(&cfg, base, &lora, &adapters)?.model(&cfg, device)?
+    } else {
+        model_from_weights(&cfg, dir, crate::merge_adapters(&cfg, &lora, &base, &adapters)?, device)?
+    };
+    Ok((model, base_dir))
+}
+
 /// Loads the weights in `dir` (a weight broadcast: `model.safetensors` without a config) into a
 /// model of architecture `cfg`; names and shapes must match exactly.
 pub fn load_weights_for(cfg: &ModelConfig, dir: &Path, device: &Device) -> Result<CausalLm> {

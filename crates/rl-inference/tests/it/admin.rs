@@ -306,6 +306,17 @@ async fn a_lora_adapter_update_serves_base_plus_adapter_with_the_trainers_logpro
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!((g - w).abs() < 1e-4, "token {}: {g} vs {w}", k + 1);
     }
+    // The adapter directory served as the model (as PEFT's AutoPeftModelForCausalLM loads one):
+    // the base it names carrying the adapters, the same logprobs as the update above.
+    let served = srv.dir.path().join("adapter");
+    std::fs::create_dir_all(&served).unwrap();
+    rl_model::write_adapter_files(&served, &lora, srv.model_dir().to_str().unwrap(), &list).unwrap();
+    let direct = start(|c| c.model.path = Some(served.clone())).await;
+    let (s, v) = direct.post("/v1/completions", json!({"prompt": prompt, "max_tokens": 0, "prompt_logprobs": 0})).await;
+    assert_eq!(s, 200, "{v}");
+    for (k, (d, g)) in logprobs(&v).iter().zip(&got).enumerate() {
+        assert!((d - g).abs() < 1e-5, "token {}: served from the adapter directory {d}, updated {g}", k + 1);
+    }
     // An adapter of another architecture is refused by name and changes nothing.
     let wrong = srv.dir.path().join("wrong");
     std::fs::create_dir_all(&wrong).unwrap();
