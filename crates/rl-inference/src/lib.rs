@@ -75,11 +75,11 @@ impl Server {
                  swap weights (set inference.api_key_env)"
             );
         }
-        let dir = config
-            .model
-            .path
-            .clone()
-            .ok_or_else(|| Error::BadRequest(String::from("inference.model.path must name a model directory")))?;
+        let dir = config.model.path.clone().ok_or_else(|| {
+            Error::BadRequest(String::from(
+                "inference.model.path must name a model directory (or a LoRA adapter directory over a local base)",
+            ))
+        })?;
         let device = rl_model::open_device(config.device)?;
         let compute = rl_model::compute_dtype(config.dtype);
         // An adapter directory serves over its base: unmerged where the CPU runtime computes the
