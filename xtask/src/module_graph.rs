@@ -46,6 +46,11 @@ fn named_paths(module: &str, text: &str, is_file: &dyn Fn(&str) -> bool) -> Vec<
     let bytes = code.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
+        // Paths start at ASCII; inside a multi-byte char (a `▁` in a string) there is none.
+        if !code.is_char_boundary(i) {
+            i += 1;
+            continue;
+        }
         let starts_word =
             i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
         let rest = &code[i..];
@@ -362,6 +367,16 @@ mod tests {
         assert_eq!(g["b"], BTreeSet::from(["c".to_owned()]), "comments, strings and tests do not count");
         assert!(g["c"].is_empty());
         assert!(circles(&g).is_empty());
+    }
+
+    #[test]
+    fn non_ascii_code_is_read_past() {
+        let files = crate_of(&[
+            ("", "mod a; mod c;"),
+            ("a", "fn f(s: &str) { s.replace('▁', \" \"); crate::c::g(); }"),
+            ("c", ""),
+        ]);
+        assert_eq!(edges(&files)["a"], BTreeSet::from(["c".to_owned()]));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use rl_model::Penalties;
 use crate::error::{Error, Result};
 use crate::generation::GenRequest;
 use crate::prompt::Prompt;
+use crate::structured::{ConstraintFields, Grammars};
+use crate::tool_calls::tool_name;
 
 /// A message of a chat request.
 #[derive(Debug, Clone, Deserialize)]
@@ -89,9 +91,9 @@ pub(crate) struct Sampling {
     /// vLLM: no end-of-sequence token or stop string before this many tokens.
     #[serde(default)]
     pub(crate) min_tokens: Option<u32>,
-    /// OpenAI: only `{"type": "text"}` (no guided decoding here).
-    #[serde(default)]
-    pub(crate) response_format: Option<Value>,
+    /// Structured-output constraints (`response_format`, `structured_outputs`, `guided_*`).
+    #[serde(flatten)]
+    pub(crate) constraint: ConstraintFields,
     /// vLLM: token ids that end a completion as the end-of-sequence token does (the token stays in
     /// `token_ids`, not in the text; masked like it before `min_tokens`).
     #[serde(default)]
@@ -111,25 +113,59 @@ pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<ChatMessage>,
     pub(crate) tools: Option<Vec<Value>>,
     pub(crate) add_generation_prompt: bool,
-    /// `auto` (default) or `none` (the reply is not parsed for tool calls).
+    /// `auto` (default), `none` (the reply is not parsed for tool calls), `required` or a named
+    /// function (the reply is constrained to calls).
     pub(crate) tool_choice: Option<Value>,
     /// Extra chat-template variables (`enable_thinking`, ...).
     pub(crate) chat_template_kwargs: serde_json::Map<String, Value>,
     pub(crate) sampling: Sampling,
 }
 
+/// What `tool_choice` asks of the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ToolChoice {
+    /// Not parsed for calls (`none`).
+    None,
+    /// Parsed for calls the model chose to make (`auto`, the default).
+    Auto,
+    /// One or more calls, constrained to the tools' schemas (`required`).
+    Required,
+    /// One call of this tool (`{"type": "function", "function": {"name": ...}}`).
+    Named(String),
+}
+
 impl ChatRequest {
-    /// Whether replies are parsed for tool calls: `tool_choice` `auto` or `none` only (no guided
-    /// decoding, so `required` or a named function cannot be honoured).
-    pub(crate) fn tool_calls_wanted(&self) -> Result<bool> {
-        match &self.tool_choice {
-            None => Ok(true),
-            Some(Value::String(s)) if s == "auto" => Ok(true),
-            Some(Value::String(s)) if s == "none" => Ok(false),
-            Some(other) => Err(Error::BadRequest(format!(
-                "tool_choice {other} is not supported by this server (it has no guided decoding); use \"auto\" or \"none\""
-            ))),
+    /// The request's `tool_choice`, checked against its tools.
+    pub(crate) fn tool_choice(&self) -> Result<ToolChoice> {
+        let choice = match &self.tool_choice {
+            None => ToolChoice::Auto,
+            Some(Value::String(s)) if s == "auto" => ToolChoice::Auto,
+            Some(Value::String(s)) if s == "none" => ToolChoice::None,
+            Some(Value::String(s)) if s == "required" => ToolChoice::Required,
+            Some(v) if v.get("type").and_then(Value::as_str) == Some("function") => {
+                match v.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
+                    Some(name) => ToolChoice::Named(name.to_owned()),
+                    None => return Err(Error::BadRequest(format!("tool_choice {v} names no function.name"))),
+                }
+            }
+            Some(other) => {
+                return Err(Error::BadRequest(format!(
+                    "tool_choice {other} is not understood: use \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+                )));
+            }
+        };
+        let tools = self.tools.as_deref().unwrap_or_default();
+        if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) && tools.is_empty() {
+            return Err(Error::BadRequest(String::from("tool_choice requires a call but the request has no tools")));
         }
+        if let ToolChoice::Named(name) = &choice
+            && !tools.iter().any(|t| tool_name(t) == Some(name.as_str()))
+        {
+            return Err(Error::BadRequest(format!(
+                "tool_choice names {name:?}, which is not among the request's tools"
+            )));
+        }
+        Ok(choice)
     }
 }
 
@@ -251,6 +287,8 @@ pub(crate) struct Limits {
     pub(crate) max_n: u32,
     pub(crate) default_seed: u64,
     pub(crate) vocab_size: usize,
+    /// Compiles structured-output constraints for this model's tokenizer.
+    pub(crate) grammars: std::sync::Arc<Grammars>,
 }
 
 impl Sampling {
@@ -327,13 +365,10 @@ impl Sampling {
                 "min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens})"
             )));
         }
-        if let Some(format) = &self.response_format
-            && format.get("type").and_then(Value::as_str) != Some("text")
-        {
-            return Err(Error::BadRequest(format!(
-                "response_format {format} is not supported by this server (it has no guided decoding); use {{\"type\": \"text\"}}"
-            )));
-        }
+        let guide = match self.constraint.constraint()? {
+            Some((constraint, style)) => Some(limits.grammars.compile(&constraint, style)?),
+            None => None,
+        };
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
@@ -371,6 +406,7 @@ impl Sampling {
             min_p,
             ignore_eos: self.ignore_eos,
             min_tokens,
+            guide,
             stream: None,
         })
     }

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use crate::error::{Error, Result};
 use crate::generation::{Completion, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
 use crate::prefix_cache::PrefixCache;
+use crate::structured::Guide;
 use crate::weights::{Update, WeightSource};
 
 /// `row` as the request samples from it: adjusted by its penalties for the output so far, and
@@ -100,6 +101,8 @@ struct Seq<C> {
     choice: usize,
     cache: C,
     sampler: Sampler,
+    /// The structured-output constraint's state, when the request has one.
+    guide: Option<Guide>,
     next: u32,
     tokens: Vec<u32>,
     logprobs: Vec<TokenLogprob>,
@@ -379,11 +382,24 @@ impl<R: Runtime> EngineLoop<R> {
         let mut broken = Vec::new();
         for (seq, row) in self.seqs.iter_mut().zip(rows_iter) {
             let req = &self.running[seq.slot].as_ref().expect("running slot").req;
-            let row = processed(req, row, &seq.tokens, &self.tok.stop_ids);
+            let mut row = processed(req, row, &seq.tokens, &self.tok.stop_ids);
+            let ends = seq.guide.as_ref().map(|_| end_ids(&self.tok.stop_ids, req)).unwrap_or_default();
+            if let Some(guide) = &mut seq.guide
+                && let Err(e) = guide.mask(row.to_mut(), &ends)
+            {
+                broken.push((seq.slot, e));
+                continue;
+            }
             let row = row.as_ref();
             let (id, logprob) = seq.sampler.sample(row);
             if !logprob.is_finite() {
-                broken.push(seq.slot);
+                broken.push((seq.slot, non_finite(seq.guide.is_some())));
+                continue;
+            }
+            if let Some(guide) = &mut seq.guide
+                && let Err(e) = guide.advance(id, &ends)
+            {
+                broken.push((seq.slot, e));
                 continue;
             }
             let top = if req.top_logprobs > 0 {
@@ -399,8 +415,8 @@ impl<R: Runtime> EngineLoop<R> {
             }
             seq.logprobs.push(token);
         }
-        for slot in broken {
-            self.fail_slot(slot, non_finite());
+        for (slot, e) in broken {
+            self.fail_slot(slot, e);
         }
         for (req, tx, cache, cached, req_rows) in prefilled {
             self.start_choices(req, tx, cache, cached, &req_rows);
@@ -436,7 +452,7 @@ impl<R: Runtime> EngineLoop<R> {
         });
         let finite = |lp: &Option<TokenLogprob>| lp.as_ref().is_none_or(|t| t.logprob.is_finite());
         if prompt_logprobs.as_ref().is_some_and(|lps| !lps.iter().all(finite)) {
-            let _ = tx.send(Err(non_finite()));
+            let _ = tx.send(Err(non_finite(false)));
             return;
         }
         let n = req.n as usize;
@@ -467,15 +483,30 @@ impl<R: Runtime> EngineLoop<R> {
                 }
             }
         };
-        let last = processed(&req, last, &[], &self.tok.stop_ids);
+        let mut last = processed(&req, last, &[], &self.tok.stop_ids);
+        let ends = req.guide.as_ref().map(|_| end_ids(&self.tok.stop_ids, &req)).unwrap_or_default();
+        let mut guide = req.guide.clone();
+        // Every choice starts from the same state, so the first mask is computed once.
+        if let Some(g) = &mut guide
+            && let Err(e) = g.mask(last.to_mut(), &ends)
+        {
+            let _ = tx.send(Err(e));
+            return;
+        }
         let last = last.as_ref();
         for choice in (0..n).rev() {
             let mut sampler = Sampler::new(req.temperature, req.top_p, req.top_k, req.seed.wrapping_add(choice as u64))
                 .with_min_p(req.min_p);
             let (id, logprob) = sampler.sample(last);
-            if !logprob.is_finite() {
+            let mut own_guide = guide.clone();
+            let advanced = match &mut own_guide {
+                Some(g) if logprob.is_finite() => g.advance(id, &ends),
+                _ => Ok(()),
+            };
+            let failed = if logprob.is_finite() { advanced.err() } else { Some(non_finite(guide.is_some())) };
+            if let Some(e) = failed {
                 self.seqs.retain(|s| s.slot != slot);
-                let _ = tx.send(Err(non_finite()));
+                let _ = tx.send(Err(e));
                 return;
             }
             let top = top_k(&log_softmax(last, req.temperature.logprob_divisor()), req.top_logprobs as usize);
@@ -488,6 +519,7 @@ impl<R: Runtime> EngineLoop<R> {
                 choice,
                 cache: caches.pop().expect("one cache per choice"),
                 sampler,
+                guide: own_guide,
                 next: id,
                 tokens: vec![id],
                 logprobs: vec![TokenLogprob { id, logprob, top }],
@@ -563,8 +595,21 @@ impl<R: Runtime> EngineLoop<R> {
 
 /// A NaN or infinite log-probability is never served: the request fails instead (a model with
 /// broken weights, or values that overflow), so a client never trains on or reads garbage.
-fn non_finite() -> Error {
+fn non_finite(constrained: bool) -> Error {
+    if constrained {
+        // Every token the constraint allows was masked otherwise (`min_tokens` holding back the
+        // end of a complete match, a `logit_bias` of -100 on each allowed token), or NaN logits.
+        return Error::BadRequest(String::from(
+            "no token can be sampled: the structured-output constraint allows none that the other settings \
+             (min_tokens, logit_bias, stop_token_ids) leave, or the model produced non-finite logits",
+        ));
+    }
     Error::Engine(String::from("the model produced non-finite logits (NaN or infinity) for this request"))
+}
+
+/// The ids that end a completion: the model's end-of-sequence ids and the request's stop ids.
+fn end_ids(stop_ids: &[u32], req: &GenRequest) -> Vec<u32> {
+    stop_ids.iter().chain(&req.stop_token_ids).copied().collect()
 }
 
 /// The part of a prompt the prompt cache keeps: all but its last token.

@@ -5,6 +5,8 @@
 use rl_configs::Temperature;
 use rl_model::Penalties;
 
+use crate::structured::Guide;
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GenRequest {
@@ -40,6 +42,9 @@ pub struct GenRequest {
     /// vLLM `min_tokens`: until this many tokens are out, end-of-sequence tokens cannot be
     /// sampled (their logits are -inf) and stop strings do not end the completion.
     pub min_tokens: u32,
+    /// A structured-output constraint's state before the first sampled token (each choice
+    /// advances its own copy).
+    pub guide: Option<Guide>,
     /// Where each sampled token goes as soon as it is sampled (`stream = true`); the finished
     /// completions still come back whole.
     pub stream: Option<tokio::sync::mpsc::UnboundedSender<TokenEvent>>,

@@ -12,13 +12,14 @@ use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text};
+use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, ToolChoice, content_text};
 use crate::auth::{self, Keys};
 use crate::error::{ApiJson, Error, Result};
 use crate::generation::{GenOutput, GenRequest};
 use crate::prompt::Prompt;
 use crate::state::{AppState, finish_reason};
 use crate::stream::Kind;
+use crate::structured::{Constraint, JsonStyle};
 use crate::tool_calls::parse_hermes;
 
 /// The router with body-size limits; every route but `/health` behind its key.
@@ -180,11 +181,34 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     }
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
-    let wants_calls = req.tool_calls_wanted()?;
+    let choice = req.tool_choice()?;
     let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
     let prompt = s.encode(&text)?;
-    let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
-    let parse_tools = wants_calls && !tools.is_empty() && s.tool_parser != "none";
+    let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
+    let parse_tools = choice != ToolChoice::None && !tools.is_empty() && s.tool_parser != "none";
+    let forced = match &choice {
+        ToolChoice::Required => Some(Constraint::tool_calls(&tools, None)),
+        ToolChoice::Named(name) => Some(Constraint::tool_calls(&tools, Some(name))),
+        ToolChoice::None | ToolChoice::Auto => None,
+    };
+    if let Some(calls) = forced {
+        // The calls are written in the hermes format and must be parsed back into `tool_calls`.
+        if s.tool_parser == "none" {
+            return Err(Error::BadRequest(format!(
+                "tool_choice {} needs a tool-call parser; this server's is {:?} (inference.tool_call_parser)",
+                req.tool_choice.as_ref().map_or_else(String::new, ToString::to_string),
+                s.tool_parser
+            )));
+        }
+        if gen_req.guide.is_some() {
+            return Err(Error::BadRequest(String::from(
+                "tool_choice that requires a call cannot be combined with another structured-output constraint",
+            )));
+        }
+        // Arguments a tool does not declare are closed out: no caller can use them.
+        let style = JsonStyle { closed_objects: true, ..JsonStyle::default() };
+        gen_req.guide = Some(s.limits.grammars.compile(&calls, style)?);
+    }
     if req.sampling.stream {
         return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, parse_tools));
     }

@@ -17,6 +17,7 @@ mod prompt;
 mod state;
 mod stats;
 mod stream;
+mod structured;
 mod tool_calls;
 mod weights;
 
@@ -34,6 +35,7 @@ use tokio::sync::Semaphore;
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use generation::{Completion, Finish, GenOutput, GenRequest, TokenEvent, TokenLogprob};
+pub use structured::Guide;
 
 /// An id for this start of the server: pid and start time.
 fn boot_id() -> String {
@@ -94,9 +96,10 @@ impl Server {
         let engine =
             Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(base_dir);
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
+        let tok = Arc::new(tok);
         let state = state::AppState {
             engine: engine.clone(),
-            tok: Arc::new(tok),
+            tok: tok.clone(),
             template: Arc::new(template),
             limits: api::Limits {
                 model_name,
@@ -104,6 +107,7 @@ impl Server {
                 max_n: config.max_batch_size,
                 default_seed: config.seed,
                 vocab_size: model.config().vocab_size,
+                grammars: Arc::new(structured::Grammars::new(tok, model.config().vocab_size)),
             },
             pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),
             timeout: Duration::from_secs_f64(config.request_timeout_s),

@@ -33,6 +33,11 @@ pub(crate) fn parse_hermes(text: &str) -> (String, Vec<ParsedCall>) {
     if calls.is_empty() { (text.to_owned(), Vec::new()) } else { (text[..first].to_owned(), calls) }
 }
 
+/// A request tool's `function.name`.
+pub(crate) fn tool_name(tool: &serde_json::Value) -> Option<&str> {
+    tool.get("function").and_then(|f| f.get("name")).and_then(serde_json::Value::as_str)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

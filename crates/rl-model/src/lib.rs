@@ -18,6 +18,7 @@ mod rng;
 pub mod runtime;
 mod sampling;
 mod tensor_file;
+mod token_bytes;
 mod tokenizer;
 mod weights;
 
@@ -43,6 +44,7 @@ pub use rng::SplitMix64;
 pub use runtime::{AdapterUpdate, CpuRuntime, Rows, Runtime, SeqCache, SharedPrefix, TensorRuntime};
 pub use sampling::{Penalties, Sampler, log_softmax};
 pub use tensor_file::write_safetensors;
+pub use token_bytes::TokenBytes;
 pub use tokenizer::{BpePieces, Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
     MODEL_WEIGHTS, Part, Trainable, load_model, load_model_or_adapter, load_trainable, load_weights_for,

@@ -75,6 +75,11 @@ impl Tok {
         self.inner.id_to_token(id).unwrap_or_default()
     }
 
+    /// The `tokenizers` tokenizer itself.
+    pub(crate) fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+
     /// Vocabulary size including added tokens.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

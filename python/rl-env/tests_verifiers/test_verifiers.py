@@ -346,6 +346,38 @@ class Failures(unittest.TestCase):
         self.assertIn("not found", out.stderr)
 
 
+class StructuredJudge(unittest.TestCase):
+    """A verifiers `Judge` with a pydantic `schema` (structured outputs through the OpenAI SDK's
+    `beta.chat.completions.parse`, as verifiers' rubric judge grades) served by `rl inference`."""
+
+    def test_a_schema_judge_gets_a_parsed_verdict(self):
+        from typing import Literal
+
+        from pydantic import BaseModel, Field
+
+        class Verdict(BaseModel):
+            verdict: Literal["correct", "wrong"]
+            confidence: int = Field(ge=0, le=9)
+
+        class VerdictJudge(vf.Judge[Verdict]):
+            prompt = "Question: {question}\nResponse: {response}\nIs the response correct?"
+            schema = Verdict
+
+        # The tiny random model would spend its tokens on JSON's optional whitespace; a real judge
+        # writes compact JSON.
+        spaces = post("/tokenize", {"prompt": " \n\t"})["tokens"]
+        config = vf.JudgeConfig(
+            base_url=BASE_URL,
+            api_key_var="RL_TEST_NO_KEY",
+            model=MODEL.name,
+            sampling={"temperature": 1.0, "max_tokens": 120, "logit_bias": {str(t): -100 for t in spaces}},
+        )
+        for _ in range(3):
+            result = asyncio.run(VerdictJudge(config).evaluate(question="2 + 2?", response="4"))
+            self.assertIsInstance(result.parsed, Verdict, result.text)
+            self.assertEqual(Verdict.model_validate_json(result.text), result.parsed)
+
+
 class VfEval(unittest.TestCase):
     """verifiers' own `vf-eval --client.type train` against `rl inference`, no proxy."""
 

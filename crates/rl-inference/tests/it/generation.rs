@@ -272,7 +272,8 @@ async fn temperatures_below_the_floor_are_refused_and_nan_is_never_served() {
 /// `logit_bias` forces a token, `frequency_penalty` / `repetition_penalty` stop greedy repeats,
 /// `min_p = 1` samples greedily, `ignore_eos` and `min_tokens` keep end-of-sequence from ending the
 /// reply, the reported logprobs are those of the adjusted distribution, and
-/// `response_format`, `tool_choice = "required"` and out-of-range values are 400s naming them.
+/// an unknown `response_format`, `tool_choice = "required"` and out-of-range values are 400s
+/// naming them.
 #[tokio::test]
 async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
     let srv = start(|_| {}).await;
@@ -324,7 +325,7 @@ async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
 
     for (extra, named) in [
         (json!({"min_tokens": 13}), "min_tokens"),
-        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"response_format": {"type": "structural_tag"}}), "response_format"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"presence_penalty": 3.0}), "presence_penalty"),
         (json!({"repetition_penalty": 0.0}), "repetition_penalty"),

@@ -3,6 +3,7 @@
 mod admin;
 mod generate;
 mod generation;
+mod structured;
 
 use candle_core::{Device, Tensor};
 use rl_configs::{InferenceConfig, ModelConfig};
