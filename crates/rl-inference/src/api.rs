@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::generation::GenRequest;
 use crate::prompt::Prompt;
 use crate::structured::{ConstraintFields, Grammars};
-use crate::tool_calls::tool_name;
 
 /// A message of a chat request.
 #[derive(Debug, Clone, Deserialize)]
@@ -91,13 +90,44 @@ pub(crate) struct Sampling {
     /// vLLM: no end-of-sequence token or stop string before this many tokens.
     #[serde(default)]
     pub(crate) min_tokens: Option<u32>,
-    /// Structured-output constraints (`response_format`, `structured_outputs`, `guided_*`).
-    #[serde(flatten)]
+    /// Structured-output constraints (`response_format`, `structured_outputs`, `guided_*`),
+    /// taken out of the fields before the rest are read.
+    #[serde(skip)]
     pub(crate) constraint: ConstraintFields,
+    /// vLLM: special tokens left out of the text (vLLM's default is true; this server keeps
+    /// them, which is what training clients ask for, so only false is accepted).
+    #[serde(default)]
+    pub(crate) skip_special_tokens: Option<bool>,
+    /// The fields this server read past (logged once per name).
+    #[serde(skip)]
+    pub(crate) ignored: Vec<String>,
     /// vLLM: token ids that end a completion as the end-of-sequence token does (the token stays in
     /// `token_ids`, not in the text; masked like it before `min_tokens`).
     #[serde(default)]
     pub(crate) stop_token_ids: Option<Vec<u32>>,
+}
+
+/// Fields clients send that change nothing here by design: the prompt cache is emptied on every
+/// weight swap (`cache_salt`), and OpenAI's end-user id, stored-completion and tier fields.
+const INERT_FIELDS: &[&str] =
+    &["cache_salt", "user", "metadata", "store", "service_tier", "spaces_between_special_tokens"];
+
+/// Says once per field name (per process) that requests carry a field this server ignores, as
+/// vLLM warns: an option a client relies on (`best_of`, `allowed_token_ids`, ...) silently doing
+/// nothing is worse than a line in the log.
+fn warn_ignored(paths: &[String]) {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let fresh: Vec<&String> = paths.iter().filter(|p| !INERT_FIELDS.contains(&p.as_str())).collect();
+    if fresh.is_empty() {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for path in fresh {
+        if warned.insert(path.clone()) {
+            tracing::warn!(field = %path, "requests carry a field this server ignores (said once per field)");
+        }
+    }
 }
 
 /// Most `stop_token_ids` a request may name (each sampled token is checked against them).
@@ -119,54 +149,6 @@ pub(crate) struct ChatRequest {
     /// Extra chat-template variables (`enable_thinking`, ...).
     pub(crate) chat_template_kwargs: serde_json::Map<String, Value>,
     pub(crate) sampling: Sampling,
-}
-
-/// What `tool_choice` asks of the reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ToolChoice {
-    /// Not parsed for calls (`none`).
-    None,
-    /// Parsed for calls the model chose to make (`auto`, the default).
-    Auto,
-    /// One or more calls, constrained to the tools' schemas (`required`).
-    Required,
-    /// One call of this tool (`{"type": "function", "function": {"name": ...}}`).
-    Named(String),
-}
-
-impl ChatRequest {
-    /// The request's `tool_choice`, checked against its tools.
-    pub(crate) fn tool_choice(&self) -> Result<ToolChoice> {
-        let choice = match &self.tool_choice {
-            None => ToolChoice::Auto,
-            Some(Value::String(s)) if s == "auto" => ToolChoice::Auto,
-            Some(Value::String(s)) if s == "none" => ToolChoice::None,
-            Some(Value::String(s)) if s == "required" => ToolChoice::Required,
-            Some(v) if v.get("type").and_then(Value::as_str) == Some("function") => {
-                match v.get("function").and_then(|f| f.get("name")).and_then(Value::as_str) {
-                    Some(name) => ToolChoice::Named(name.to_owned()),
-                    None => return Err(Error::BadRequest(format!("tool_choice {v} names no function.name"))),
-                }
-            }
-            Some(other) => {
-                return Err(Error::BadRequest(format!(
-                    "tool_choice {other} is not understood: use \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-                )));
-            }
-        };
-        let tools = self.tools.as_deref().unwrap_or_default();
-        if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) && tools.is_empty() {
-            return Err(Error::BadRequest(String::from("tool_choice requires a call but the request has no tools")));
-        }
-        if let ToolChoice::Named(name) = &choice
-            && !tools.iter().any(|t| tool_name(t) == Some(name.as_str()))
-        {
-            return Err(Error::BadRequest(format!(
-                "tool_choice names {name:?}, which is not among the request's tools"
-            )));
-        }
-        Ok(choice)
-    }
 }
 
 // Requests are read field by field, never through `#[serde(flatten)]` or untagged enums: those
@@ -295,11 +277,20 @@ impl Sampling {
     /// The sampling fields of a request; a wrong-typed field is named (`max_tokens: invalid type:
     /// string "5", expected u32`).
     pub(crate) fn from_fields(fields: Value) -> std::result::Result<Sampling, String> {
-        serde_path_to_error::deserialize(fields).map_err(|e| {
+        let Value::Object(mut map) = fields else { return Err(String::from("the sampling fields must be an object")) };
+        let constraint = ConstraintFields::take(&mut map)?;
+        let mut ignored = Vec::new();
+        let mut note = |path: serde_ignored::Path<'_>| ignored.push(path.to_string());
+        let fields = serde_ignored::Deserializer::new(Value::Object(map), &mut note);
+        let mut sampling: Sampling = serde_path_to_error::deserialize(fields).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
             if path == "." { inner.to_string() } else { format!("`{path}`: {inner}") }
-        })
+        })?;
+        sampling.constraint = constraint;
+        warn_ignored(&ignored);
+        sampling.ignored = ignored;
+        Ok(sampling)
     }
 
     /// Whether per-token logprobs were asked for (`logprobs: true` for chat, a number for text).
@@ -363,6 +354,11 @@ impl Sampling {
         if min_tokens > max_tokens {
             return Err(Error::BadRequest(format!(
                 "min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens})"
+            )));
+        }
+        if self.skip_special_tokens == Some(true) {
+            return Err(Error::BadRequest(String::from(
+                "skip_special_tokens = true is not supported: this server keeps special tokens in the text (send false or leave it out)",
             )));
         }
         let guide = match self.constraint.constraint()? {
@@ -462,5 +458,22 @@ pub(crate) fn content_text(content: Option<&Value>) -> Result<String> {
             Ok(out)
         }
         Some(other) => Err(Error::BadRequest(format!("message content must be text, got {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_read_past_are_named_and_constraints_and_known_ones_are_not() {
+        let fields = serde_json::json!({"max_tokens": 3, "best_of": 2, "cache_salt": "s", "guided_regex": "a+",
+            "allowed_token_ids": [1], "stream_options": {"include_usage": true}});
+        let sampling = Sampling::from_fields(fields).unwrap();
+        assert_eq!(sampling.ignored, ["best_of", "cache_salt", "allowed_token_ids"]);
+        assert_eq!(sampling.max_tokens, Some(3));
+        assert!(sampling.constraint.guided_regex.is_some());
+        let e = Sampling::from_fields(serde_json::json!({"max_tokens": "3"})).unwrap_err();
+        assert!(e.contains("`max_tokens`"), "{e}");
     }
 }

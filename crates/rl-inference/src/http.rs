@@ -12,7 +12,7 @@ use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, ToolChoice, content_text};
+use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text};
 use crate::auth::{self, Keys};
 use crate::error::{ApiJson, Error, Result};
 use crate::generation::{GenOutput, GenRequest};
@@ -20,7 +20,7 @@ use crate::prompt::Prompt;
 use crate::state::{AppState, finish_reason};
 use crate::stream::Kind;
 use crate::structured::{Constraint, JsonStyle};
-use crate::tool_calls::parse_hermes;
+use crate::tool_calls::{ToolChoice, parse_hermes, tool_choice};
 
 /// The router with body-size limits; every route but `/health` behind its key.
 pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
@@ -181,7 +181,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     }
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
-    let choice = req.tool_choice()?;
+    let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
     let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
     let prompt = s.encode(&text)?;
     let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;

@@ -37,9 +37,10 @@ pub(crate) enum Constraint {
     ToolCalls { tools: Vec<(String, Value)>, many: bool },
 }
 
-/// The request fields that can carry a constraint (flattened into the sampling fields; each is
-/// read as any JSON and checked here, so a wrong type is an error naming its field).
+/// The request fields that can carry a constraint (each read as any JSON and checked here, so a
+/// wrong type is an error naming its field).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ConstraintFields {
     /// OpenAI: `{"type": "text" | "json_object" | "json_schema", "json_schema": {"schema": ...}}`.
     #[serde(default)]
@@ -74,6 +75,17 @@ impl Default for JsonStyle {
 }
 
 impl ConstraintFields {
+    /// The names of the fields, as requests spell them.
+    const NAMES: [&str; 6] =
+        ["response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"];
+
+    /// Takes the constraint fields out of a request's sampling fields.
+    pub(crate) fn take(fields: &mut serde_json::Map<String, Value>) -> std::result::Result<Self, String> {
+        let mine: serde_json::Map<String, Value> =
+            Self::NAMES.iter().filter_map(|n| fields.remove(*n).map(|v| ((*n).to_owned(), v))).collect();
+        serde_json::from_value(Value::Object(mine)).map_err(|e| e.to_string())
+    }
+
     /// The request's constraint (at most one may be given) and its JSON style.
     pub(crate) fn constraint(&self) -> Result<Option<(Constraint, JsonStyle)>> {
         let bad = |m: String| Err(Error::BadRequest(m));
@@ -398,8 +410,12 @@ impl Guide {
 mod tests {
     use super::*;
 
+    /// Through [`ConstraintFields::take`], as requests are read (so every field is in `NAMES`).
     fn fields(v: Value) -> ConstraintFields {
-        serde_json::from_value(v).unwrap()
+        let Value::Object(mut map) = v else { panic!("{v}") };
+        let taken = ConstraintFields::take(&mut map).unwrap();
+        assert!(map.is_empty(), "left behind: {map:?}");
+        taken
     }
 
     #[test]

@@ -330,6 +330,7 @@ async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
         (json!({"presence_penalty": 3.0}), "presence_penalty"),
         (json!({"repetition_penalty": 0.0}), "repetition_penalty"),
         (json!({"min_p": 1.5}), "min_p"),
+        (json!({"skip_special_tokens": true}), "skip_special_tokens"),
         (json!({"logit_bias": {"999999": 1}}), "logit_bias"),
         (json!({"chat_template_kwargs": {"messages": []}}), "chat_template_kwargs"),
     ] {
