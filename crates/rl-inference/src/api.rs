@@ -87,6 +87,12 @@ pub(crate) struct Sampling {
     /// vLLM: end-of-sequence tokens do not end a completion.
     #[serde(default)]
     pub(crate) ignore_eos: bool,
+    /// vLLM: only these token ids can be sampled.
+    #[serde(default)]
+    pub(crate) allowed_token_ids: Option<Vec<u32>>,
+    /// vLLM: the stop string that ended a completion stays in its text.
+    #[serde(default)]
+    pub(crate) include_stop_str_in_output: bool,
     /// vLLM: no end-of-sequence token or stop string before this many tokens.
     #[serde(default)]
     pub(crate) min_tokens: Option<u32>,
@@ -401,10 +407,30 @@ impl Sampling {
             penalties,
             min_p,
             ignore_eos: self.ignore_eos,
+            allowed_token_ids: self.allowed_token_ids(limits)?,
+            include_stop_str: self.include_stop_str_in_output,
             min_tokens,
             guide,
             stream: None,
         })
+    }
+
+    /// `allowed_token_ids`, sorted and checked against the vocabulary.
+    fn allowed_token_ids(&self, limits: &Limits) -> Result<Option<Vec<u32>>> {
+        let Some(ids) = &self.allowed_token_ids else { return Ok(None) };
+        if ids.is_empty() {
+            return Err(Error::BadRequest(String::from("allowed_token_ids must name at least one token")));
+        }
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= limits.vocab_size) {
+            return Err(Error::BadRequest(format!(
+                "allowed_token_ids: {bad} is outside the vocabulary of {}",
+                limits.vocab_size
+            )));
+        }
+        let mut ids = ids.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(Some(ids))
     }
 
     /// The logit adjustments and `min_p`, checked against vLLM's ranges.

@@ -24,15 +24,23 @@ use crate::prefix_cache::PrefixCache;
 use crate::structured::Guide;
 use crate::weights::{Update, WeightSource};
 
-/// `row` as the request samples from it: adjusted by its penalties for the output so far, and
-/// with the end-of-sequence tokens `eos` masked while the output is shorter than `min_tokens`.
+/// `row` as the request samples from it: adjusted by its penalties for the output so far,
+/// restricted to its `allowed_token_ids`, and with the end-of-sequence tokens `eos` masked while
+/// the output is shorter than `min_tokens`.
 fn processed<'a>(req: &GenRequest, row: &'a [f32], output: &[u32], eos: &[u32]) -> std::borrow::Cow<'a, [f32]> {
     let mask_eos = output.len() < req.min_tokens as usize;
-    if req.penalties.is_off() && !mask_eos {
+    if req.penalties.is_off() && !mask_eos && req.allowed_token_ids.is_none() {
         return std::borrow::Cow::Borrowed(row);
     }
     let mut adjusted = row.to_vec();
     req.penalties.apply(&mut adjusted, &req.prompt, output);
+    if let Some(allowed) = &req.allowed_token_ids {
+        for (id, z) in adjusted.iter_mut().enumerate() {
+            if allowed.binary_search(&(id as u32)).is_err() {
+                *z = f32::NEG_INFINITY;
+            }
+        }
+    }
     if mask_eos {
         for &t in eos.iter().chain(&req.stop_token_ids) {
             if let Some(z) = adjusted.get_mut(t as usize) {
@@ -551,7 +559,13 @@ impl<R: Runtime> EngineLoop<R> {
             let kept = &seq.tokens[..seq.tokens.len() - usize::from(stop_token)];
             let text_ids: Vec<u32> = kept.iter().copied().filter(|t| !self.tok.stop_ids.contains(t)).collect();
             let text = self.tok.decode(&text_ids).unwrap_or_default();
-            let stop_at = req.stop.iter().filter_map(|s| text.find(s.as_str())).min().filter(|_| may_stop);
+            // The earliest stop string (and where it ends, for `include_stop_str_in_output`).
+            let stop_at = req
+                .stop
+                .iter()
+                .filter_map(|s| text.find(s.as_str()).map(|at| (at, at + s.len())))
+                .min()
+                .filter(|_| may_stop);
             let eos = self.tok.stop_ids.contains(&last) && !req.ignore_eos && may_stop;
             let finish = if eos || stop_token || stop_at.is_some() {
                 Some(Finish::Stop)
@@ -566,7 +580,8 @@ impl<R: Runtime> EngineLoop<R> {
             };
             let seq = self.seqs.swap_remove(i);
             let text = match stop_at {
-                Some(at) => text[..at].to_owned(),
+                Some((_, end)) if req.include_stop_str => text[..end].to_owned(),
+                Some((at, _)) => text[..at].to_owned(),
                 None => text,
             };
             let run = self.running[seq.slot].as_mut().expect("running slot");

@@ -39,6 +39,10 @@ pub struct GenRequest {
     pub min_p: f32,
     /// vLLM `ignore_eos`: end-of-sequence tokens do not end the completion.
     pub ignore_eos: bool,
+    /// vLLM `allowed_token_ids` (sorted): every other token's logit is -inf.
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// vLLM `include_stop_str_in_output`: the stop string that ended a completion stays in its text.
+    pub include_stop_str: bool,
     /// vLLM `min_tokens`: until this many tokens are out, end-of-sequence tokens cannot be
     /// sampled (their logits are -inf) and stop strings do not end the completion.
     pub min_tokens: u32,

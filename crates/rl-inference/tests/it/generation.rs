@@ -323,8 +323,25 @@ async fn sampling_parameters_change_the_output_or_are_refused_by_name() {
     assert_eq!((got.len(), got[5], v["choices"][0]["finish_reason"].as_str()), (6, 2, Some("stop")), "{v}");
     assert!(got[..5].iter().all(|&t| t != 2), "{v}");
 
+    // vLLM's `allowed_token_ids`: only those are sampled (no end-of-sequence among them, so the
+    // reply runs to max_tokens); `include_stop_str_in_output` keeps the stop string in the text.
+    let (_, v) =
+        srv.post("/v1/chat/completions", chat(json!({"temperature": 1.0, "allowed_token_ids": [10, 11]}))).await;
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    assert!(ids_of(&v).iter().all(|t| [10, 11].contains(t)) && ids_of(&v).len() == 12, "{v}");
+    let text = plain["choices"][0]["message"]["content"].as_str().unwrap();
+    let stop: String = text.chars().skip(2).take(2).collect();
+    let at = text.find(&stop).unwrap();
+    for (include, want) in [(false, &text[..at]), (true, &text[..at + stop.len()])] {
+        let body = chat(json!({"stop": [stop], "include_stop_str_in_output": include}));
+        let (_, v) = srv.post("/v1/chat/completions", body).await;
+        assert_eq!(v["choices"][0]["message"]["content"], want, "include {include}: {v}");
+    }
+
     for (extra, named) in [
         (json!({"min_tokens": 13}), "min_tokens"),
+        (json!({"allowed_token_ids": []}), "allowed_token_ids"),
+        (json!({"allowed_token_ids": [999999]}), "allowed_token_ids"),
         (json!({"response_format": {"type": "structural_tag"}}), "response_format"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"presence_penalty": 3.0}), "presence_penalty"),
