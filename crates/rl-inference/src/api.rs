@@ -119,7 +119,7 @@ const INERT_FIELDS: &[&str] =
     &["cache_salt", "user", "metadata", "store", "service_tier", "spaces_between_special_tokens"];
 
 /// Says once per field name (per process) that requests carry a field this server ignores, as
-/// vLLM warns: an option a client relies on (`best_of`, `allowed_token_ids`, ...) silently doing
+/// vLLM warns: an option a client relies on (`best_of`, `bad_words`, ...) silently doing
 /// nothing is worse than a line in the log.
 fn warn_ignored(paths: &[String]) {
     static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
@@ -494,9 +494,9 @@ mod tests {
     #[test]
     fn fields_read_past_are_named_and_constraints_and_known_ones_are_not() {
         let fields = serde_json::json!({"max_tokens": 3, "best_of": 2, "cache_salt": "s", "guided_regex": "a+",
-            "allowed_token_ids": [1], "stream_options": {"include_usage": true}});
+            "bad_words": ["x"], "stream_options": {"include_usage": true}});
         let sampling = Sampling::from_fields(fields).unwrap();
-        assert_eq!(sampling.ignored, ["best_of", "cache_salt", "allowed_token_ids"]);
+        assert_eq!(sampling.ignored, ["best_of", "cache_salt", "bad_words"]);
         assert_eq!(sampling.max_tokens, Some(3));
         assert!(sampling.constraint.guided_regex.is_some());
         let e = Sampling::from_fields(serde_json::json!({"max_tokens": "3"})).unwrap_err();
