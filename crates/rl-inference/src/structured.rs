@@ -388,11 +388,16 @@ impl Guide {
         let allowed =
             self.matcher.compute_mask_or_eos().map_err(|e| Error::Engine(format!("structured output: {e}")))?;
         let may_end = allowed.is_allowed(self.eos);
+        // The end ids' logits before masking (the grammar knows one of them as its end).
+        let kept: Vec<(usize, f32)> =
+            ends.iter().filter_map(|&e| logits.get(e as usize).map(|z| (e as usize, *z))).collect();
         for (id, z) in logits.iter_mut().enumerate().take(self.vocab) {
-            let ok = if ends.contains(&(id as u32)) { may_end } else { allowed.is_allowed(id as TokenId) };
-            if !ok {
+            if !allowed.is_allowed(id as TokenId) {
                 *z = f32::NEG_INFINITY;
             }
+        }
+        for (id, z) in kept {
+            logits[id] = if may_end { z } else { f32::NEG_INFINITY };
         }
         Ok(())
     }
