@@ -39,6 +39,8 @@ class VllmServerTest(unittest.TestCase):
         args = _with_defaults(rest)
         self.assertEqual(args[args.index("--logprobs-mode") + 1], "processed_logprobs")
         self.assertEqual(args[args.index("--worker-extension-cls") + 1], WORKER_EXTENSION)
+        self.assertEqual(args[args.index("--generation-config") + 1], "vllm")
+        self.assertEqual(_with_defaults(["--generation-config", "auto"]).count("--generation-config"), 1)
         own = _with_defaults(["--logprobs-mode=raw_logprobs"])
         self.assertEqual([a for a in own if a.startswith("--logprobs-mode")], ["--logprobs-mode=raw_logprobs"])
 

@@ -101,6 +101,12 @@ def _with_defaults(argv: list[str]) -> list[str]:
     out = list(argv)
     if not has("--logprobs-mode"):
         out += ["--logprobs-mode", "processed_logprobs"]
+    # vLLM's default (`auto`) applies the model's generation_config.json as defaults to every
+    # request (Qwen3: top_k 20, top_p 0.95): rollouts would be sampled from a truncated
+    # distribution the trainer does not compute. `vllm` keeps the run's sampling config
+    # authoritative, as prime-rl's server does.
+    if not has("--generation-config"):
+        out += ["--generation-config", "vllm"]
     if not has("--worker-extension-cls"):
         out += ["--worker-extension-cls", WORKER_EXTENSION]
     return out
