@@ -45,7 +45,9 @@ pub struct InferenceConfig {
     pub dtype: Dtype,
     /// Seed for requests that do not set one.
     pub seed: u64,
-    /// Tool-call parser: `auto` picks the one matching the model's chat template.
+    /// Tool-call parser (vLLM's names): `hermes` (`<tool_call>{...}</tool_call>`, Qwen),
+    /// `llama3_json` (a `{"name", "parameters"}` object, Llama 3.1+), `none`; `auto` picks the
+    /// format the model's chat template renders an assistant's tool call in.
     pub tool_call_parser: String,
     /// Name of an environment variable holding the API key: every route but `/health` then needs
     /// `Authorization: Bearer <key>` (vLLM's `--api-key`). Keys never sit in config files.
@@ -93,7 +95,7 @@ impl Default for InferenceConfig {
 }
 
 /// Tool-call parsers the inference server knows.
-pub const TOOL_CALL_PARSERS: &[&str] = &["auto", "hermes", "none"];
+pub const TOOL_CALL_PARSERS: &[&str] = &["auto", "hermes", "llama3_json", "none"];
 
 impl InferenceConfig {
     /// The OpenAI base URL clients use to reach this server.

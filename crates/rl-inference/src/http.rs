@@ -20,7 +20,7 @@ use crate::prompt::Prompt;
 use crate::state::{AppState, finish_reason};
 use crate::stream::Kind;
 use crate::structured::{Constraint, JsonStyle};
-use crate::tool_calls::{ToolChoice, parse_hermes, tool_choice};
+use crate::tool_calls::{ToolChoice, tool_choice};
 
 /// The router with body-size limits; every route but `/health` behind its key.
 pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
@@ -185,21 +185,21 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
     let prompt = s.encode(&text)?;
     let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
-    let parse_tools = choice != ToolChoice::None && !tools.is_empty() && s.tool_parser != "none";
+    let format = s.tool_format.filter(|_| choice != ToolChoice::None && !tools.is_empty());
     let forced = match &choice {
-        ToolChoice::Required => Some(Constraint::tool_calls(&tools, None)),
-        ToolChoice::Named(name) => Some(Constraint::tool_calls(&tools, Some(name))),
+        ToolChoice::Required => Some(None),
+        ToolChoice::Named(name) => Some(Some(name.as_str())),
         ToolChoice::None | ToolChoice::Auto => None,
     };
-    if let Some(calls) = forced {
-        // The calls are written in the hermes format and must be parsed back into `tool_calls`.
-        if s.tool_parser == "none" {
+    if let Some(only) = forced {
+        // The calls are written in the model's call format and parsed back into `tool_calls`.
+        let Some(format) = format else {
             return Err(Error::BadRequest(format!(
-                "tool_choice {} needs a tool-call parser; this server's is {:?} (inference.tool_call_parser)",
+                "tool_choice {} needs a tool-call parser; this server has none (inference.tool_call_parser = \"none\")",
                 req.tool_choice.as_ref().map_or_else(String::new, ToString::to_string),
-                s.tool_parser
             )));
-        }
+        };
+        let calls = Constraint::tool_calls(&tools, only, format);
         if gen_req.guide.is_some() {
             return Err(Error::BadRequest(String::from(
                 "tool_choice that requires a call cannot be combined with another structured-output constraint",
@@ -210,7 +210,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         gen_req.guide = Some(s.limits.grammars.compile(&calls, style)?);
     }
     if req.sampling.stream {
-        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, parse_tools));
+        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, format));
     }
     let out = s.run(gen_req).await?;
     let choices: Vec<Value> = out
@@ -218,7 +218,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let (content, calls) = if parse_tools { parse_hermes(&c.text) } else { (c.text.clone(), Vec::new()) };
+            let (content, calls) = format.map_or_else(|| (c.text.clone(), Vec::new()), |f| f.parse(&c.text));
             let mut message = json!({"role": "assistant", "content": content});
             if !calls.is_empty() {
                 message["tool_calls"] = Value::Array(
@@ -274,7 +274,7 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
         let prompt = encode(&req.prompt)?;
         let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
         if req.sampling.stream {
-            return Ok(crate::stream::respond(s.clone(), Kind::Text, gen_req, req.sampling.clone(), prompt, false));
+            return Ok(crate::stream::respond(s.clone(), Kind::Text, gen_req, req.sampling.clone(), prompt, None));
         }
         let out = s.run(gen_req).await?;
         let choices = completion_choices(&s, &out, 0, &req.sampling, None);

@@ -91,6 +91,7 @@ impl Server {
         let model = model.with_compute_dtype(compute);
         let tok = Tok::load(&base_dir)?;
         let template = ChatTemplate::load(&base_dir)?;
+        let tool_format = tool_calls::CallFormat::resolve(&config.tool_call_parser, &template);
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
         let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
         let engine =
@@ -113,7 +114,7 @@ impl Server {
             timeout: Duration::from_secs_f64(config.request_timeout_s),
             stuck_after: Duration::from_secs_f64(config.stuck_after_s),
             weight_roots: Arc::new(config.weight_roots.clone()),
-            tool_parser: config.tool_call_parser.clone(),
+            tool_format,
             counter: Arc::new(AtomicU64::new(1)),
             boot_id: Arc::from(boot_id()),
             stats: Arc::default(),

@@ -14,6 +14,7 @@ use crate::api::{Limits, Sampling};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::generation::{Completion, Finish, GenOutput, GenRequest, TokenLogprob};
+use crate::tool_calls::CallFormat;
 
 /// Shared state of the HTTP layer (the engine owns all model state).
 #[derive(Clone)]
@@ -26,7 +27,8 @@ pub(crate) struct AppState {
     pub(crate) timeout: Duration,
     pub(crate) stuck_after: Duration,
     pub(crate) weight_roots: Arc<Vec<PathBuf>>,
-    pub(crate) tool_parser: String,
+    /// How the model writes tool calls (`None`: replies are not parsed for calls).
+    pub(crate) tool_format: Option<CallFormat>,
     pub(crate) counter: Arc<AtomicU64>,
     /// Differs between two runs of the server: a client that sees it change knows the server
     /// restarted with its starting weights.

@@ -14,7 +14,7 @@ use crate::api::Sampling;
 use crate::error::Error;
 use crate::generation::{GenOutput, GenRequest, TokenLogprob};
 use crate::state::{AppState, finish_reason, now, usage};
-use crate::tool_calls::parse_hermes;
+use crate::tool_calls::CallFormat;
 
 /// Chat chunks or text-completion chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,15 +31,17 @@ struct Choice {
     pending: Vec<TokenLogprob>,
 }
 
-/// Starts `req` and answers with its event stream; `parse_tools` sends the reply whole at the end.
+/// Starts `req` and answers with its event stream; with a tool-call `format`, the reply is parsed
+/// for calls and sent whole at the end.
 pub(crate) fn respond(
     s: AppState,
     kind: Kind,
     mut req: GenRequest,
     sampling: Sampling,
     prompt: Vec<u32>,
-    parse_tools: bool,
+    format: Option<CallFormat>,
 ) -> Response {
+    let parse_tools = format.is_some();
     let (token_tx, mut tokens) = mpsc::unbounded_channel();
     req.stream = Some(token_tx);
     let (events, rx) = mpsc::channel::<Event>(64);
@@ -102,7 +104,7 @@ pub(crate) fn respond(
         };
         for (i, c) in out.completions.iter().enumerate() {
             let state = &mut choices[i];
-            let (text, calls) = if parse_tools { parse_hermes(&c.text) } else { (c.text.clone(), Vec::new()) };
+            let (text, calls) = format.map_or_else(|| (c.text.clone(), Vec::new()), |f| f.parse(&c.text));
             let rest = text.get(state.sent..).unwrap_or_default();
             // Tokens still pending (held back, or all of them for tool replies) go with the rest.
             let lps = if parse_tools { c.logprobs.clone() } else { std::mem::take(&mut state.pending) };

@@ -17,6 +17,7 @@ use rl_model::Tok;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
+use crate::tool_calls::CallFormat;
 
 /// What a request constrains its completions to.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,10 +32,10 @@ pub(crate) enum Constraint {
     Choice(Vec<String>),
     /// Text this Lark grammar (llguidance's dialect) derives.
     Lark(String),
-    /// Tool calls in the hermes format the chat templates render and `tool_calls.rs` parses
-    /// (`<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`), each naming one of these
-    /// (name, parameters schema) with arguments matching its schema; `many`: one or more calls.
-    ToolCalls { tools: Vec<(String, Value)>, many: bool },
+    /// Tool calls in the model's format (the one its chat template renders and `tool_calls.rs`
+    /// parses), each naming one of these (name, parameters schema) with arguments matching its
+    /// schema; `many`: one or more calls.
+    ToolCalls { tools: Vec<(String, Value)>, many: bool, format: CallFormat },
 }
 
 /// The request fields that can carry a constraint (each read as any JSON and checked here, so a
@@ -180,7 +181,7 @@ fn choices(v: &Value, key: &str) -> Result<Vec<String>> {
 impl Constraint {
     /// The calls `tool_choice` asks for: one or more of `tools` (`required`), or one of the tool
     /// named `only`.
-    pub(crate) fn tool_calls(tools: &[Value], only: Option<&str>) -> Self {
+    pub(crate) fn tool_calls(tools: &[Value], only: Option<&str>, format: CallFormat) -> Self {
         let tools = tools
             .iter()
             .filter_map(|t| {
@@ -189,7 +190,7 @@ impl Constraint {
                 only.is_none_or(|o| o == name).then(|| (name.to_owned(), params))
             })
             .collect();
-        Constraint::ToolCalls { tools, many: only.is_none() }
+        Constraint::ToolCalls { tools, many: only.is_none(), format }
     }
 
     /// `special_tags`: the tokenizer has `<tool_call>` as a special token (the grammar names it
@@ -218,12 +219,18 @@ impl Constraint {
                 TopLevelGrammar::from_regex(&alternatives.join("|"))
             }
             Constraint::Lark(grammar) => TopLevelGrammar::from_lark(grammar.clone()),
-            Constraint::ToolCalls { tools, many } => {
+            Constraint::ToolCalls { tools, many, format } => {
+                // The arguments' key: what the template renders (`arguments` in hermes blocks,
+                // `parameters` in Llama's objects).
+                let key = match format {
+                    CallFormat::Hermes => "arguments",
+                    CallFormat::Llama3Json => "parameters",
+                };
                 let calls: Vec<Value> = tools
                     .iter()
                     .map(|(name, params)| {
-                        json!({"type": "object", "additionalProperties": false, "required": ["name", "arguments"],
-                               "properties": {"name": {"const": name}, "arguments": params}})
+                        json!({"type": "object", "additionalProperties": false, "required": ["name", key],
+                               "properties": {"name": {"const": name}, key: params}})
                     })
                     .collect();
                 let mut schema = json!({"anyOf": calls});
@@ -231,13 +238,22 @@ impl Constraint {
                     close_objects(&mut schema);
                 }
                 schema["x-guidance"] = options;
-                let (open, close) = if special_tags {
-                    ("<tool_call>", "</tool_call>")
-                } else {
-                    ("\"<tool_call>\"", "\"</tool_call>\"")
+                let lark = match format {
+                    CallFormat::Hermes => {
+                        let (open, close) = if special_tags {
+                            ("<tool_call>", "</tool_call>")
+                        } else {
+                            ("\"<tool_call>\"", "\"</tool_call>\"")
+                        };
+                        let sep = if *many { "(\"\\n\" call)*" } else { "" };
+                        format!("start: call {sep}\ncall: {open} \"\\n\" %json {schema} \"\\n\" {close}\n")
+                    }
+                    CallFormat::Llama3Json => {
+                        let sep = if *many { "(\"; \" call)*" } else { "" };
+                        format!("start: call {sep}\ncall: %json {schema}\n")
+                    }
                 };
-                let start = if *many { "start: call (\"\\n\" call)*" } else { "start: call" };
-                TopLevelGrammar::from_lark(format!("{start}\ncall: {open} \"\\n\" %json {schema} \"\\n\" {close}\n"))
+                TopLevelGrammar::from_lark(lark)
             }
         }
     }
@@ -534,14 +550,39 @@ mod tests {
             assert!(accepts(&g, &schema, compact, r#"{"city":"x"}"#));
             let tools = [json!({"type": "function", "function": {"name": "add", "parameters": {"type": "object",
                 "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})];
-            let calls = Constraint::tool_calls(&tools, None);
+            let calls = Constraint::tool_calls(&tools, None, CallFormat::Hermes);
             let call = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 12}}\n</tool_call>";
             assert!(accepts(&g, &calls, style, call), "special tags: {special_tags}");
             assert!(accepts(&g, &calls, style, &format!("{call}\n{call}")));
-            assert!(!accepts(&g, &Constraint::tool_calls(&tools, Some("add")), style, &format!("{call}\n{call}")));
+            assert!(!accepts(
+                &g,
+                &Constraint::tool_calls(&tools, Some("add"), CallFormat::Hermes),
+                style,
+                &format!("{call}\n{call}")
+            ));
             assert!(!accepts(&g, &calls, style, &call.replace("add", "sub")));
             assert!(!accepts(&g, &calls, style, &format!("Sure. {call}")));
         }
+    }
+
+    #[test]
+    fn forced_llama_calls_are_json_objects_with_parameters() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rl-model/tests/fixtures/chat/llama3");
+        let tok = Tok::load(&dir).unwrap();
+        let vocab = tok.vocab_size();
+        let g = Grammars::new(Arc::new(tok), vocab);
+        let tools = [json!({"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})];
+        let style = JsonStyle::default();
+        let calls = Constraint::tool_calls(&tools, None, CallFormat::Llama3Json);
+        let call = r#"{"name": "add", "parameters": {"a": 12}}"#;
+        assert!(accepts(&g, &calls, style, call));
+        assert!(accepts(&g, &calls, style, &format!("{call}; {call}")));
+        let one = Constraint::tool_calls(&tools, Some("add"), CallFormat::Llama3Json);
+        assert!(accepts(&g, &one, style, call));
+        assert!(!accepts(&g, &one, style, &format!("{call}; {call}")));
+        assert!(!accepts(&g, &calls, style, &call.replace("parameters", "arguments")));
+        assert!(!accepts(&g, &calls, style, &format!("<tool_call>\n{call}\n</tool_call>")));
     }
 
     #[test]

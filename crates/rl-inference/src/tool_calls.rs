@@ -7,6 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use rl_model::{ChatTemplate, TemplateFunction, TemplateMessage, TemplateToolCall};
+
 use crate::error::{Error, Result};
 
 /// A parsed call: (name, arguments as JSON text).
@@ -19,9 +21,95 @@ struct RawCall<'a> {
     arguments: Option<&'a RawValue>,
 }
 
+/// How a model writes tool calls (vLLM's `--tool-call-parser` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallFormat {
+    /// `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` blocks (Qwen, Hermes).
+    Hermes,
+    /// The reply is `{"name": ..., "parameters": {...}}` (Llama 3.1+), calls separated by `;`,
+    /// optionally after `<|python_tag|>`.
+    Llama3Json,
+}
+
+impl CallFormat {
+    /// The format `inference.tool_call_parser` names (`None` for `none`); `auto` renders an
+    /// assistant's call with the chat template and takes the format it comes out in.
+    pub(crate) fn resolve(name: &str, template: &ChatTemplate) -> Option<Self> {
+        match name {
+            "none" => None,
+            "llama3_json" => Some(CallFormat::Llama3Json),
+            "auto" => Some(Self::rendered_by(template)),
+            _ => Some(CallFormat::Hermes),
+        }
+    }
+
+    fn rendered_by(template: &ChatTemplate) -> Self {
+        let call = TemplateToolCall {
+            kind: String::from("function"),
+            function: TemplateFunction { name: String::from("probe_fn"), arguments: String::from("{\"x\": 1}") },
+        };
+        let message = |role: &str, content: &str, tool_calls: Vec<TemplateToolCall>| TemplateMessage {
+            role: role.to_owned(),
+            content: content.to_owned(),
+            tool_calls,
+        };
+        let messages = [message("user", "hi", Vec::new()), message("assistant", "", vec![call])];
+        let tool =
+            serde_json::json!({"type": "function", "function": {"name": "probe_fn", "parameters": {"type": "object"}}});
+        let rendered = template.render(&messages, &[tool], false).unwrap_or_default();
+        if !rendered.contains("<tool_call>") && rendered.contains(r#""name": "probe_fn", "parameters""#) {
+            CallFormat::Llama3Json
+        } else {
+            // Qwen-style templates, and templates that render no calls (hermes parses only
+            // `<tool_call>` blocks, so plain replies stay plain).
+            CallFormat::Hermes
+        }
+    }
+
+    /// Splits a completion into its content and its tool calls.
+    pub(crate) fn parse(self, text: &str) -> (String, Vec<ParsedCall>) {
+        match self {
+            CallFormat::Hermes => parse_hermes(text),
+            CallFormat::Llama3Json => parse_llama3_json(text),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct LlamaCall<'a> {
+    name: String,
+    #[serde(borrow, alias = "arguments")]
+    parameters: Option<&'a RawValue>,
+}
+
+/// A reply that is nothing but calls (`{"name": ..., "parameters": ...}` objects separated by `;`,
+/// optionally after `<|python_tag|>`) is those calls with empty content; anything else is content.
+fn parse_llama3_json(text: &str) -> (String, Vec<ParsedCall>) {
+    let plain = || (text.to_owned(), Vec::new());
+    let body = text.trim_start();
+    let mut rest = body.strip_prefix("<|python_tag|>").unwrap_or(body).trim();
+    if !rest.starts_with('{') {
+        return plain();
+    }
+    let mut calls = Vec::new();
+    while !rest.is_empty() {
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<LlamaCall<'_>>();
+        let Some(Ok(call)) = values.next() else { return plain() };
+        let args = call.parameters.map_or_else(|| String::from("{}"), |a| a.get().to_owned());
+        calls.push((call.name, args));
+        rest = rest[values.byte_offset()..].trim_start();
+        if let Some(next) = rest.strip_prefix(';') {
+            rest = next.trim_start();
+        } else if !rest.is_empty() {
+            return plain();
+        }
+    }
+    (String::new(), calls)
+}
+
 /// Splits a completion into its content (the text before the first call) and its tool calls.
 /// Text that looks like a call but is not valid JSON stays in the content.
-pub(crate) fn parse_hermes(text: &str) -> (String, Vec<ParsedCall>) {
+fn parse_hermes(text: &str) -> (String, Vec<ParsedCall>) {
     let Some(first) = text.find("<tool_call>") else { return (text.to_owned(), Vec::new()) };
     let mut calls = Vec::new();
     let mut rest = &text[first..];
@@ -88,6 +176,33 @@ pub(crate) fn tool_name(tool: &Value) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn llama_calls_are_whole_replies_of_json_objects() {
+        let (content, calls) =
+            parse_llama3_json("<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\":  1}}; {\"name\": \"f\"}");
+        assert_eq!(content, "");
+        assert_eq!(
+            calls,
+            vec![(String::from("add"), String::from("{\"a\":  1}")), (String::from("f"), String::from("{}"))]
+        );
+        let (_, calls) = parse_llama3_json(" {\"name\": \"g\", \"arguments\": {\"b\": 2}} ");
+        assert_eq!(calls, vec![(String::from("g"), String::from("{\"b\": 2}"))]);
+        for plain in ["The answer is {\"name\": 1}.", "{\"name\": \"g\"} and more", "{\"nam", "{\"x\": 1}", ""] {
+            assert_eq!(parse_llama3_json(plain), (plain.to_owned(), Vec::new()), "{plain}");
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_format_the_template_renders_calls_in() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../rl-model/tests/fixtures/chat");
+        let template = |name: &str| ChatTemplate::load(&fixtures.join(name)).unwrap();
+        assert_eq!(CallFormat::resolve("auto", &template("qwen3")), Some(CallFormat::Hermes));
+        assert_eq!(CallFormat::resolve("auto", &template("qwen25")), Some(CallFormat::Hermes));
+        assert_eq!(CallFormat::resolve("auto", &template("llama3")), Some(CallFormat::Llama3Json));
+        assert_eq!(CallFormat::resolve("hermes", &template("llama3")), Some(CallFormat::Hermes));
+        assert_eq!(CallFormat::resolve("none", &template("qwen3")), None);
+    }
 
     #[test]
     fn parses_calls_and_keeps_argument_text() {

@@ -232,14 +232,11 @@ fn check_call(name: &str, args: &Value) {
     }
 }
 
-/// `tool_choice = "required"` and a named function constrain the reply to calls in the template's
-/// own format (parsed back as `tool_calls`, streamed or not) whose arguments match the tool's
-/// parameters; without tools, or naming an absent tool, they are 400s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
-    let srv = start(|_| {}).await;
-    let bias = no_whitespace(&srv).await;
-    let body = chat(&json!({"tools": tools(), "tool_choice": "required", "logit_bias": bias, "n": 6}));
+/// A `tool_choice = "required"` reply of `n` choices, each one or more valid calls.
+async fn required_calls(srv: &Srv, n: u32) -> Value {
+    let bias = no_whitespace(srv).await;
+    let body = chat(&json!({"tools": tools(), "tool_choice": "required", "logit_bias": bias, "n": n,
+        "return_token_ids": true}));
     let (s, v) = srv.post("/v1/chat/completions", body).await;
     assert_eq!(s, 200, "{v}");
     for calls in calls_of(&v) {
@@ -248,6 +245,17 @@ async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
             check_call(name, args);
         }
     }
+    v
+}
+
+/// `tool_choice = "required"` and a named function constrain the reply to calls in the template's
+/// own format (parsed back as `tool_calls`, streamed or not) whose arguments match the tool's
+/// parameters; without tools, or naming an absent tool, they are 400s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
+    let srv = start(|_| {}).await;
+    let bias = no_whitespace(&srv).await;
+    required_calls(&srv, 6).await;
     let named = json!({"type": "function", "function": {"name": "add"}});
     let body = chat(&json!({"tools": tools(), "tool_choice": named, "logit_bias": bias, "n": 4}));
     let (s, v) = srv.post("/v1/chat/completions", body.clone()).await;
@@ -282,4 +290,15 @@ async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
         assert_eq!(s, 400, "{extra}: {v}");
         assert!(v["error"]["message"].as_str().unwrap().contains(named), "{extra}: {v}");
     }
+}
+
+/// With `tool_call_parser = "llama3_json"` (what `auto` picks for a Llama 3.1 template), forced
+/// calls are written and parsed as Llama's `{"name", "parameters"}` objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_style_calls_are_forced_and_parsed_in_their_own_format() {
+    let srv = start(|c| c.tool_call_parser = String::from("llama3_json")).await;
+    let v = required_calls(&srv, 4).await;
+    let (_, text) = srv.post("/detokenize", json!({"tokens": v["choices"][0]["token_ids"]})).await;
+    let text = text["prompt"].as_str().unwrap();
+    assert!(text.starts_with(r#"{"name":"#) && text.contains(r#""parameters":"#), "{text}");
 }
