@@ -153,6 +153,7 @@ impl VerifiersEnv {
         if let Some(salt) = &actor.cache_salt {
             sampling.insert(String::from("cache_salt"), json!(salt));
         }
+        rl_serve::Sampling::state_neutral_fields(&mut sampling);
         json!({
             "base_url": actor.base_url,
             "model": actor.model,

@@ -202,6 +202,7 @@ pub(crate) fn request_body(
     body.insert(String::from("logprobs"), json!(true));
     if runtime.tokens {
         body.insert(String::from("return_token_ids"), json!(true));
+        crate::types::Sampling::state_neutral_fields(&mut body);
     }
     if let Some(salt) = &runtime.cache_salt {
         body.insert(String::from("cache_salt"), json!(salt));
@@ -297,6 +298,19 @@ mod tests {
         assert_eq!(body["seed"], 5);
         assert_eq!(body["n"], 2);
         assert_eq!(body["max_completion_tokens"], 8);
+    }
+
+    #[test]
+    fn a_trained_actor_states_the_fields_a_server_would_fill_from_generation_config() {
+        let mut actor = runtime(true);
+        actor.sampling.top_k = Some(50);
+        actor.sampling.extra.insert(String::from("repetition_penalty"), json!(1.1));
+        let body = request_body(&actor, &[Message::user("hi")], &[], None, 1);
+        assert_eq!((&body["top_p"], &body["top_k"], &body["min_p"]), (&json!(1.0), &json!(50), &json!(0.0)));
+        assert_eq!(body["repetition_penalty"], 1.1, "what the config sets stays");
+        // A judge or other endpoint (perhaps a hosted API that refuses vLLM's fields) gets none.
+        let body = request_body(&runtime(false), &[Message::user("hi")], &[], None, 1);
+        assert!(body.get("top_k").is_none() && body.get("min_p").is_none(), "{body}");
     }
 
     #[test]

@@ -253,6 +253,25 @@ pub struct Sampling {
     pub extra: serde_json::Map<String, Value>,
 }
 
+impl Sampling {
+    /// Fields a vLLM-style server fills from the model's `generation_config.json` when a request
+    /// leaves them out (vLLM's default `--generation-config auto`: Qwen3 then samples with top_k
+    /// 20 and top_p 0.95, Qwen2.5 with a repetition penalty of 1.05), each with the value that
+    /// leaves the distribution alone. A trained actor's requests state every one its sampling
+    /// does not set, so the engine samples softmax(z / T), the distribution the trainer computes.
+    pub fn state_neutral_fields(body: &mut serde_json::Map<String, Value>) {
+        let neutral = [
+            ("top_p", serde_json::json!(1.0)),
+            ("top_k", serde_json::json!(-1)),
+            ("min_p", serde_json::json!(0.0)),
+            ("repetition_penalty", serde_json::json!(1.0)),
+        ];
+        for (key, value) in neutral {
+            body.entry(key).or_insert(value);
+        }
+    }
+}
+
 /// A model endpoint and how to sample from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRuntime {

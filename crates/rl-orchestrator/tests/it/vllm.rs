@@ -289,6 +289,10 @@ async fn chat_requests_carry_what_training_needs_and_vllm_answers_parse() {
         ("logprobs", json!(true)),
         ("return_token_ids", json!(true)),
         ("cache_salt", json!("4")),
+        // Stated, so vLLM's `--generation-config auto` cannot fill them from the model's defaults.
+        ("top_k", json!(-1)),
+        ("min_p", json!(0.0)),
+        ("repetition_penalty", json!(1.0)),
     ] {
         assert_eq!(req.body[key], want, "request field {key}");
     }
