@@ -113,29 +113,6 @@ pub(crate) struct Sampling {
     pub(crate) stop_token_ids: Option<Vec<u32>>,
 }
 
-/// Fields clients send that change nothing here by design: the prompt cache is emptied on every
-/// weight swap (`cache_salt`), and OpenAI's end-user id, stored-completion and tier fields.
-const INERT_FIELDS: &[&str] =
-    &["cache_salt", "user", "metadata", "store", "service_tier", "spaces_between_special_tokens"];
-
-/// Says once per field name (per process) that requests carry a field this server ignores, as
-/// vLLM warns: an option a client relies on (`best_of`, `bad_words`, ...) silently doing
-/// nothing is worse than a line in the log.
-fn warn_ignored(paths: &[String]) {
-    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let fresh: Vec<&String> = paths.iter().filter(|p| !INERT_FIELDS.contains(&p.as_str())).collect();
-    if fresh.is_empty() {
-        return;
-    }
-    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for path in fresh {
-        if warned.insert(path.clone()) {
-            tracing::warn!(field = %path, "requests carry a field this server ignores (said once per field)");
-        }
-    }
-}
-
 /// Most `stop_token_ids` a request may name (each sampled token is checked against them).
 const MAX_STOP_TOKEN_IDS: usize = 256;
 
@@ -148,13 +125,29 @@ fn one() -> u32 {
 pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<ChatMessage>,
     pub(crate) tools: Option<Vec<Value>>,
-    pub(crate) add_generation_prompt: bool,
+    /// Unset: true, unless `continue_final_message` is set.
+    pub(crate) add_generation_prompt: Option<bool>,
+    /// vLLM / transformers: the final message is left open and the reply continues it (prefill).
+    pub(crate) continue_final_message: bool,
     /// `auto` (default), `none` (the reply is not parsed for tool calls), `required` or a named
     /// function (the reply is constrained to calls).
     pub(crate) tool_choice: Option<Value>,
     /// Extra chat-template variables (`enable_thinking`, ...).
     pub(crate) chat_template_kwargs: serde_json::Map<String, Value>,
     pub(crate) sampling: Sampling,
+}
+
+impl ChatRequest {
+    /// Whether the template adds the assistant's header (`add_generation_prompt`), refusing it
+    /// together with `continue_final_message` as vLLM and transformers do.
+    pub(crate) fn generation_prompt(&self) -> Result<bool> {
+        match (self.add_generation_prompt, self.continue_final_message) {
+            (Some(true), true) => Err(Error::BadRequest(String::from(
+                "continue_final_message and add_generation_prompt cannot both be true (set add_generation_prompt to false)",
+            ))),
+            (add, continued) => Ok(add.unwrap_or(!continued)),
+        }
+    }
 }
 
 // Requests are read field by field, never through `#[serde(flatten)]` or untagged enums: those
@@ -169,7 +162,8 @@ impl<'de> Deserialize<'de> for ChatRequest {
                 f.write_str("a chat completion request object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<ChatRequest, A::Error> {
-                let (mut messages, mut tools, mut add_generation_prompt) = (None, None, true);
+                let (mut messages, mut tools, mut add_generation_prompt) = (None, None, None);
+                let mut continue_final_message = false;
                 let (mut tool_choice, mut chat_template_kwargs) = (None, serde_json::Map::new());
                 let mut rest = serde_json::Map::new();
                 while let Some(key) = map.next_key::<String>()? {
@@ -177,6 +171,9 @@ impl<'de> Deserialize<'de> for ChatRequest {
                         "messages" => messages = Some(map.next_value()?),
                         "tools" => tools = map.next_value()?,
                         "add_generation_prompt" => add_generation_prompt = map.next_value()?,
+                        "continue_final_message" => {
+                            continue_final_message = map.next_value::<Option<bool>>()?.unwrap_or(false);
+                        }
                         "tool_choice" => tool_choice = map.next_value()?,
                         "chat_template_kwargs" => {
                             chat_template_kwargs = map.next_value::<Option<_>>()?.unwrap_or_default();
@@ -190,6 +187,7 @@ impl<'de> Deserialize<'de> for ChatRequest {
                     messages: messages.ok_or_else(|| de::Error::missing_field("messages"))?,
                     tools,
                     add_generation_prompt,
+                    continue_final_message,
                     tool_choice,
                     chat_template_kwargs,
                     sampling: Sampling::from_fields(Value::Object(rest)).map_err(de::Error::custom)?,
@@ -294,7 +292,7 @@ impl Sampling {
             if path == "." { inner.to_string() } else { format!("`{path}`: {inner}") }
         })?;
         sampling.constraint = constraint;
-        warn_ignored(&ignored);
+        crate::ignored_fields::warn_once(&ignored);
         sampling.ignored = ignored;
         Ok(sampling)
     }

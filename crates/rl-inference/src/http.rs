@@ -182,7 +182,10 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
-    let text = s.template.render_with(&messages, &tools, req.add_generation_prompt, &req.chat_template_kwargs)?;
+    let mut text = s.template.render_with(&messages, &tools, req.generation_prompt()?, &req.chat_template_kwargs)?;
+    if req.continue_final_message {
+        text = open_final_message(text, &messages)?;
+    }
     let prompt = s.encode(&text)?;
     let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
     let format = s.tool_format.filter(|_| choice != ToolChoice::None && !tools.is_empty());
@@ -245,6 +248,26 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         .collect();
     let body = s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling);
     Ok(Json(body).into_response())
+}
+
+/// The prompt cut right after the final message's content, so the reply continues it
+/// (`continue_final_message`), as transformers cuts it: at the last occurrence of the content,
+/// or of the content trimmed (templates such as Llama 3.1's trim messages).
+fn open_final_message(mut text: String, messages: &[TemplateMessage]) -> Result<String> {
+    let content = messages.last().map_or("", |m| m.content.as_str());
+    if content.trim().is_empty() {
+        return Err(Error::BadRequest(String::from("continue_final_message needs a final message with content")));
+    }
+    let end = [content, content.trim()].iter().find_map(|c| text.rfind(c).map(|at| at + c.len()));
+    match end {
+        Some(end) => {
+            text.truncate(end);
+            Ok(text)
+        }
+        None => Err(Error::BadRequest(String::from(
+            "continue_final_message: the chat template does not render the final message's content as written",
+        ))),
+    }
 }
 
 /// vLLM's `/tokenize`: what a chat request's (or a text prompt's) tokens would be.

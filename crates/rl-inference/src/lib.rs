@@ -12,6 +12,7 @@ mod error;
 mod generate;
 mod generation;
 mod http;
+mod ignored_fields;
 mod prefix_cache;
 mod prompt;
 mod state;

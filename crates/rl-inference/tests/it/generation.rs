@@ -475,3 +475,38 @@ async fn wrong_typed_sampling_fields_are_named() {
         assert!(message.contains(field), "{path}: {message:?} should name {field:?}");
     }
 }
+
+/// `continue_final_message` (vLLM, transformers) leaves the final message open: the prompt ends
+/// with its content, no end-of-turn and no new assistant header, so the reply continues it.
+#[tokio::test]
+async fn continue_final_message_prefills_the_reply() {
+    let srv = start(|_| {}).await;
+    let messages = json!([{"role": "user", "content": "abc"}, {"role": "assistant", "content": "The answer is"}]);
+    for extra in [
+        json!({"continue_final_message": true}),
+        json!({"continue_final_message": true, "add_generation_prompt": false}),
+    ] {
+        let mut body = json!({"messages": messages, "max_tokens": 4, "temperature": 0.0, "return_token_ids": true});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (s, v) = srv.post("/v1/chat/completions", body).await;
+        assert_eq!(s, 200, "{v}");
+        let (_, text) = srv.post("/detokenize", json!({"tokens": v["prompt_token_ids"]})).await;
+        let prompt = text["prompt"].as_str().unwrap();
+        assert!(prompt.ends_with("<|im_start|>assistant\nThe answer is"), "{prompt:?}");
+        assert_eq!(prompt.matches("<|im_start|>assistant").count(), 1, "{prompt:?}");
+    }
+    for (body, named) in [
+        (json!({"messages": messages, "continue_final_message": true, "add_generation_prompt": true}), "cannot both"),
+        (
+            json!({"messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": " "}],
+                "continue_final_message": true}),
+            "with content",
+        ),
+    ] {
+        let (s, v) = srv.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(s, 400, "{body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(named), "{v}");
+    }
+}
