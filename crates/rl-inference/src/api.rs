@@ -129,6 +129,8 @@ pub(crate) struct ChatRequest {
     pub(crate) add_generation_prompt: Option<bool>,
     /// vLLM / transformers: the final message is left open and the reply continues it (prefill).
     pub(crate) continue_final_message: bool,
+    /// OpenAI: false allows at most one tool call per reply.
+    pub(crate) parallel_tool_calls: bool,
     /// `auto` (default), `none` (the reply is not parsed for tool calls), `required` or a named
     /// function (the reply is constrained to calls).
     pub(crate) tool_choice: Option<Value>,
@@ -163,7 +165,7 @@ impl<'de> Deserialize<'de> for ChatRequest {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<ChatRequest, A::Error> {
                 let (mut messages, mut tools, mut add_generation_prompt) = (None, None, None);
-                let mut continue_final_message = false;
+                let (mut continue_final_message, mut parallel_tool_calls) = (false, true);
                 let (mut tool_choice, mut chat_template_kwargs) = (None, serde_json::Map::new());
                 let mut rest = serde_json::Map::new();
                 while let Some(key) = map.next_key::<String>()? {
@@ -173,6 +175,9 @@ impl<'de> Deserialize<'de> for ChatRequest {
                         "add_generation_prompt" => add_generation_prompt = map.next_value()?,
                         "continue_final_message" => {
                             continue_final_message = map.next_value::<Option<bool>>()?.unwrap_or(false);
+                        }
+                        "parallel_tool_calls" => {
+                            parallel_tool_calls = map.next_value::<Option<bool>>()?.unwrap_or(true);
                         }
                         "tool_choice" => tool_choice = map.next_value()?,
                         "chat_template_kwargs" => {
@@ -188,6 +193,7 @@ impl<'de> Deserialize<'de> for ChatRequest {
                     tools,
                     add_generation_prompt,
                     continue_final_message,
+                    parallel_tool_calls,
                     tool_choice,
                     chat_template_kwargs,
                     sampling: Sampling::from_fields(Value::Object(rest)).map_err(de::Error::custom)?,

@@ -189,12 +189,14 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let prompt = s.encode(&text)?;
     let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
     let format = s.tool_format.filter(|_| choice != ToolChoice::None && !tools.is_empty());
+    // The calls a forcing tool_choice asks for: of one named tool (one call), or any (several
+    // unless parallel_tool_calls is false).
     let forced = match &choice {
-        ToolChoice::Required => Some(None),
-        ToolChoice::Named(name) => Some(Some(name.as_str())),
+        ToolChoice::Required => Some((None, req.parallel_tool_calls)),
+        ToolChoice::Named(name) => Some((Some(name.as_str()), false)),
         ToolChoice::None | ToolChoice::Auto => None,
     };
-    if let Some(only) = forced {
+    if let Some((only, many)) = forced {
         // The calls are written in the model's call format and parsed back into `tool_calls`.
         let Some(format) = format else {
             return Err(Error::BadRequest(format!(
@@ -202,7 +204,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
                 req.tool_choice.as_ref().map_or_else(String::new, ToString::to_string),
             )));
         };
-        let calls = Constraint::tool_calls(&tools, only, format);
+        let calls = Constraint::tool_calls(&tools, only, many, format);
         if gen_req.guide.is_some() {
             return Err(Error::BadRequest(String::from(
                 "tool_choice that requires a call cannot be combined with another structured-output constraint",
@@ -213,7 +215,8 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         gen_req.guide = Some(s.limits.grammars.compile(&calls, style)?);
     }
     if req.sampling.stream {
-        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, format));
+        let calls = format.map(|f| (f, req.parallel_tool_calls));
+        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, calls));
     }
     let out = s.run(gen_req).await?;
     let choices: Vec<Value> = out
@@ -221,7 +224,8 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let (content, calls) = format.map_or_else(|| (c.text.clone(), Vec::new()), |f| f.parse(&c.text));
+            let (content, calls) =
+                format.map_or_else(|| (c.text.clone(), Vec::new()), |f| f.parse(&c.text, req.parallel_tool_calls));
             let mut message = json!({"role": "assistant", "content": content});
             if !calls.is_empty() {
                 message["tool_calls"] = Value::Array(

@@ -31,17 +31,17 @@ struct Choice {
     pending: Vec<TokenLogprob>,
 }
 
-/// Starts `req` and answers with its event stream; with a tool-call `format`, the reply is parsed
-/// for calls and sent whole at the end.
+/// Starts `req` and answers with its event stream; with a tool-call format (and whether several
+/// calls may come), the reply is parsed for calls and sent whole at the end.
 pub(crate) fn respond(
     s: AppState,
     kind: Kind,
     mut req: GenRequest,
     sampling: Sampling,
     prompt: Vec<u32>,
-    format: Option<CallFormat>,
+    calls: Option<(CallFormat, bool)>,
 ) -> Response {
-    let parse_tools = format.is_some();
+    let parse_tools = calls.is_some();
     let (token_tx, mut tokens) = mpsc::unbounded_channel();
     req.stream = Some(token_tx);
     let (events, rx) = mpsc::channel::<Event>(64);
@@ -104,7 +104,7 @@ pub(crate) fn respond(
         };
         for (i, c) in out.completions.iter().enumerate() {
             let state = &mut choices[i];
-            let (text, calls) = format.map_or_else(|| (c.text.clone(), Vec::new()), |f| f.parse(&c.text));
+            let (text, calls) = calls.map_or_else(|| (c.text.clone(), Vec::new()), |(f, many)| f.parse(&c.text, many));
             let rest = text.get(state.sent..).unwrap_or_default();
             // Tokens still pending (held back, or all of them for tool replies) go with the rest.
             let lps = if parse_tools { c.logprobs.clone() } else { std::mem::take(&mut state.pending) };

@@ -179,9 +179,9 @@ fn choices(v: &Value, key: &str) -> Result<Vec<String>> {
 }
 
 impl Constraint {
-    /// The calls `tool_choice` asks for: one or more of `tools` (`required`), or one of the tool
-    /// named `only`.
-    pub(crate) fn tool_calls(tools: &[Value], only: Option<&str>, format: CallFormat) -> Self {
+    /// The calls `tool_choice` asks for: of any of `tools` (`required`) or of the one named
+    /// `only`; `many`: one or more, else exactly one.
+    pub(crate) fn tool_calls(tools: &[Value], only: Option<&str>, many: bool, format: CallFormat) -> Self {
         let tools = tools
             .iter()
             .filter_map(|t| {
@@ -190,7 +190,7 @@ impl Constraint {
                 only.is_none_or(|o| o == name).then(|| (name.to_owned(), params))
             })
             .collect();
-        Constraint::ToolCalls { tools, many: only.is_none(), format }
+        Constraint::ToolCalls { tools, many, format }
     }
 
     /// `special_tags`: the tokenizer has `<tool_call>` as a special token (the grammar names it
@@ -550,16 +550,20 @@ mod tests {
             assert!(accepts(&g, &schema, compact, r#"{"city":"x"}"#));
             let tools = [json!({"type": "function", "function": {"name": "add", "parameters": {"type": "object",
                 "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})];
-            let calls = Constraint::tool_calls(&tools, None, CallFormat::Hermes);
+            let calls = Constraint::tool_calls(&tools, None, true, CallFormat::Hermes);
             let call = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 12}}\n</tool_call>";
             assert!(accepts(&g, &calls, style, call), "special tags: {special_tags}");
             assert!(accepts(&g, &calls, style, &format!("{call}\n{call}")));
             assert!(!accepts(
                 &g,
-                &Constraint::tool_calls(&tools, Some("add"), CallFormat::Hermes),
+                &Constraint::tool_calls(&tools, Some("add"), false, CallFormat::Hermes),
                 style,
                 &format!("{call}\n{call}")
             ));
+            let one_of_any = Constraint::tool_calls(&tools, None, false, CallFormat::Hermes);
+            assert!(
+                accepts(&g, &one_of_any, style, call) && !accepts(&g, &one_of_any, style, &format!("{call}\n{call}"))
+            );
             assert!(!accepts(&g, &calls, style, &call.replace("add", "sub")));
             assert!(!accepts(&g, &calls, style, &format!("Sure. {call}")));
         }
@@ -574,11 +578,11 @@ mod tests {
         let tools = [json!({"type": "function", "function": {"name": "add", "parameters": {"type": "object",
             "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})];
         let style = JsonStyle::default();
-        let calls = Constraint::tool_calls(&tools, None, CallFormat::Llama3Json);
+        let calls = Constraint::tool_calls(&tools, None, true, CallFormat::Llama3Json);
         let call = r#"{"name": "add", "parameters": {"a": 12}}"#;
         assert!(accepts(&g, &calls, style, call));
         assert!(accepts(&g, &calls, style, &format!("{call}; {call}")));
-        let one = Constraint::tool_calls(&tools, Some("add"), CallFormat::Llama3Json);
+        let one = Constraint::tool_calls(&tools, Some("add"), false, CallFormat::Llama3Json);
         assert!(accepts(&g, &one, style, call));
         assert!(!accepts(&g, &one, style, &format!("{call}; {call}")));
         assert!(!accepts(&g, &calls, style, &call.replace("parameters", "arguments")));

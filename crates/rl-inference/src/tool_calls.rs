@@ -66,12 +66,17 @@ impl CallFormat {
         }
     }
 
-    /// Splits a completion into its content and its tool calls.
-    pub(crate) fn parse(self, text: &str) -> (String, Vec<ParsedCall>) {
-        match self {
+    /// Splits a completion into its content and its tool calls (the first only unless `many`:
+    /// OpenAI's `parallel_tool_calls = false`).
+    pub(crate) fn parse(self, text: &str, many: bool) -> (String, Vec<ParsedCall>) {
+        let (content, mut calls) = match self {
             CallFormat::Hermes => parse_hermes(text),
             CallFormat::Llama3Json => parse_llama3_json(text),
+        };
+        if !many {
+            calls.truncate(1);
         }
+        (content, calls)
     }
 }
 
@@ -191,6 +196,14 @@ mod tests {
         for plain in ["The answer is {\"name\": 1}.", "{\"name\": \"g\"} and more", "{\"nam", "{\"x\": 1}", ""] {
             assert_eq!(parse_llama3_json(plain), (plain.to_owned(), Vec::new()), "{plain}");
         }
+    }
+
+    #[test]
+    fn without_parallel_calls_only_the_first_is_kept() {
+        let two = "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
+        assert_eq!(CallFormat::Hermes.parse(two, true).1.len(), 2);
+        assert_eq!(CallFormat::Hermes.parse(two, false).1, vec![(String::from("a"), String::from("{}"))]);
+        assert_eq!(CallFormat::Llama3Json.parse("{\"name\": \"a\"}; {\"name\": \"b\"}", false).1.len(), 1);
     }
 
     #[test]

@@ -232,11 +232,12 @@ fn check_call(name: &str, args: &Value) {
     }
 }
 
-/// A `tool_choice = "required"` reply of `n` choices, each one or more valid calls.
-async fn required_calls(srv: &Srv, n: u32) -> Value {
+/// A `tool_choice = "required"` reply of `n` choices, each one or more valid calls (one at most
+/// unless `parallel`).
+async fn required_calls(srv: &Srv, n: u32, parallel: bool) -> Value {
     let bias = no_whitespace(srv).await;
     let body = chat(&json!({"tools": tools(), "tool_choice": "required", "logit_bias": bias, "n": n,
-        "return_token_ids": true}));
+        "return_token_ids": true, "parallel_tool_calls": parallel}));
     let (s, v) = srv.post("/v1/chat/completions", body).await;
     assert_eq!(s, 200, "{v}");
     for calls in calls_of(&v) {
@@ -255,7 +256,10 @@ async fn required_calls(srv: &Srv, n: u32) -> Value {
 async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
     let srv = start(|_| {}).await;
     let bias = no_whitespace(&srv).await;
-    required_calls(&srv, 6).await;
+    required_calls(&srv, 6, true).await;
+    for calls in calls_of(&required_calls(&srv, 6, false).await) {
+        assert_eq!(calls.len(), 1, "parallel_tool_calls = false: {calls:?}");
+    }
     let named = json!({"type": "function", "function": {"name": "add"}});
     let body = chat(&json!({"tools": tools(), "tool_choice": named, "logit_bias": bias, "n": 4}));
     let (s, v) = srv.post("/v1/chat/completions", body.clone()).await;
@@ -297,7 +301,7 @@ async fn tool_choice_required_and_named_constrain_the_reply_to_valid_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_style_calls_are_forced_and_parsed_in_their_own_format() {
     let srv = start(|c| c.tool_call_parser = String::from("llama3_json")).await;
-    let v = required_calls(&srv, 4).await;
+    let v = required_calls(&srv, 4, true).await;
     let (_, text) = srv.post("/detokenize", json!({"tokens": v["choices"][0]["token_ids"]})).await;
     let text = text["prompt"].as_str().unwrap();
     assert!(text.starts_with(r#"{"name":"#) && text.contains(r#""parameters":"#), "{text}");
