@@ -111,15 +111,11 @@ impl ConstraintFields {
             let Some(map) = so.as_object() else {
                 return bad(format!("structured_outputs must be an object, got {so}"));
             };
-            for (key, value) in map {
+            // Clients that serialize vLLM's `StructuredOutputsParams` whole send every field,
+            // null where unset.
+            for (key, value) in map.iter().filter(|(_, v)| !v.is_null()) {
                 let c = match key.as_str() {
-                    "json" => Constraint::JsonSchema(match value {
-                        // vLLM takes the schema as an object or as its JSON text.
-                        Value::String(text) => serde_json::from_str(text).map_err(|e| {
-                            Error::BadRequest(format!("structured_outputs.json is not a JSON schema: {e}"))
-                        })?,
-                        other => other.clone(),
-                    }),
+                    "json" => Constraint::JsonSchema(schema_field(value, "structured_outputs.json")?),
                     "regex" => Constraint::Regex(string_field(value, "structured_outputs.regex")?),
                     "choice" => Constraint::Choice(choices(value, "structured_outputs.choice")?),
                     "grammar" => Constraint::Lark(string_field(value, "structured_outputs.grammar")?),
@@ -145,7 +141,7 @@ impl ConstraintFields {
             }
         }
         if let Some(schema) = &self.guided_json {
-            found.push(("guided_json", Constraint::JsonSchema(schema.clone())));
+            found.push(("guided_json", Constraint::JsonSchema(schema_field(schema, "guided_json")?)));
         }
         if let Some(rx) = &self.guided_regex {
             found.push(("guided_regex", Constraint::Regex(string_field(rx, "guided_regex")?)));
@@ -166,6 +162,15 @@ impl ConstraintFields {
             return bad(String::from("a choice constraint needs at least one string"));
         }
         Ok(found.pop().map(|(_, c)| (c, style)))
+    }
+}
+
+/// A JSON schema given as an object or as its JSON text (vLLM takes both).
+fn schema_field(v: &Value, key: &str) -> Result<Value> {
+    match v {
+        Value::String(text) => serde_json::from_str(text)
+            .map_err(|e| Error::BadRequest(format!("{key} is neither a JSON schema nor its JSON text: {e}"))),
+        other => Ok(other.clone()),
     }
 }
 
@@ -451,6 +456,10 @@ mod tests {
             (json!({"response_format": {"type": "text"}}), None),
             (json!({"structured_outputs": {"json": schema.to_string()}}), Some(Constraint::JsonSchema(schema.clone()))),
             (json!({"structured_outputs": {"regex": "[0-9]+"}}), Some(Constraint::Regex("[0-9]+".into()))),
+            (
+                json!({"structured_outputs": {"json": null, "regex": "a", "choice": null, "structural_tag": null}}),
+                Some(Constraint::Regex("a".into())),
+            ),
             (
                 json!({"structured_outputs": {"choice": ["yes", "no"]}}),
                 Some(Constraint::Choice(vec!["yes".into(), "no".into()])),
