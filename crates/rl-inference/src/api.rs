@@ -316,7 +316,10 @@ impl Sampling {
     pub(crate) fn to_request(&self, prompt: Vec<u32>, limits: &Limits, request_seed: u64) -> Result<GenRequest> {
         limits.check_model(self.model.as_ref())?;
         if self.n == 0 || self.n > limits.max_n {
-            return Err(Error::BadRequest(format!("n must be in 1..={}, got {}", limits.max_n, self.n)));
+            return Err(Error::BadRequest(format!(
+                "n must be in 1..={}, got {} (the server decodes at most inference.max_batch_size sequences together)",
+                limits.max_n, self.n
+            )));
         }
         let temperature = Temperature::new(self.temperature.unwrap_or(1.0))
             .map_err(|m| Error::BadRequest(format!("temperature {m}")))?;
