@@ -139,16 +139,15 @@ pub(crate) struct ChatRequest {
     pub(crate) sampling: Sampling,
 }
 
-impl ChatRequest {
-    /// Whether the template adds the assistant's header (`add_generation_prompt`), refusing it
-    /// together with `continue_final_message` as vLLM and transformers do.
-    pub(crate) fn generation_prompt(&self) -> Result<bool> {
-        match (self.add_generation_prompt, self.continue_final_message) {
-            (Some(true), true) => Err(Error::BadRequest(String::from(
-                "continue_final_message and add_generation_prompt cannot both be true (set add_generation_prompt to false)",
-            ))),
-            (add, continued) => Ok(add.unwrap_or(!continued)),
-        }
+/// Whether the template adds the assistant's header (`add_generation_prompt`, unset: unless the
+/// final message is continued), refusing it together with `continue_final_message` as vLLM and
+/// transformers do.
+pub(crate) fn generation_prompt(add: Option<bool>, continued: bool) -> Result<bool> {
+    match (add, continued) {
+        (Some(true), true) => Err(Error::BadRequest(String::from(
+            "continue_final_message and add_generation_prompt cannot both be true (set add_generation_prompt to false)",
+        ))),
+        (add, continued) => Ok(add.unwrap_or(!continued)),
     }
 }
 
@@ -215,8 +214,13 @@ pub(crate) struct TokenizeRequest {
     pub(crate) prompt: Option<String>,
     #[serde(default)]
     pub(crate) tools: Option<Vec<Value>>,
-    #[serde(default = "yes")]
-    pub(crate) add_generation_prompt: bool,
+    /// As in a chat request, so `/tokenize` gives the tokens the chat route would prompt with.
+    #[serde(default)]
+    pub(crate) add_generation_prompt: Option<bool>,
+    #[serde(default)]
+    pub(crate) continue_final_message: bool,
+    #[serde(default)]
+    pub(crate) chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 impl Limits {
@@ -230,10 +234,6 @@ impl Limits {
             _ => Ok(()),
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// `POST /v1/completions`.

@@ -12,7 +12,9 @@ use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text};
+use crate::api::{
+    ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text, generation_prompt,
+};
 use crate::auth::{self, Keys};
 use crate::error::{ApiJson, Error, Result};
 use crate::generation::{GenOutput, GenRequest};
@@ -182,10 +184,13 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
-    let mut text = s.template.render_with(&messages, &tools, req.generation_prompt()?, &req.chat_template_kwargs)?;
-    if req.continue_final_message {
-        text = open_final_message(text, &messages)?;
-    }
+    let text = chat_text(
+        &s,
+        &messages,
+        &tools,
+        (req.add_generation_prompt, req.continue_final_message),
+        &req.chat_template_kwargs,
+    )?;
     let prompt = s.encode(&text)?;
     let mut gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
     let format = s.tool_format.filter(|_| choice != ToolChoice::None && !tools.is_empty());
@@ -254,6 +259,19 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     Ok(Json(body).into_response())
 }
 
+/// A chat's prompt text: the template with the request's variables, ending (`add_generation_prompt`,
+/// `continue_final_message`) with the assistant's header, or in the final message left open.
+fn chat_text(
+    s: &AppState,
+    messages: &[TemplateMessage],
+    tools: &[Value],
+    (add_generation_prompt, continued): (Option<bool>, bool),
+    kwargs: &serde_json::Map<String, Value>,
+) -> Result<String> {
+    let text = s.template.render_with(messages, tools, generation_prompt(add_generation_prompt, continued)?, kwargs)?;
+    if continued { open_final_message(text, messages) } else { Ok(text) }
+}
+
 /// The prompt cut right after the final message's content, so the reply continues it
 /// (`continue_final_message`), as transformers cuts it: at the last occurrence of the content,
 /// or of the content trimmed (templates such as Llama 3.1's trim messages).
@@ -280,7 +298,9 @@ async fn tokenize(State(s): State<AppState>, ApiJson(req): ApiJson<TokenizeReque
     let text = match (&req.messages, &req.prompt) {
         (Some(messages), None) => {
             let tools = req.tools.clone().unwrap_or_default();
-            s.template.render(&template_messages(messages)?, &tools, req.add_generation_prompt)?
+            let kwargs = req.chat_template_kwargs.clone().unwrap_or_default();
+            let ending = (req.add_generation_prompt, req.continue_final_message);
+            chat_text(&s, &template_messages(messages)?, &tools, ending, &kwargs)?
         }
         (None, Some(prompt)) => prompt.clone(),
         _ => return Err(Error::BadRequest(String::from("give exactly one of `messages` and `prompt`"))),

@@ -510,3 +510,39 @@ async fn continue_final_message_prefills_the_reply() {
         assert!(v["error"]["message"].as_str().unwrap().contains(named), "{v}");
     }
 }
+
+/// `/tokenize` renders chats as the chat route does, template variables and an open final
+/// message included: its tokens are the prompt the chat route answers.
+#[tokio::test]
+async fn tokenize_gives_the_chat_routes_prompt() {
+    // A template that reads a variable, as Qwen3's reads `enable_thinking`.
+    let srv = start(|c| {
+        let path = c.model.path.as_ref().unwrap().join("tokenizer_config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let template = config["chat_template"].as_str().unwrap();
+        config["chat_template"] = json!(format!(
+            "{{% if enable_thinking is defined and not enable_thinking %}}/no_think {{% endif %}}{template}"
+        ));
+        std::fs::write(&path, config.to_string()).unwrap();
+    })
+    .await;
+    let user = json!([{"role": "user", "content": "abc"}]);
+    let prefilled = json!([{"role": "user", "content": "abc"}, {"role": "assistant", "content": "So"}]);
+    for extra in [
+        json!({"messages": user}),
+        json!({"messages": user, "chat_template_kwargs": {"enable_thinking": false}}),
+        json!({"messages": prefilled, "continue_final_message": true, "add_generation_prompt": false}),
+    ] {
+        let (_, t) = srv.post("/tokenize", extra.clone()).await;
+        let mut body = extra.clone();
+        body["max_tokens"] = json!(1);
+        body["return_token_ids"] = json!(true);
+        let (s, v) = srv.post("/v1/chat/completions", body).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(t["tokens"], v["prompt_token_ids"], "{extra}");
+    }
+    let (_, plain) = srv.post("/tokenize", json!({"messages": user})).await;
+    let (_, no_think) =
+        srv.post("/tokenize", json!({"messages": user, "chat_template_kwargs": {"enable_thinking": false}})).await;
+    assert_ne!(plain["tokens"], no_think["tokens"], "the template variable reaches the template");
+}
