@@ -64,6 +64,10 @@ pub(crate) struct Sampling {
     /// vLLM: log-probabilities of the prompt tokens, with this many alternatives.
     #[serde(default)]
     pub(crate) prompt_logprobs: Option<u32>,
+    /// OpenAI (text completions): the prompt comes back before each completion, with its tokens'
+    /// logprobs when `logprobs` is asked for (how lm-evaluation-harness scores continuations).
+    #[serde(default)]
+    pub(crate) echo: bool,
     #[serde(default)]
     pub(crate) stream: bool,
     /// OpenAI: `{"include_usage": true}` adds a last chunk with the usage.
@@ -137,18 +141,6 @@ pub(crate) struct ChatRequest {
     /// Extra chat-template variables (`enable_thinking`, ...).
     pub(crate) chat_template_kwargs: serde_json::Map<String, Value>,
     pub(crate) sampling: Sampling,
-}
-
-/// Whether the template adds the assistant's header (`add_generation_prompt`, unset: unless the
-/// final message is continued), refusing it together with `continue_final_message` as vLLM and
-/// transformers do.
-pub(crate) fn generation_prompt(add: Option<bool>, continued: bool) -> Result<bool> {
-    match (add, continued) {
-        (Some(true), true) => Err(Error::BadRequest(String::from(
-            "continue_final_message and add_generation_prompt cannot both be true (set add_generation_prompt to false)",
-        ))),
-        (add, continued) => Ok(add.unwrap_or(!continued)),
-    }
 }
 
 // Requests are read field by field, never through `#[serde(flatten)]` or untagged enums: those
@@ -410,7 +402,8 @@ impl Sampling {
             stop,
             stop_token_ids,
             top_logprobs,
-            prompt_logprobs: self.prompt_logprobs,
+            // An echoed prompt carries its tokens' logprobs, with the completion's alternatives.
+            prompt_logprobs: self.prompt_logprobs.or((self.echo && self.wants_logprobs()).then_some(top_logprobs)),
             penalties,
             min_p,
             ignore_eos: self.ignore_eos,

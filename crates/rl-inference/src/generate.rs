@@ -100,6 +100,9 @@ pub(crate) async fn generate(State(s): State<AppState>, ApiJson(req): ApiJson<Ge
         )));
     }
     s.limits.check_model(req.model.as_ref())?;
+    if req.sampling.echo {
+        return Err(Error::BadRequest(String::from("sampling_params.echo is supported on /v1/completions only")));
+    }
     let gen_req = req.sampling.to_request(req.token_ids.clone(), &s.limits, s.next_seed())?;
     let out = s.run(gen_req).await?;
     let request_id = req.request_id.unwrap_or_else(|| format!("gen-{:016x}", s.next_seed()));

@@ -12,9 +12,7 @@ use rl_model::{TemplateFunction, TemplateMessage, TemplateToolCall};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{
-    ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text, generation_prompt,
-};
+use crate::api::{ChatMessage, ChatRequest, CompletionRequest, Sampling, TokenizeRequest, content_text};
 use crate::auth::{self, Keys};
 use crate::error::{ApiJson, Error, Result};
 use crate::generation::{GenOutput, GenRequest};
@@ -181,6 +179,9 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     if req.messages.is_empty() {
         return Err(Error::BadRequest(String::from("messages must not be empty")));
     }
+    if req.sampling.echo {
+        return Err(Error::BadRequest(String::from("echo is supported on /v1/completions, not on chat completions")));
+    }
     let messages = template_messages(&req.messages)?;
     let tools = req.tools.clone().unwrap_or_default();
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
@@ -272,6 +273,18 @@ fn chat_text(
     if continued { open_final_message(text, messages) } else { Ok(text) }
 }
 
+/// Whether the template adds the assistant's header (`add_generation_prompt`, unset: unless the
+/// final message is continued), refusing it together with `continue_final_message` as vLLM and
+/// transformers do.
+fn generation_prompt(add: Option<bool>, continued: bool) -> Result<bool> {
+    match (add, continued) {
+        (Some(true), true) => Err(Error::BadRequest(String::from(
+            "continue_final_message and add_generation_prompt cannot both be true (set add_generation_prompt to false)",
+        ))),
+        (add, continued) => Ok(add.unwrap_or(!continued)),
+    }
+}
+
 /// The prompt cut right after the final message's content, so the reply continues it
 /// (`continue_final_message`), as transformers cuts it: at the last occurrence of the content,
 /// or of the content trimmed (templates such as Llama 3.1's trim messages).
@@ -317,6 +330,16 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
             Prompt::Batch(_) => Err(Error::BadRequest(String::from("prompt lists cannot nest"))),
         }
     };
+    // What `echo` puts before a completion: the prompt as given, or its ids decoded.
+    let echoed = |p: &Prompt, ids: &[u32]| -> Option<String> {
+        req.sampling.echo.then(|| match p {
+            Prompt::Text(t) => t.clone(),
+            _ => s.tok.decode(ids).unwrap_or_default(),
+        })
+    };
+    if req.sampling.echo && req.sampling.stream {
+        return Err(Error::BadRequest(String::from("echo is not supported with stream = true")));
+    }
     let Prompt::Batch(batch) = &req.prompt else {
         let prompt = encode(&req.prompt)?;
         let gen_req = req.sampling.to_request(prompt.clone(), &s.limits, s.next_seed())?;
@@ -324,7 +347,8 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
             return Ok(crate::stream::respond(s.clone(), Kind::Text, gen_req, req.sampling.clone(), prompt, None));
         }
         let out = s.run(gen_req).await?;
-        let choices = completion_choices(&s, &out, 0, &req.sampling, None);
+        let echo = echoed(&req.prompt, &prompt);
+        let choices = completion_choices(&s, &out, 0, &req.sampling, None, echo.as_deref());
         return Ok(
             Json(s.response_body("cmpl", "text_completion", choices, &prompt, &out, &req.sampling)).into_response()
         );
@@ -340,14 +364,16 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
         return Err(Error::BadRequest(String::from("prompt_logprobs is supported for one prompt at a time")));
     }
     let prompts: Vec<Vec<u32>> = batch.iter().map(encode).collect::<Result<_>>()?;
+    let echoes: Vec<Option<String>> = batch.iter().zip(&prompts).map(|(p, ids)| echoed(p, ids)).collect();
     let requests: Vec<GenRequest> =
         prompts.iter().map(|p| req.sampling.to_request(p.clone(), &s.limits, s.next_seed())).collect::<Result<_>>()?;
     let outs = futures::future::try_join_all(requests.into_iter().map(|r| s.run(r))).await?;
     let mut choices = Vec::new();
     let (mut prompt_tokens, mut completion_tokens, mut cached) = (0, 0, 0);
-    for (k, (prompt, out)) in prompts.iter().zip(&outs).enumerate() {
+    for (k, ((prompt, out), echo)) in prompts.iter().zip(&outs).zip(&echoes).enumerate() {
         let ids = req.sampling.return_token_ids.then_some(prompt.as_slice());
-        choices.extend(completion_choices(&s, out, k * req.sampling.n as usize, &req.sampling, ids));
+        let first = k * req.sampling.n as usize;
+        choices.extend(completion_choices(&s, out, first, &req.sampling, ids, echo.as_deref()));
         prompt_tokens += prompt.len();
         completion_tokens += out.completions.iter().map(|c| c.token_ids.len()).sum::<usize>();
         cached += out.cached_tokens;
@@ -363,31 +389,53 @@ async fn completions(State(s): State<AppState>, ApiJson(req): ApiJson<Completion
 }
 
 /// The choices of one prompt's completions, indexed from `first`; with `prompt_ids`, each choice
-/// carries its prompt's token ids (prompt lists).
+/// carries its prompt's token ids (prompt lists); with `echo`, its text starts with the prompt and
+/// its logprobs with the prompt's tokens (the first has none, as in OpenAI's and vLLM's).
 fn completion_choices(
     s: &AppState,
     out: &GenOutput,
     first: usize,
     sampling: &Sampling,
     prompt_ids: Option<&[u32]>,
+    echo: Option<&str>,
 ) -> Vec<Value> {
+    let text_of = |id: u32| s.tok.decode(&[id]).unwrap_or_default();
+    // Prompt positions: (token, its logprob, alternatives with the token itself among them).
+    let prompt_entries: Vec<(String, Value, Value)> = match (echo, &out.prompt_logprobs) {
+        (Some(_), Some(items)) => items
+            .iter()
+            .map(|item| match item {
+                None => (String::new(), Value::Null, Value::Null),
+                Some(t) => {
+                    let mut top: serde_json::Map<String, Value> = serde_json::Map::new();
+                    top.insert(text_of(t.id), json!(t.logprob));
+                    for (id, lp) in &t.top {
+                        top.entry(text_of(*id)).or_insert(json!(lp));
+                    }
+                    (text_of(t.id), json!(t.logprob), Value::Object(top))
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     out.completions
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let logprobs = if sampling.wants_logprobs() {
-                json!({
-                    "tokens": c.logprobs.iter().map(|t| s.tok.decode(&[t.id]).unwrap_or_default()).collect::<Vec<_>>(),
-                    "token_logprobs": c.logprobs.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-                    "top_logprobs": c.logprobs.iter().map(|t| {
-                        t.top.iter().map(|(id, lp)| (s.tok.decode(&[*id]).unwrap_or_default(), json!(lp))).collect::<serde_json::Map<_, _>>()
-                    }).collect::<Vec<_>>(),
-                })
+                let sampled = c.logprobs.iter().map(|t| {
+                    let top: serde_json::Map<String, Value> = t.top.iter().map(|(id, lp)| (text_of(*id), json!(lp))).collect();
+                    (text_of(t.id), json!(t.logprob), Value::Object(top))
+                });
+                let (tokens, (lps, tops)): (Vec<String>, (Vec<Value>, Vec<Value>)) =
+                    prompt_entries.iter().cloned().chain(sampled).map(|(t, lp, top)| (t, (lp, top))).unzip();
+                json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops})
             } else {
                 Value::Null
             };
+            let text = format!("{}{}", echo.unwrap_or_default(), c.text);
             let mut choice =
-                json!({"index": first + i, "text": c.text, "logprobs": logprobs, "finish_reason": finish_reason(c, false)});
+                json!({"index": first + i, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(c, false)});
             if sampling.return_token_ids {
                 choice["token_ids"] = json!(c.token_ids);
             }

@@ -378,6 +378,37 @@ class StructuredJudge(unittest.TestCase):
             self.assertEqual(Verdict.model_validate_json(result.text), result.parsed)
 
 
+class CompletionsScoring(unittest.TestCase):
+    """The OpenAI SDK's legacy completions with `echo` and `logprobs`, as lm-evaluation-harness's
+    `local-completions` model scores a continuation (`token_logprobs[ctxlen:-1]`)."""
+
+    def test_echoed_logprobs_score_a_continuation(self):
+        from openai import OpenAI
+
+        client = OpenAI(base_url=BASE_URL, api_key="unused")
+        context = post("/tokenize", {"prompt": "abc"})["tokens"]
+        continuation = post("/tokenize", {"prompt": " def"})["tokens"]
+        out = client.completions.create(
+            model=MODEL.name, prompt=[context + continuation], echo=True, logprobs=1, max_tokens=1, temperature=0
+        )
+        (choice,) = out.choices
+        self.assertTrue(choice.text.startswith("abc def"), choice.text)
+        lps = choice.logprobs
+        self.assertEqual(len(lps.token_logprobs), len(context) + len(continuation) + 1)
+        scored = lps.token_logprobs[len(context) : -1]
+        tops = lps.top_logprobs[len(context) : -1]
+        self.assertEqual(len(scored), len(continuation))
+        self.assertTrue(all(lp < 0 for lp in scored))
+        is_greedy = all(lp == max(top.values()) for lp, top in zip(scored, tops, strict=True))
+        self.assertIsInstance(is_greedy, bool)
+        whole = post("/v1/completions", {"prompt": context + continuation, "max_tokens": 1, "prompt_logprobs": 0})
+        rows = whole["prompt_logprobs"]
+        ids = context + continuation
+        want = [rows[i][str(ids[i])]["logprob"] for i in range(len(context), len(ids))]
+        for got, expected in zip(scored, want, strict=True):
+            self.assertAlmostEqual(got, expected, places=5)
+
+
 class VfEval(unittest.TestCase):
     """verifiers' own `vf-eval --client.type train` against `rl inference`, no proxy."""
 

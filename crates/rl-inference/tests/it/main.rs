@@ -1,6 +1,7 @@
 //! Integration tests of the inference server over HTTP on 127.0.0.1 with a tiny random model.
 
 mod admin;
+mod echo;
 mod generate;
 mod generation;
 mod structured;
