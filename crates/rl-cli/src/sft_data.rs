@@ -73,9 +73,12 @@ fn tools(v: Option<&Value>) -> anyhow::Result<Vec<Value>> {
 /// A string (one message of `role`) or a message list.
 fn turns(v: &Value, field: &str, role: &str) -> anyhow::Result<Vec<TemplateMessage>> {
     match v {
-        Value::String(text) => {
-            Ok(vec![TemplateMessage { role: role.to_owned(), content: text.clone(), tool_calls: vec![] }])
-        }
+        Value::String(text) => Ok(vec![TemplateMessage {
+            role: role.to_owned(),
+            content: text.clone(),
+            tool_calls: vec![],
+            reasoning_content: None,
+        }]),
         _ => message_list(v, field),
     }
 }
@@ -117,7 +120,12 @@ fn message(m: &Value, field: &str) -> anyhow::Result<TemplateMessage> {
             .collect::<anyhow::Result<_>>()?,
         Some(_) => bail!("`{field}.tool_calls` must be a list"),
     };
-    Ok(TemplateMessage { role: role.to_owned(), content, tool_calls })
+    let reasoning_content = match m.get("reasoning_content") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => bail!("`{field}.reasoning_content` must be a string"),
+    };
+    Ok(TemplateMessage { role: role.to_owned(), content, tool_calls, reasoning_content })
 }
 
 /// An env message as the chat template takes it (tool calls included).
@@ -133,6 +141,7 @@ pub(crate) fn template_message(m: &rl_serve::Message) -> TemplateMessage {
                 function: TemplateFunction { name: c.name.clone(), arguments: c.arguments.clone() },
             })
             .collect(),
+        reasoning_content: None,
     }
 }
 
@@ -149,12 +158,15 @@ mod tests {
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 2}}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "4"},
-            {"role": "assistant", "content": "4"}]});
+            {"role": "assistant", "content": "4", "reasoning_content": "the tool said 4"}]});
         let c = conversation(&row).unwrap();
         assert_eq!(c.first_trained, 0);
         assert_eq!(c.messages.len(), 4);
         let call = &c.messages[1].tool_calls[0];
         assert_eq!((call.function.name.as_str(), call.function.arguments.as_str()), ("add", r#"{"a":2,"b":2}"#));
+        assert_eq!(c.messages[3].reasoning_content.as_deref(), Some("the tool said 4"));
+        let bad = json!({"messages": [{"role": "assistant", "content": "4", "reasoning_content": 1}]});
+        assert!(conversation(&bad).unwrap_err().to_string().contains("reasoning_content"));
     }
 
     #[test]

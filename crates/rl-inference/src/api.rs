@@ -20,6 +20,9 @@ pub(crate) struct ChatMessage {
     pub(crate) content: Option<Value>,
     #[serde(default)]
     pub(crate) tool_calls: Option<Vec<Value>>,
+    /// An assistant's reasoning apart from its content (vLLM: `reasoning_content`, or `reasoning`).
+    #[serde(default, alias = "reasoning")]
+    pub(crate) reasoning_content: Option<String>,
 }
 
 /// `stop` may be a string or a list.

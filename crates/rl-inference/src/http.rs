@@ -170,7 +170,12 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            Ok(TemplateMessage { role: m.role.clone(), content: content_text(m.content.as_ref())?, tool_calls })
+            Ok(TemplateMessage {
+                role: m.role.clone(),
+                content: content_text(m.content.as_ref())?,
+                tool_calls,
+                reasoning_content: m.reasoning_content.clone(),
+            })
         })
         .collect()
 }

@@ -52,6 +52,7 @@ impl CallFormat {
             role: role.to_owned(),
             content: content.to_owned(),
             tool_calls,
+            reasoning_content: None,
         };
         let messages = [message("user", "hi", Vec::new()), message("assistant", "", vec![call])];
         let tool =

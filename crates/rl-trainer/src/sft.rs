@@ -504,7 +504,7 @@ mod tests {
             })
             .into_iter()
             .collect();
-        TemplateMessage { role: role.to_owned(), content: content.to_owned(), tool_calls }
+        TemplateMessage { role: role.to_owned(), content: content.to_owned(), tool_calls, reasoning_content: None }
     }
 
     /// Message texts with the edges that move token boundaries: leading and trailing whitespace,

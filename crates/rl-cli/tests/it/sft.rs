@@ -20,8 +20,9 @@ fn greedy_reward(model_dir: &Path, prompts: &[(String, String)]) -> f64 {
                 role: "system".into(),
                 content: rl_envs::REVERSE_TEXT_SYSTEM_PROMPT.into(),
                 tool_calls: vec![],
+                reasoning_content: None,
             },
-            TemplateMessage { role: "user".into(), content: text.clone(), tool_calls: vec![] },
+            TemplateMessage { role: "user".into(), content: text.clone(), tool_calls: vec![], reasoning_content: None },
         ];
         let ids = tok.encode(&template.render(&msgs, &[], true).unwrap()).unwrap();
         let rt = CpuRuntime::new(&model).unwrap();

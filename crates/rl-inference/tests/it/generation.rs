@@ -546,3 +546,24 @@ async fn tokenize_gives_the_chat_routes_prompt() {
         srv.post("/tokenize", json!({"messages": user, "chat_template_kwargs": {"enable_thinking": false}})).await;
     assert_ne!(plain["tokens"], no_think["tokens"], "the template variable reaches the template");
 }
+
+/// An assistant message's reasoning given apart (`reasoning_content`, or vLLM's newer
+/// `reasoning`) reaches the chat template, as Qwen3's renders it.
+#[tokio::test]
+async fn reasoning_given_apart_reaches_the_template() {
+    let srv = start(|c| {
+        let path = c.model.path.as_ref().unwrap().join("tokenizer_config.json");
+        let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config["chat_template"] = json!(
+            "{% for m in messages %}{% if m.reasoning_content is string %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}\n{% endfor %}"
+        );
+        std::fs::write(&path, config.to_string()).unwrap();
+    })
+    .await;
+    for key in ["reasoning_content", "reasoning"] {
+        let messages = json!([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", key: "why"}]);
+        let (_, t) = srv.post("/tokenize", json!({"messages": messages, "add_generation_prompt": false})).await;
+        let (_, text) = srv.post("/detokenize", json!({"tokens": t["tokens"]})).await;
+        assert_eq!(text["prompt"], "q\n<think>why</think>a\n", "{key}");
+    }
+}

@@ -69,7 +69,7 @@ pub struct TemplateFunction {
 }
 
 /// One message as the template sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TemplateMessage {
     /// Role.
     pub role: String,
@@ -79,6 +79,11 @@ pub struct TemplateMessage {
     /// (templates test `'tool_calls' in message`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<TemplateToolCall>,
+    /// An assistant's reasoning given apart from its content (vLLM's reasoning parsers return it
+    /// so; Qwen3's template renders `message.reasoning_content` in `<think>` for the turns after
+    /// the last user query). Absent when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// Special-token keys of `tokenizer_config.json` that transformers passes to the template.
@@ -256,7 +261,12 @@ mod tests {
              {% for m in messages %}{{ m.content }}{% endfor %}",
         )
         .unwrap();
-        let msgs = [TemplateMessage { role: String::from("user"), content: String::from("hi"), tool_calls: vec![] }];
+        let msgs = [TemplateMessage {
+            role: String::from("user"),
+            content: String::from("hi"),
+            tool_calls: vec![],
+            reasoning_content: None,
+        }];
         assert_eq!(t.render(&msgs, &[], true).unwrap(), "hi");
         let off = serde_json::json!({"enable_thinking": false});
         assert_eq!(t.render_with(&msgs, &[], true, off.as_object().unwrap()).unwrap(), "/no_think hi");
@@ -264,5 +274,22 @@ mod tests {
         assert!(
             t.render_with(&msgs, &[], true, bad.as_object().unwrap()).unwrap_err().to_string().contains("messages")
         );
+    }
+
+    #[test]
+    fn reasoning_given_apart_reaches_the_template_as_qwen3_reads_it() {
+        // Qwen3's test: `message.reasoning_content is string`, else the reasoning inside content.
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{% if m.reasoning_content is string %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}|{% endfor %}",
+        )
+        .unwrap();
+        let reply = |reasoning: Option<&str>| TemplateMessage {
+            role: String::from("assistant"),
+            content: String::from("4"),
+            reasoning_content: reasoning.map(str::to_owned),
+            ..Default::default()
+        };
+        assert_eq!(t.render(&[reply(Some("2 + 2"))], &[], false).unwrap(), "<think>2 + 2</think>4|");
+        assert_eq!(t.render(&[reply(None)], &[], false).unwrap(), "4|");
     }
 }

@@ -27,6 +27,7 @@ fn message(m: &Value) -> TemplateMessage {
                 },
             })
             .collect(),
+        reasoning_content: None,
     }
 }
 

@@ -174,8 +174,12 @@ fn chat_template_renders_qwen_format_that_extends_turn_by_turn() {
     let dir = tempfile::tempdir().unwrap();
     init_model(dir.path(), Preset::Tiny, 0, true).unwrap();
     let t = ChatTemplate::load(dir.path()).unwrap();
-    let msg =
-        |role: &str, content: &str| TemplateMessage { role: role.into(), content: content.into(), tool_calls: vec![] };
+    let msg = |role: &str, content: &str| TemplateMessage {
+        role: role.into(),
+        content: content.into(),
+        tool_calls: vec![],
+        reasoning_content: None,
+    };
     let first = vec![msg("system", "Be brief."), msg("user", "hi")];
     let prompt = t.render(&first, &[], true).unwrap();
     assert_eq!(
