@@ -434,7 +434,16 @@ fn completion_choices(
                 });
                 let (tokens, (lps, tops)): (Vec<String>, (Vec<Value>, Vec<Value>)) =
                     prompt_entries.iter().cloned().chain(sampled).map(|(t, lp, top)| (t, (lp, top))).unzip();
-                json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops})
+                // Where each token starts in the returned text, in characters (OpenAI's field).
+                let offsets: Vec<usize> = tokens
+                    .iter()
+                    .scan(0, |at, t| {
+                        let start = *at;
+                        *at += t.chars().count();
+                        Some(start)
+                    })
+                    .collect();
+                json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
             } else {
                 Value::Null
             };

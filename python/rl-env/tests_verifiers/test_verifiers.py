@@ -395,6 +395,8 @@ class CompletionsScoring(unittest.TestCase):
         self.assertTrue(choice.text.startswith("abc def"), choice.text)
         lps = choice.logprobs
         self.assertEqual(len(lps.token_logprobs), len(context) + len(continuation) + 1)
+        self.assertEqual(len(lps.text_offset), len(lps.tokens))
+        self.assertEqual(lps.text_offset[0], 0)
         scored = lps.token_logprobs[len(context) : -1]
         tops = lps.top_logprobs[len(context) : -1]
         self.assertEqual(len(scored), len(continuation))

@@ -37,6 +37,14 @@ async fn echoed_prompts_carry_their_tokens_logprobs() {
         assert!(top.contains_key(lp["tokens"][i].as_str().unwrap()), "{top:?}");
         assert!(top.values().all(|x| f(x) <= 0.0));
     }
+    // Each token's start in the returned text.
+    let starts: Vec<u64> = lp["text_offset"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let mut at = 0;
+    for (token, start) in lp["tokens"].as_array().unwrap().iter().zip(&starts) {
+        assert_eq!(*start, at, "{lp}");
+        at += token.as_str().unwrap().chars().count() as u64;
+    }
+    assert_eq!(starts.len(), n + 1);
     // lm-eval's sum over the continuation: the prompt's own scores, so a finite number.
     let total: f64 = token_logprobs[1..n].iter().map(f).sum();
     assert!(total.is_finite() && total < 0.0);
