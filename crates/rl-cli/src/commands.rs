@@ -93,8 +93,8 @@ become one token each, so a small model reads and copies them as single symbols)
   --force                  replace an existing directory
   --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
                            alphabet-sort, wiki-nav; 2000 training examples with the task's default args)
-  --tokenizer-corpus FILE  train the BPE on FILE: JSONL conversations (`messages` or
-                           prompt/completion rows, as `rl sft` reads them) when it ends in .jsonl,
+  --tokenizer-corpus FILE  train the BPE on FILE: conversations (`messages` or prompt/completion
+                           rows, as `rl sft` reads them) when it ends in .jsonl, .json or .parquet,
                            otherwise plain text, one document per line
   --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512
                            (init says when the BPE fills it with pieces still repeating)
@@ -214,8 +214,14 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
 enum Corpus {
     /// A built-in task's SFT conversations.
     Task(String),
-    /// A JSONL file of conversations, or plain text.
+    /// A data file of conversations (JSONL, JSON, Parquet), or plain text.
     File(std::path::PathBuf),
+}
+
+/// Whether `path` is read as dataset rows (by its extension) rather than as text lines.
+fn is_data_file(path: &std::path::Path) -> bool {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+    rl_data::DATA_EXTENSIONS.contains(&ext.as_str())
 }
 
 /// Documents of a tokenizer corpus: conversations rendered as `role` and content lines (the chat
@@ -243,7 +249,7 @@ fn corpus_texts(corpus: &Corpus) -> anyhow::Result<Vec<String>> {
             }
             texts
         }
-        Corpus::File(path) if path.extension().is_some_and(|e| e == "jsonl") => crate::sft_data::read_jsonl(path)?
+        Corpus::File(path) if is_data_file(path) => crate::sft_data::read_file(path)?
             .iter()
             .map(|c| render(c.messages.iter().map(|m| (m.role.as_str(), m.content.as_str()))))
             .collect(),

@@ -208,6 +208,18 @@ struct Conversations {
 }
 
 /// A group's name: its args as `key=value` pairs (strings unquoted), or `group<i>` for none.
+/// One group of `all` but its last `val_n` conversations, which validate.
+fn held_out(mut all: Vec<SftConversation>, val_n: usize, what: &str) -> anyhow::Result<Conversations> {
+    if all.len() <= val_n {
+        bail!("{what} has {} conversations; need more than the {val_n} held out for validation", all.len());
+    }
+    let val = all.split_off(all.len() - val_n);
+    Ok(Conversations {
+        groups: vec![ConversationGroup { name: String::from("all"), train: all, val: Vec::new() }],
+        val,
+    })
+}
+
 fn group_name(i: usize, group: &rl_configs::Table) -> String {
     if group.is_empty() {
         return format!("group{i}");
@@ -266,17 +278,26 @@ fn conversations(config: &SftConfig) -> anyhow::Result<Conversations> {
             Ok(Conversations { groups, val })
         }
         SftDataConfig::Jsonl { path } => {
-            let mut all = crate::sft_data::read_jsonl(path)?;
-            if all.len() <= val_n {
+            held_out(crate::sft_data::read_file(path)?, val_n, &path.display().to_string())
+        }
+        SftDataConfig::Hf { name, subsets, splits, val_split } => {
+            let read = |splits: &[String]| -> anyhow::Result<Vec<SftConversation>> {
+                crate::sft_data::conversations(rl_data::load(name, subsets, splits)?)
+            };
+            let train = read(splits).context("data")?;
+            let Some(val_split) = val_split else {
+                return held_out(train, val_n, &format!("dataset `{name}`"));
+            };
+            let mut val = read(std::slice::from_ref(val_split)).context("data.val_split")?;
+            if val.len() < val_n {
                 bail!(
-                    "{} has {} conversations; need more than the {val_n} held out for validation",
-                    path.display(),
-                    all.len()
+                    "data.val_split `{val_split}` of `{name}` has {} conversations; val.num_examples is {val_n}",
+                    val.len()
                 );
             }
-            let val = all.split_off(all.len() - val_n);
+            val.truncate(val_n);
             Ok(Conversations {
-                groups: vec![ConversationGroup { name: String::from("all"), train: all, val: Vec::new() }],
+                groups: vec![ConversationGroup { name: String::from("all"), train, val: Vec::new() }],
                 val,
             })
         }

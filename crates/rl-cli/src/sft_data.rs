@@ -1,6 +1,7 @@
-//! SFT data from JSONL: `{"messages": [...]}` rows (tool calls kept) or prompt/completion rows
+//! SFT data from dataset rows (JSONL, JSON or Parquet files, Hugging Face dataset directories;
+//! read by `rl-data`): `{"messages": [...]}` rows (tool calls kept) or prompt/completion rows
 //! (`{"prompt": ..., "completion": ...}`, each a string or a message list; only the completion is
-//! trained). Errors name the file, the line and the field.
+//! trained), with their tools as prime-rl takes them. Errors name the file, the row and the field.
 
 use std::path::Path;
 
@@ -17,24 +18,23 @@ pub(crate) struct SftConversation {
     pub(crate) tools: Vec<Value>,
 }
 
-/// Every row of a JSONL file.
-pub(crate) fn read_jsonl(path: &Path) -> anyhow::Result<Vec<SftConversation>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let at = format!("{}:{}", path.display(), i + 1);
-        let row: Value = serde_json::from_str(line).with_context(|| format!("{at}: not valid JSON"))?;
-        out.push(conversation(&row).with_context(|| at.clone())?);
-    }
-    Ok(out)
+/// Every row of a data file (JSONL, JSON or Parquet).
+pub(crate) fn read_file(path: &Path) -> anyhow::Result<Vec<SftConversation>> {
+    conversations(rl_data::read_file(path)?)
+}
+
+/// Dataset rows as conversations; an error names the row.
+pub(crate) fn conversations(rows: Vec<rl_data::Row>) -> anyhow::Result<Vec<SftConversation>> {
+    rows.into_iter().map(|row| conversation(&Value::Object(row.fields)).with_context(|| row.at.clone())).collect()
 }
 
 /// One row as a conversation.
 pub(crate) fn conversation(row: &Value) -> anyhow::Result<SftConversation> {
-    let tools = tools(row.get("tools"))?;
+    let tools = match (row.get("tools"), row.get("tool_defs")) {
+        (Some(t), _) if !t.is_null() => tools(t, "tools")?,
+        (_, Some(t)) => tools(t, "tool_defs")?,
+        _ => Vec::new(),
+    };
     if let Some(messages) = row.get("messages") {
         return Ok(SftConversation { messages: message_list(messages, "messages")?, first_trained: 0, tools });
     }
@@ -49,25 +49,42 @@ pub(crate) fn conversation(row: &Value) -> anyhow::Result<SftConversation> {
     }
 }
 
-/// A row's `tools`: OpenAI function tools (`{"type": "function", "function": {"name": ...,
-/// "description": ..., "parameters": {...}}}`), handed to the chat template as they are.
-fn tools(v: Option<&Value>) -> anyhow::Result<Vec<Value>> {
+/// A row's tools, handed to the chat template as OpenAI function tools (`{"type": "function",
+/// "function": {"name": ..., "description": ..., "parameters": {...}}}`). As prime-rl reads them:
+/// the list or its JSON text (how a Parquet column of varied schemas holds it), under `tools`, or
+/// under `tool_defs` as verifiers writes them (`{"name", "description", "parameters"}`, wrapped).
+fn tools(v: &Value, key: &str) -> anyhow::Result<Vec<Value>> {
+    let parsed;
     let items = match v {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(items)) => items,
-        Some(_) => bail!("`tools` must be a list of tools"),
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(items)) => {
+                parsed = items;
+                &parsed
+            }
+            _ => bail!("`{key}` must be a list of tools, or its JSON text"),
+        },
+        _ => bail!("`{key}` must be a list of tools, or its JSON text"),
     };
+    let mut out = Vec::with_capacity(items.len());
     for (i, t) in items.iter().enumerate() {
+        // A verifiers tool definition: the function itself, not yet wrapped.
+        let t = match t.get("name") {
+            Some(_) if t.get("function").is_none() => serde_json::json!({"type": "function", "function": t}),
+            _ => t.clone(),
+        };
         if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "function") {
-            bail!("`tools[{i}].type` must be \"function\", got {}", t["type"]);
+            bail!("`{key}[{i}].type` must be \"function\", got {}", t["type"]);
         }
         let function = t.get("function").filter(|f| f.is_object());
-        let function = function.with_context(|| format!("`tools[{i}].function` must be an object"))?;
+        let function = function.with_context(|| format!("`{key}[{i}].function` must be an object"))?;
         if !function.get("name").is_some_and(Value::is_string) {
-            bail!("`tools[{i}].function.name` must be a string");
+            bail!("`{key}[{i}].function.name` must be a string");
         }
+        out.push(t);
     }
-    Ok(items.clone())
+    Ok(out)
 }
 
 /// A string (one message of `role`) or a message list.
@@ -206,7 +223,7 @@ mod tests {
         };
         assert_eq!(trained(&with), trained(&without), "the same reply is trained");
         for (bad, says) in [
-            (json!("lookup"), "`tools` must be a list"),
+            (json!("lookup"), "`tools` must be a list of tools, or its JSON text"),
             (json!([{"type": "function"}]), "`tools[0].function`"),
             (json!([{"type": "function", "function": {"description": "x"}}]), "`tools[0].function.name`"),
             (json!([{"type": "retrieval", "function": {"name": "x"}}]), "`tools[0].type`"),
@@ -214,6 +231,44 @@ mod tests {
             let err = conversation(&json!({"tools": bad, "prompt": "a", "completion": "b"})).unwrap_err().to_string();
             assert!(err.contains(says), "{err}");
         }
+    }
+
+    /// Tools as prime-rl reads them: a list, its JSON text (a Parquet column of varied tool
+    /// schemas is text), or verifiers' unwrapped `tool_defs`.
+    #[test]
+    fn tools_may_be_json_text_or_verifiers_tool_defs() {
+        let f = json!({"name": "lookup", "description": "Finds a page.", "parameters": {"type": "object"}});
+        let wrapped = json!({"type": "function", "function": f});
+        let as_text =
+            json!({"tools": serde_json::to_string(&json!([wrapped])).unwrap(), "prompt": "a", "completion": "b"});
+        assert_eq!(conversation(&as_text).unwrap().tools, vec![wrapped.clone()]);
+        let defs = json!({"tool_defs": [f], "prompt": "a", "completion": "b"});
+        assert_eq!(conversation(&defs).unwrap().tools, vec![wrapped.clone()]);
+        let null_tools = json!({"tools": null, "tool_defs": serde_json::to_string(&json!([f])).unwrap(), "prompt": "a", "completion": "b"});
+        assert_eq!(conversation(&null_tools).unwrap().tools, vec![wrapped]);
+        let err = conversation(&json!({"tool_defs": [{"name": 3}], "prompt": "a", "completion": "b"})).unwrap_err();
+        assert!(err.to_string().contains("`tool_defs[0].function.name` must be a string"), "{err}");
+    }
+
+    /// Rows of a Parquet file pyarrow wrote (nested messages, a tool call with null content, tools
+    /// as JSON text) become conversations; a bad row is named by file and row.
+    #[test]
+    fn parquet_rows_become_conversations() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rl-data/tests/fixtures/data");
+        let chats = read_file(&fixtures.join("train-00000-of-00001.parquet")).unwrap();
+        assert_eq!(chats.len(), 3);
+        let roles: Vec<&str> = chats[1].messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+        assert_eq!(chats[1].messages[2].tool_calls[0].function.arguments, r#"{"word": "ütf"}"#);
+        assert_eq!(chats[1].tools[0]["function"]["name"], "lookup");
+        let pc = read_file(&fixtures.join("test-00000-of-00001.parquet")).unwrap();
+        assert_eq!((pc[0].first_trained, pc[0].messages[1].content.as_str()), (1, "4"));
+        let bad = rl_data::Row {
+            fields: json!({"text": "x"}).as_object().unwrap().clone(),
+            at: String::from("f.parquet row 7"),
+        };
+        let err = conversations(vec![bad]).unwrap_err();
+        assert!(format!("{err:#}").starts_with("f.parquet row 7: expected"), "{err:#}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::error::{ConfigError, Result};
 use crate::lora::LoraConfig;
 use crate::rl::RunConfig;
 use crate::shared::{CkptConfig, Device, Dtype, LogConfig, ModelConfig, ResumeConfig, Table};
-use crate::tagged::with_default_tag;
+use crate::tagged::with_default_tag_by;
 use crate::trainer::{OptimConfig, SchedulerConfig, optim_default_tag, scheduler_default_tag};
 
 /// Supervised fine-tuning.
@@ -102,7 +102,8 @@ impl Default for SftConfig {
     }
 }
 
-/// SFT data (`type = "task"` for a built-in generator, `"jsonl"` for a file; omit `type` for `task`).
+/// SFT data (`type = "task"` for a built-in generator, `"jsonl"` for a file, `"hf"` for a Hugging
+/// Face dataset; without `type`: `hf` when `name` is set, as prime-rl's `data.name`, else `task`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SftDataConfig {
@@ -130,14 +131,40 @@ pub enum SftDataConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         balance: Option<SftBalanceConfig>,
     },
-    /// A JSONL file, one conversation per line: `{"messages": [{"role", "content", "tool_calls"?}, ...]}`,
+    /// A data file, one conversation per row: `{"messages": [{"role", "content", "tool_calls"?}, ...]}`,
     /// or `{"prompt": ..., "completion": ...}` (each a string or a message list; only the
-    /// completion is trained); either with `"tools": [...]` (OpenAI function tools, rendered into
-    /// the prompt by the chat template, as an env's tools are in RL).
+    /// completion is trained); either with `"tools": [...]` (OpenAI function tools, or their JSON
+    /// text, rendered into the prompt by the chat template, as an env's tools are in RL; verifiers'
+    /// `tool_defs` too). JSON Lines, or by its extension a JSON array (`.json`) or Parquet
+    /// (`.parquet`). The last `val.num_examples` rows validate.
     Jsonl {
         /// The file.
         path: PathBuf,
     },
+    /// A Hugging Face dataset of such rows, as prime-rl's `data.name` names one: a hub id read
+    /// from the local hub cache (`hf download <id> --repo-type dataset` puts it there; nothing is
+    /// downloaded at run time), a dataset directory (`hf download ... --local-dir`), or one data
+    /// file. A directory's Parquet, JSONL and JSON files are sorted into splits by their names as
+    /// the `datasets` library does (`data/train-00000-of-00001.parquet` is `train`).
+    Hf {
+        /// Hub id (`org/name`, optionally `@revision`: a branch, tag or commit) or path.
+        name: String,
+        /// Subsets (the `datasets` library's configs), each the folder of that name in the
+        /// dataset; empty: every file.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        subsets: Vec<String>,
+        /// Splits trained on, their rows one after another.
+        #[serde(default = "default_splits")]
+        splits: Vec<String>,
+        /// A split whose first `val.num_examples` rows validate (`test`, say); unset: the last
+        /// `val.num_examples` rows of the training splits are held out instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        val_split: Option<String>,
+    },
+}
+
+fn default_splits() -> Vec<String> {
+    vec![String::from("train")]
 }
 
 impl Default for SftDataConfig {
@@ -222,7 +249,7 @@ fn default_num_examples() -> u32 {
 }
 
 fn data_default_tag<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SftDataConfig, D::Error> {
-    with_default_tag(d, "task")
+    with_default_tag_by(d, |table| if table.contains_key("name") { "hf" } else { "task" })
 }
 
 /// Built-in SFT task generators.
@@ -330,6 +357,25 @@ impl SftConfig {
             }
             if let Some(b) = balance {
                 b.validate(&k("data.balance"), groups.len())?;
+            }
+        }
+        if let SftDataConfig::Hf { name, subsets, splits, val_split } = &self.data {
+            if name.trim().is_empty() {
+                return Err(ConfigError::invalid(k("data.name"), "must name a dataset (a hub id or a path), got \"\""));
+            }
+            if splits.is_empty() {
+                return Err(ConfigError::invalid(k("data.splits"), "must list at least one split, e.g. [\"train\"]"));
+            }
+            for (key, names) in [("data.splits", splits.as_slice()), ("data.subsets", subsets.as_slice())] {
+                if names.iter().any(|n| n.trim().is_empty()) {
+                    return Err(ConfigError::invalid(k(key), "holds an empty name"));
+                }
+            }
+            if val_split.is_some() && self.val.is_none() {
+                return Err(ConfigError::invalid(
+                    k("data.val_split"),
+                    "picks validation rows, and validation is off: set [val] too, or remove val_split",
+                ));
             }
         }
         let m = &self.loss_mask;

@@ -2,6 +2,7 @@
 
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
 
 /// Deserializes a `type`-tagged table, inserting `type = default_tag` when the table has none.
 pub(crate) fn with_default_tag<'de, D, T>(deserializer: D, default_tag: &str) -> Result<T, D::Error>
@@ -9,9 +10,24 @@ where
     D: Deserializer<'de>,
     T: DeserializeOwned,
 {
-    let mut value = serde_json::Value::deserialize(deserializer)?;
-    if let serde_json::Value::Object(map) = &mut value {
-        map.entry("type").or_insert_with(|| serde_json::Value::String(default_tag.to_owned()));
+    with_default_tag_by(deserializer, |_| default_tag)
+}
+
+/// [`with_default_tag`] with the tag chosen from the table's other keys.
+pub(crate) fn with_default_tag_by<'de, 'a, D, T>(
+    deserializer: D,
+    default_tag: impl FnOnce(&Map<String, Value>) -> &'a str,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let mut value = Value::deserialize(deserializer)?;
+    if let Value::Object(map) = &mut value
+        && !map.contains_key("type")
+    {
+        let tag = default_tag(map).to_owned();
+        map.insert(String::from("type"), Value::String(tag));
     }
     T::deserialize(value).map_err(|e| D::Error::custom(e.to_string()))
 }

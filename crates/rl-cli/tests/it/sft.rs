@@ -360,3 +360,45 @@ fn balance_by_greedy_exact_match_reports_each_groups_rate_and_follows_it() {
     ]);
     assert!(!bad.status.success() && stderr(&bad).contains("expected `loss` or `exact`"), "{}", stderr(&bad));
 }
+
+/// prime-rl's SFT data: `data.name` names a Hugging Face dataset, read from the local hub cache (a
+/// snapshot of Parquet shards pyarrow wrote: chat rows with tool calls and tools as JSON text, and
+/// a prompt/completion `test` split that validates); one not there says how to fetch it.
+#[test]
+fn sft_reads_a_hugging_face_dataset_from_the_hub_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let cache = tmp.path().join("hub");
+    let repo = cache.join("datasets--org--chat");
+    let shards = repo.join("snapshots/0123abcd/data");
+    std::fs::create_dir_all(&shards).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "0123abcd").unwrap();
+    let fixtures = crate::root().join("crates/rl-data/tests/fixtures/data");
+    for shard in ["train-00000-of-00001.parquet", "test-00000-of-00001.parquet"] {
+        std::fs::copy(fixtures.join(shard), shards.join(shard)).unwrap();
+    }
+    let sft = |name: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rl"))
+            .args(["sft", "--output-dir", tmp.path().to_str().unwrap(), "--model.path", base.to_str().unwrap()])
+            .args(["--data.name", name, "--data.val-split", "test", "--val", r#"{"interval": 1, "num_examples": 2}"#])
+            .args(["--max-steps", "2", "--batch-size", "2", "--seq-len", "256", "--run.name", "hf", "--clean"])
+            .current_dir(crate::root())
+            .env("HF_HUB_CACHE", &cache)
+            .output()
+            .unwrap()
+    };
+    let o = sft("org/chat");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(tmp.path().join("hf/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let vals = rows.iter().filter(|r| r.get("val_loss").is_some_and(|v| v.as_f64().is_some_and(f64::is_finite)));
+    assert!(vals.count() >= 2, "the test split validated every step: {rows:?}");
+    let o = sft("org/missing");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("hf download org/missing --repo-type dataset"), "{}", stderr(&o));
+}

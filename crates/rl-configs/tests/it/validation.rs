@@ -1,6 +1,6 @@
 //! Validation rules: shared-key propagation, cross-part checks, model keys, per-env sampling.
 
-use rl_configs::{ConfigError, OrchestratorConfig, RlConfig, SftConfig};
+use rl_configs::{ConfigError, OrchestratorConfig, RlConfig, SftConfig, SftDataConfig};
 
 use crate::{Files, MINIMAL_RL, load_args};
 
@@ -119,6 +119,27 @@ fn sft_schedules_need_a_sane_budget() {
     assert!(load_args::<SftConfig>(&["--data.task", "alphabet-sort"]).is_ok());
     let err = load_args::<SftConfig>(&["--data.task", "sorting"]).unwrap_err().to_string();
     assert!(err.contains("reverse-text") && err.contains("alphabet-sort"), "{err}");
+}
+
+/// prime-rl's `[data] name = "org/dataset"` reads a Hugging Face dataset without a `type`; its
+/// keys are checked where they are given.
+#[test]
+fn sft_data_by_name_is_a_hugging_face_dataset() {
+    let cfg = load_args::<SftConfig>(&["--data.name", "org/chat"]).unwrap().config;
+    let SftDataConfig::Hf { name, subsets, splits, val_split } = &cfg.data else { panic!("{:?}", cfg.data) };
+    assert_eq!((name.as_str(), subsets.len(), val_split), ("org/chat", 0, &None));
+    assert_eq!(splits, &[String::from("train")]);
+    assert!(matches!(load_args::<SftConfig>(&[]).unwrap().config.data, SftDataConfig::Task { .. }), "no name: a task");
+    let err = load_args::<SftConfig>(&["--data.name", "org/chat", "--data.splits", "[]"]).unwrap_err();
+    assert_eq!(invalid_key(err), "data.splits");
+    let err = load_args::<SftConfig>(&["--data.name", " "]).unwrap_err();
+    assert_eq!(invalid_key(err), "data.name");
+    let err = load_args::<SftConfig>(&["--data.name", "org/chat", "--data.val-split", "test"]).unwrap_err();
+    assert_eq!(invalid_key(err), "data.val_split");
+    let ok = load_args::<SftConfig>(&["--data.name", "org/chat", "--data.val-split", "test", "--val", "{}"]);
+    assert!(ok.is_ok(), "{ok:?}");
+    let err = load_args::<SftConfig>(&["--data.name", "org/chat", "--data.num-examples", "3"]).unwrap_err();
+    assert!(err.to_string().contains("num_examples"), "a task's key on a dataset is named: {err}");
 }
 
 #[test]

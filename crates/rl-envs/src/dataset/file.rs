@@ -1,5 +1,5 @@
-//! Task rows from JSONL files: one JSON object per line, with errors naming the file, the line and
-//! the field.
+//! Task rows from a data file (JSONL, JSON or Parquet) or a Hugging Face dataset's split, read by
+//! `rl-data`, with errors naming the env argument, the file, the row and the field.
 
 use std::path::Path;
 
@@ -21,40 +21,30 @@ pub(crate) struct Fields {
     pub(crate) answer: String,
 }
 
-/// Reads every row of `path`; `arg` names the env argument that gave the path.
-pub(crate) fn read_rows(path: &Path, fields: &Fields, arg: &str) -> Result<Vec<Row>> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-    if ext == "parquet" {
-        return Err(Error::bad_request(
-            arg,
-            format!(
-                "{}: parquet is read by the Python SDK (rl_env.load_dataset, env id `python`); \
-                 for this env convert it to JSONL",
-                path.display()
-            ),
-        ));
+/// Where the rows of a split come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Source<'a> {
+    /// One data file.
+    File(&'a Path),
+    /// A split of a dataset (a hub id in the local hub cache, or a directory), narrowed to subsets.
+    Dataset { name: &'a str, subsets: &'a [String], split: &'a str },
+}
+
+/// Every row of `source`; `arg` names the env argument that gave it.
+pub(crate) fn read_rows(source: &Source<'_>, fields: &Fields, arg: &str) -> Result<Vec<Row>> {
+    let rows = match source {
+        Source::File(path) => rl_data::read_file(path),
+        Source::Dataset { name, subsets, split } => rl_data::load(name, subsets, &[(*split).to_owned()]),
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::bad_request(arg, format!("cannot read {}: {e}", path.display())))?;
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let at = || format!("{}:{}", path.display(), i + 1);
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| Error::bad_request(arg, format!("{}: not valid JSON: {e}", at())))?;
-        let Value::Object(obj) = value else {
-            return Err(Error::bad_request(arg, format!("{}: expected a JSON object", at())));
-        };
-        let prompt = text_field(&obj, &fields.prompt).map_err(|m| Error::bad_request(arg, format!("{}: {m}", at())))?;
-        let answer = text_field(&obj, &fields.answer).map_err(|m| Error::bad_request(arg, format!("{}: {m}", at())))?;
-        rows.push(Row { prompt, answer, data: Value::Object(obj) });
-    }
-    if rows.is_empty() {
-        return Err(Error::bad_request(arg, format!("{} has no rows", path.display())));
-    }
-    Ok(rows)
+    .map_err(|e| Error::bad_request(arg, e.to_string()))?;
+    rows.into_iter()
+        .map(|row| {
+            let fail = |m: String| Error::bad_request(arg, format!("{}: {m}", row.at));
+            let prompt = text_field(&row.fields, &fields.prompt).map_err(fail)?;
+            let answer = text_field(&row.fields, &fields.answer).map_err(fail)?;
+            Ok(Row { prompt, answer, data: Value::Object(row.fields) })
+        })
+        .collect()
 }
 
 /// A field that must be text (a number is taken as its decimal text).

@@ -1,11 +1,11 @@
-//! `dataset`: a single-turn environment whose tasks come from JSONL files — a prompt field, an
-//! answer field, an optional system prompt and few-shot turns — scored by one of the built-in
+//! `dataset`: a single-turn environment whose tasks come from data files (JSONL, JSON, Parquet) or
+//! a Hugging Face dataset's splits — a prompt field, an answer field, an optional system prompt and few-shot turns — scored by one of the built-in
 //! matchers (`exact`, `normalized`, `difflib`, `regex`, `boxed`, `numeric`).
 
 mod file;
 mod reward;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::args::Args;
 use crate::rng::Rng;
 use crate::splits::Splits;
-use file::{Fields, read_rows, text_field};
+use file::{Fields, Source, read_rows, text_field};
 use reward::Matcher;
 
 /// The reward choices, as named in `reward`.
@@ -34,17 +34,21 @@ pub struct FileDataset {
 }
 
 impl FileDataset {
-    /// Builds the env from its args: `path` (JSONL, required), `eval_path` or `eval_fraction`
-    /// (with `seed`), `prompt_field` (default `question`), `answer_field` (default `answer`),
+    /// Builds the env from its args: `path` (a JSONL, JSON or Parquet file) and `eval_path`, or
+    /// `name` (a Hugging Face dataset: a hub id in the local hub cache, or a directory) with
+    /// `subsets`, `split` (default `train`) and `eval_split`; else `eval_fraction` (with `seed`)
+    /// holds tasks out; `prompt_field` (default `question`), `answer_field` (default `answer`),
     /// `system_prompt`, `few_shot` (a list of `{user, assistant}` tables), `reward` (one of
     /// exact, normalized, difflib, regex, boxed, numeric; default normalized), `pattern` (regex
     /// only) and `tolerance` (boxed and numeric; default 1e-6, relative to max(1, |answer|)).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("dataset", args);
-        let path = a.string("path")?.ok_or_else(|| {
-            Error::bad_request("env.args.path", "the dataset env needs `path`, a JSONL file with one task per line")
-        })?;
+        let path = a.string("path")?;
         let eval_path = a.string("eval_path")?;
+        let name = a.string("name")?;
+        let subsets = a.strings("subsets")?;
+        let split_name = a.string("split")?;
+        let eval_split = a.string("eval_split")?;
         let eval_fraction = a.f64("eval_fraction", 0.0)?;
         let seed = a.u64("seed", 0)?;
         let fields = Fields {
@@ -63,17 +67,61 @@ impl FileDataset {
                 format!("must be in [0, 1), got {eval_fraction}"),
             ));
         }
-        if eval_path.is_some() && eval_fraction > 0.0 {
+        let held_out = eval_path.as_ref().map(|_| "eval_path").or(eval_split.as_ref().map(|_| "eval_split"));
+        if let Some(key) = held_out.filter(|_| eval_fraction > 0.0) {
             return Err(Error::bad_request(
                 "env.args.eval_fraction",
-                "give either `eval_path` or `eval_fraction`, not both",
+                format!("give either `{key}` or `eval_fraction`, not both"),
             ));
         }
         let matcher = matcher(&reward, pattern, tolerance)?;
 
-        let train = read_rows(&PathBuf::from(&path), &fields, "env.args.path")?;
-        let (train, test) = match &eval_path {
-            Some(p) => (train, read_rows(&PathBuf::from(p), &fields, "env.args.eval_path")?),
+        let (train_source, eval_source) = match (&path, &name) {
+            (Some(path), None) => {
+                if let Some(key) = [
+                    ("subsets", !subsets.is_empty()),
+                    ("split", split_name.is_some()),
+                    ("eval_split", eval_split.is_some()),
+                ]
+                .into_iter()
+                .find_map(|(k, set)| set.then_some(k))
+                {
+                    return Err(Error::bad_request(
+                        format!("env.args.{key}"),
+                        "picks from a dataset `name`, not a `path`",
+                    ));
+                }
+                (Source::File(Path::new(path)), eval_path.as_deref().map(|p| Source::File(Path::new(p))))
+            }
+            (None, Some(name)) => {
+                if eval_path.is_some() {
+                    return Err(Error::bad_request(
+                        "env.args.eval_path",
+                        "with a dataset `name`, hold tasks out with `eval_split`",
+                    ));
+                }
+                let split = split_name.as_deref().unwrap_or("train");
+                let at = |split| Source::Dataset { name, subsets: &subsets, split };
+                (at(split), eval_split.as_deref().map(at))
+            }
+            (Some(_), Some(_)) => {
+                return Err(Error::bad_request("env.args.name", "give either `path` or `name`, not both"));
+            }
+            (None, None) => {
+                return Err(Error::bad_request(
+                    "env.args.path",
+                    "the dataset env needs `path` (a JSONL, JSON or Parquet file of tasks) or `name` (a Hugging Face dataset)",
+                ));
+            }
+        };
+        let (train_key, eval_key) = if name.is_some() {
+            ("env.args.name", "env.args.eval_split")
+        } else {
+            ("env.args.path", "env.args.eval_path")
+        };
+        let train = read_rows(&train_source, &fields, train_key)?;
+        let (train, test) = match &eval_source {
+            Some(source) => (train, read_rows(source, &fields, eval_key)?),
             None => split(train, eval_fraction, seed),
         };
         let extracts = matches!(matcher, Matcher::Regex(_) | Matcher::Boxed { .. } | Matcher::Numeric { .. });

@@ -14,9 +14,11 @@ pub(crate) enum Matcher {
     Difflib,
     /// The pattern's first capture group (or whole match), last match in the reply, normalized-equal.
     Regex(Regex),
-    /// The content of the last `\boxed{...}`, equal as numbers (with the tolerance) or normalized.
+    /// The content of the last `\boxed{...}`, equal as numbers (with the tolerance) or normalized
+    /// to the answer's (its own last `\boxed{...}` when it has one, as MATH's solutions do).
     Boxed { tolerance: f64 },
-    /// The last number in the reply is within `tolerance * max(1, |answer|)` of the answer.
+    /// The last number in the reply is within `tolerance * max(1, |answer|)` of the answer's
+    /// number (the answer's last number when it is not one, as GSM8K's `... #### 72`).
     Numeric { tolerance: f64 },
 }
 
@@ -40,17 +42,25 @@ impl Matcher {
             Matcher::Exact => got == answer.trim(),
             Matcher::Normalized | Matcher::Regex(_) => normalize(got) == normalize(answer),
             Matcher::Difflib => return crate::difflib::ratio(got, answer.trim()),
-            Matcher::Boxed { tolerance } => match (parse_number(got), parse_number(answer)) {
-                (Some(a), Some(b)) => close(a, b, *tolerance),
-                _ => normalize(got) == normalize(answer),
-            },
-            Matcher::Numeric { tolerance } => match (parse_number(got), parse_number(answer)) {
+            Matcher::Boxed { tolerance } => {
+                let answer = last_boxed(answer).unwrap_or(answer);
+                match (parse_number(got), parse_number(answer)) {
+                    (Some(a), Some(b)) => close(a, b, *tolerance),
+                    _ => normalize(got) == normalize(answer),
+                }
+            }
+            Matcher::Numeric { tolerance } => match (parse_number(got), answer_number(answer)) {
                 (Some(a), Some(b)) => close(a, b, *tolerance),
                 _ => false,
             },
         };
         f64::from(u8::from(hit))
     }
+}
+
+/// A reference answer's number: the whole text, else its last number.
+fn answer_number(answer: &str) -> Option<f64> {
+    parse_number(answer).or_else(|| last_number(answer).and_then(parse_number))
 }
 
 fn close(a: f64, b: f64, tolerance: f64) -> bool {
@@ -119,6 +129,13 @@ mod tests {
         assert_eq!(numeric.score("the total is -12,345.5", "-12345.5"), 1.0);
         assert_eq!(numeric.score("about 11", "10"), 0.0);
         assert_eq!(numeric.score("no number", "10"), 0.0);
+        let gsm8k = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n48+24 = <<48+24=72>>72\n#### 72";
+        assert_eq!(numeric.score("She sold 72 clips.", gsm8k), 1.0, "a worked answer's last number");
+        assert_eq!(numeric.score("She sold 24 clips.", gsm8k), 0.0);
+        let boxed = Matcher::Boxed { tolerance: 1e-6 };
+        let math = "So $x = 3$, and the sum is $\\boxed{\\frac{1}{2}}$.";
+        assert_eq!(boxed.score("it is \\boxed{\\frac{1}{2}}", math), 1.0, "a solution's own boxed answer");
+        assert_eq!(boxed.score("it is \\boxed{3}", math), 0.0);
     }
 
     #[test]

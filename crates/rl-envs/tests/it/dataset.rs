@@ -105,5 +105,34 @@ async fn bad_files_and_args_name_the_file_line_and_field() {
     let e = err(fields(json!({"eval_fraction": 0.5, "eval_path": good}))).await;
     assert!(e.contains("not both"), "{e}");
     let e = err(json!({"path": write(&dir, "data.parquet", "")})).await;
-    assert!(e.contains("parquet is read by the Python SDK"), "{e}");
+    assert!(e.contains("env.args.path") && e.contains("data.parquet: cannot read Parquet"), "{e}");
+    let e = err(json!({"path": good, "name": "org/data"})).await;
+    assert!(e.contains("env.args.name") && e.contains("not both"), "{e}");
+    let e = err(json!({"path": good, "split": "test"})).await;
+    assert!(e.contains("env.args.split") && e.contains("dataset `name`"), "{e}");
+    let e = err(json!({})).await;
+    assert!(e.contains("`path`") && e.contains("`name`"), "{e}");
+}
+
+/// A Hugging Face dataset directory (Parquet shards as pyarrow writes them, split by file name)
+/// gives the env its train and test tasks; a split that is not there is named.
+#[tokio::test]
+async fn a_hugging_face_dataset_gives_the_splits() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../rl-data/tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(format!("{fixtures}/lz4.parquet"), data.join("train-00000-of-00001.parquet")).unwrap();
+    std::fs::copy(format!("{fixtures}/gzip.parquet"), data.join("test-00000-of-00001.parquet")).unwrap();
+    let name = dir.path().to_string_lossy().into_owned();
+    let h = serve("dataset", json!({"name": name, "eval_split": "test", "reward": "exact"})).await;
+    let info = h.client.info().await.unwrap();
+    let sizes: Vec<(String, u64)> = info.splits.iter().map(|s| (s.name.clone(), s.size)).collect();
+    assert_eq!(sizes, [(String::from("train"), 2), (String::from("test"), 2)]);
+    let e = rl_envs::load("dataset", json!({"name": name, "split": "validation"}).as_object().unwrap())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("env.args.name") && e.contains("no data files for split `validation`"), "{e}");
 }

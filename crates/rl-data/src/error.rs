@@ -1,0 +1,52 @@
+//! What can go wrong reading a dataset, each naming the file, row or name it is about.
+
+use std::path::PathBuf;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or directory could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// A line (JSONL) or file (JSON) is not valid JSON.
+    #[error("{at}: not valid JSON: {message}")]
+    Json { at: String, message: String },
+    /// A row is not a JSON object.
+    #[error("{at}: expected a JSON object (one row), got {got}")]
+    NotAnObject { at: String, got: &'static str },
+    /// A Parquet file could not be decoded.
+    #[error("{path}: cannot read Parquet: {message}")]
+    Parquet { path: PathBuf, message: String },
+    /// A file of a kind this crate does not read.
+    #[error("{path}: not a data file this reads (expected .parquet, .jsonl, .ndjson or .json)")]
+    Unsupported { path: PathBuf },
+    /// A data file without rows.
+    #[error("{path} has no rows")]
+    Empty { path: PathBuf },
+    /// A dataset name that is neither a path nor in the local hub cache.
+    #[error(
+        "dataset `{name}` is not a file or directory, and not in the Hugging Face hub cache ({looked}); \
+         nothing is downloaded at run time: fetch it first, e.g. `hf download {name} --repo-type dataset` \
+         (into the cache) or `hf download {name} --repo-type dataset --local-dir data/{leaf}` and give that path"
+    )]
+    NotFound { name: String, looked: String, leaf: String },
+    /// A cached dataset whose revision cannot be told.
+    #[error("{repo}: {message}")]
+    Snapshot { repo: PathBuf, message: String },
+    /// No data file of a split (and subsets) in a dataset directory.
+    #[error(
+        "{root}: no data files for split `{split}`{subsets} (splits are read from file and folder names as the \
+         `datasets` library reads them: `train`, `data/train-00000-of-00001.parquet`, `test/0000.parquet`, ...); \
+         data files there: {found}"
+    )]
+    NoSplit { root: PathBuf, split: String, subsets: String, found: String },
+}
+
+/// Results of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,144 @@
+//! Where a dataset name points on disk: a path, or a hub id in the Hugging Face hub cache
+//! (`<cache>/datasets--<org>--<name>/snapshots/<commit>/`, the commit read from `refs/<revision>`,
+//! as `huggingface_hub` lays it out). Looked up, never downloaded.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The hub cache directory as `huggingface_hub` finds it: `HF_HUB_CACHE` (or its older name
+/// `HUGGINGFACE_HUB_CACHE`), else `$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else
+/// `~/.cache/huggingface/hub`.
+pub fn hub_cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("HF_HUB_CACHE")
+        .or_else(|| var("HUGGINGFACE_HUB_CACHE"))
+        .or_else(|| var("HF_HOME").map(|h| h.join("hub")))
+        .or_else(|| var("XDG_CACHE_HOME").map(|c| c.join("huggingface").join("hub")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache").join("huggingface").join("hub")))
+}
+
+/// `name` on disk: an existing file or directory as it is; else a hub id (`org/name`, optionally
+/// `@revision`, default `main`) resolved to its snapshot in the local hub cache.
+pub fn locate(name: &str) -> Result<PathBuf> {
+    locate_in(name, hub_cache_dir().as_deref())
+}
+
+/// [`locate`] with the hub cache given (none: only paths resolve).
+pub fn locate_in(name: &str, cache: Option<&Path>) -> Result<PathBuf> {
+    let path = Path::new(name);
+    if path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    let (id, revision) = name.split_once('@').unwrap_or((name, "main"));
+    let leaf = id.rsplit('/').next().unwrap_or(id).to_owned();
+    let not_found = |looked: String| Error::NotFound { name: id.to_owned(), looked, leaf: leaf.clone() };
+    let Some(cache) = cache else {
+        return Err(not_found(String::from("no cache directory: HOME and HF_HOME are unset")));
+    };
+    let repo = cache.join(format!("datasets--{}", id.replace('/', "--")));
+    if !repo.is_dir() {
+        return Err(not_found(format!("looked for {}", repo.display())));
+    }
+    snapshot(&repo, revision)
+}
+
+/// The snapshot directory of `revision` (a branch or tag with a `refs/` file, or a commit).
+fn snapshot(repo: &Path, revision: &str) -> Result<PathBuf> {
+    let snapshots = repo.join("snapshots");
+    let fail = |message: String| Error::Snapshot { repo: repo.to_path_buf(), message };
+    let reference = repo.join("refs").join(revision);
+    let commit = match std::fs::read_to_string(&reference) {
+        Ok(text) => text.trim().to_owned(),
+        Err(_) if snapshots.join(revision).is_dir() => revision.to_owned(),
+        Err(_) => {
+            let have = list(&snapshots);
+            return match (revision, have.as_slice()) {
+                ("main", [only]) => Ok(snapshots.join(only)),
+                _ => Err(fail(format!(
+                    "no `refs/{revision}` and no snapshot of that name; snapshots: {}",
+                    if have.is_empty() { String::from("none") } else { have.join(", ") }
+                ))),
+            };
+        }
+    };
+    let dir = snapshots.join(&commit);
+    if !dir.is_dir() {
+        return Err(fail(format!("`refs/{revision}` names commit {commit}, whose snapshot is not there")));
+    }
+    Ok(dir)
+}
+
+/// Names in a directory, sorted (none when it cannot be read).
+fn list(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache holding `org/data` at commit `abc` (main) and `def` (a tag `v1`).
+    fn cache() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("datasets--org--data");
+        for commit in ["abc", "def"] {
+            std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
+        }
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), "abc\n").unwrap();
+        std::fs::write(repo.join("refs/v1"), "def").unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_hub_id_resolves_to_the_snapshot_of_its_revision() {
+        let c = cache();
+        let at = |name: &str| locate_in(name, Some(c.path())).unwrap();
+        assert!(at("org/data").ends_with("snapshots/abc"));
+        assert!(at("org/data@v1").ends_with("snapshots/def"));
+        assert!(at("org/data@def").ends_with("snapshots/def"));
+        let err = locate_in("org/data@v2", Some(c.path())).unwrap_err().to_string();
+        assert!(err.contains("no `refs/v2`") && err.contains("abc, def"), "{err}");
+    }
+
+    #[test]
+    fn a_lone_snapshot_is_main_without_refs() {
+        let c = cache();
+        let repo = c.path().join("datasets--org--data");
+        std::fs::remove_dir_all(repo.join("refs")).unwrap();
+        assert!(locate_in("org/data", Some(c.path())).is_err(), "two snapshots: which is main is unknown");
+        std::fs::remove_dir_all(repo.join("snapshots/def")).unwrap();
+        assert!(locate_in("org/data", Some(c.path())).unwrap().ends_with("snapshots/abc"));
+    }
+
+    #[test]
+    fn a_missing_dataset_says_where_it_looked_and_how_to_fetch_it() {
+        let c = cache();
+        let err = locate_in("org/other", Some(c.path())).unwrap_err().to_string();
+        assert!(err.contains("datasets--org--other"), "{err}");
+        assert!(err.contains("hf download org/other --repo-type dataset"), "{err}");
+        assert!(err.contains("--local-dir data/other"), "{err}");
+        let err = locate_in("org/other", None).unwrap_err().to_string();
+        assert!(err.contains("no cache directory"), "{err}");
+    }
+
+    #[test]
+    fn an_existing_path_is_taken_as_it_is() {
+        let c = cache();
+        let file = c.path().join("rows.jsonl");
+        std::fs::write(&file, "{}\n").unwrap();
+        assert_eq!(locate_in(file.to_str().unwrap(), None).unwrap(), file);
+        let refs_broken = c.path().join("datasets--org--data/refs/main");
+        std::fs::write(refs_broken, "zzz").unwrap();
+        let err = locate_in("org/data", Some(c.path())).unwrap_err().to_string();
+        assert!(err.contains("commit zzz"), "{err}");
+    }
+}

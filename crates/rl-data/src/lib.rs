@@ -1,0 +1,48 @@
+//! Dataset files as users hold them: rows of JSONL, JSON and Parquet files, and Hugging Face
+//! dataset repositories on disk (a `hf download --local-dir` directory, or the hub cache that
+//! `huggingface_hub` fills), with their subsets and splits picked from file names the way the
+//! `datasets` library does. Nothing is downloaded: a hub id is looked up in the local cache and
+//! its absence is an error that says how to fetch it.
+//!
+//! One owner for "dataset on disk -> JSON rows": `rl sft`'s `type = "hf"` data and the `dataset`
+//! env read through here, and every error names the file (and the line or row).
+
+mod error;
+mod hub;
+mod parquet_rows;
+mod row;
+mod rows;
+mod splits;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{Error, Result};
+pub use hub::{hub_cache_dir, locate, locate_in};
+pub use row::Row;
+pub use rows::read_file;
+pub use splits::{DATA_EXTENSIONS, split_files};
+
+/// Every row of `splits` (in order; each split's files in path order) of the dataset `name`: a
+/// data file, a dataset directory, or a hub id (`org/name`) in the local hub cache. `subsets`
+/// (the `datasets` library's configs) narrow a directory to the files under a folder of one of
+/// those names; empty: every file.
+pub fn load(name: &str, subsets: &[String], splits: &[String]) -> Result<Vec<Row>> {
+    let root = locate(name)?;
+    let mut rows = Vec::new();
+    for file in files_of(&root, subsets, splits)? {
+        rows.extend(read_file(&file)?);
+    }
+    Ok(rows)
+}
+
+/// The data files `load` reads, without reading them.
+pub fn files_of(root: &Path, subsets: &[String], splits: &[String]) -> Result<Vec<PathBuf>> {
+    if root.is_file() {
+        return Ok(vec![root.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for split in splits {
+        files.extend(split_files(root, subsets, split)?);
+    }
+    Ok(files)
+}

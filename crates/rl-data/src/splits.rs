@@ -1,0 +1,189 @@
+//! Which files of a dataset directory hold a split (and subset), read from their paths as the
+//! `datasets` library reads a repository without a loading script: a split is named by a word of
+//! the file's path (words lie between `-`, `.`, spaces, digits and `/`; `_` joins),
+//! `train` also by `training`, `validation` by `valid` / `dev` / `val`, `test` by `testing` /
+//! `eval` / `evaluation`; `data/train_sft-00000-of-00003.parquet` is split `train_sft`. When no
+//! file names any split, every file is `train`. A subset (a config) is a folder of that name.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Extensions of the files a dataset directory's rows are read from.
+pub const DATA_EXTENSIONS: [&str; 4] = ["parquet", "jsonl", "ndjson", "json"];
+
+/// JSON files of a dataset directory that are metadata, not rows (the `datasets` library's own).
+const METADATA: [&str; 5] =
+    ["dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "config.json"];
+
+/// The standard splits and the words that name each.
+const KEYWORDS: [&[&str]; 3] =
+    [&["train", "training"], &["validation", "valid", "dev", "val"], &["test", "testing", "eval", "evaluation"]];
+
+/// The data files of `split` under `root`, in path order, narrowed to the folders named in
+/// `subsets` when there are any.
+pub fn split_files(root: &Path, subsets: &[String], split: &str) -> Result<Vec<PathBuf>> {
+    let mut all = Vec::new();
+    walk(root, root, &mut all)?;
+    all.sort();
+    let in_subset: Vec<&String> =
+        all.iter().filter(|rel| subsets.is_empty() || folders(rel).any(|f| subsets.iter().any(|s| s == f))).collect();
+    let names = names_of(split);
+    let mut picked: Vec<&String> = in_subset.iter().copied().filter(|rel| names_split(rel, &names)).collect();
+    let names_any_split = || in_subset.iter().any(|rel| KEYWORDS.iter().any(|k| names_split(rel, k)));
+    if picked.is_empty() && split == "train" && !names_any_split() {
+        picked = in_subset;
+    }
+    if picked.is_empty() {
+        let shown: Vec<&str> = all.iter().take(20).map(String::as_str).collect();
+        let arrow = if all.is_empty() && has_arrow(root) {
+            " (Arrow files are there: `datasets`' save_to_disk / cache format, which this does not read; write the \
+             dataset with `ds.to_parquet(...)` or `ds.to_json(...)`, or give the hub id)"
+        } else {
+            ""
+        };
+        return Err(Error::NoSplit {
+            root: root.to_path_buf(),
+            split: split.to_owned(),
+            subsets: if subsets.is_empty() { String::new() } else { format!(" in subsets {}", subsets.join(", ")) },
+            found: if shown.is_empty() {
+                format!("none{arrow}")
+            } else {
+                format!("{}{}", shown.join(", "), if all.len() > 20 { ", ..." } else { "" })
+            },
+        });
+    }
+    Ok(picked.into_iter().map(|rel| root.join(rel)).collect())
+}
+
+/// Whether an `.arrow` file lies directly in `root` or one level down (a `save_to_disk` directory
+/// or a `DatasetDict`'s split folders).
+fn has_arrow(root: &Path) -> bool {
+    let arrow_in = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "arrow"))
+    };
+    arrow_in(root)
+        || std::fs::read_dir(root).into_iter().flatten().flatten().any(|e| e.path().is_dir() && arrow_in(&e.path()))
+}
+
+/// The words naming `split`: a standard split's keywords, or the name itself.
+fn names_of(split: &str) -> Vec<&str> {
+    KEYWORDS.iter().find(|k| k.contains(&split)).map_or_else(|| vec![split], |k| k.to_vec())
+}
+
+/// Whether a word of the relative path `rel` is one of `names`.
+fn names_split(rel: &str, names: &[&str]) -> bool {
+    rel.split(|c: char| "-. /".contains(c) || c.is_ascii_digit())
+        .any(|w| !w.is_empty() && names.iter().any(|n| n.eq_ignore_ascii_case(w)))
+}
+
+/// The folder names of a relative path (not its file name).
+fn folders(rel: &str) -> impl Iterator<Item = &str> {
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    parts.pop();
+    parts.into_iter()
+}
+
+/// Data files under `dir`, relative to `root` with `/` separators; hidden and `__` entries skipped.
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.starts_with("__") {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            walk(root, &path, out)?;
+            continue;
+        }
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+        if DATA_EXTENSIONS.contains(&ext.as_str()) && !METADATA.contains(&name.as_str()) {
+            let rel = path.strip_prefix(root).unwrap_or(&path);
+            out.push(rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dataset(files: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for f in files {
+            let path = dir.path().join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "{}\n").unwrap();
+        }
+        dir
+    }
+
+    fn picked(dir: &tempfile::TempDir, subsets: &[&str], split: &str) -> Vec<String> {
+        let subsets: Vec<String> = subsets.iter().map(|s| s.to_string()).collect();
+        split_files(dir.path(), &subsets, split)
+            .unwrap()
+            .iter()
+            .map(|p| p.strip_prefix(dir.path()).unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn push_to_hub_shards_and_keyword_names() {
+        let d = dataset(&[
+            "README.md",
+            "data/train-00000-of-00002.parquet",
+            "data/train-00001-of-00002.parquet",
+            "data/test-00000-of-00001.parquet",
+            "data/train_sft-00000-of-00001.parquet",
+            "valid.jsonl",
+            ".cache/train.jsonl",
+            "dataset_info.json",
+        ]);
+        assert_eq!(
+            picked(&d, &[], "train"),
+            ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+        );
+        assert_eq!(picked(&d, &[], "test"), ["data/test-00000-of-00001.parquet"]);
+        assert_eq!(picked(&d, &[], "train_sft"), ["data/train_sft-00000-of-00001.parquet"]);
+        assert_eq!(picked(&d, &[], "validation"), ["valid.jsonl"]);
+        let err = split_files(d.path(), &[], "gen").unwrap_err().to_string();
+        assert!(err.contains("no data files for split `gen`") && err.contains("valid.jsonl"), "{err}");
+    }
+
+    #[test]
+    fn unnamed_files_are_train_and_subsets_are_folders() {
+        let d = dataset(&["rows.jsonl", "more/rows2.parquet"]);
+        assert_eq!(picked(&d, &[], "train"), ["more/rows2.parquet", "rows.jsonl"]);
+        assert!(split_files(d.path(), &[], "test").is_err());
+        let d =
+            dataset(&["main/train-00000-of-00001.parquet", "socratic/train-00000-of-00001.parquet", "main/test.jsonl"]);
+        assert_eq!(picked(&d, &["main"], "train"), ["main/train-00000-of-00001.parquet"]);
+        assert_eq!(picked(&d, &["main", "socratic"], "train").len(), 2);
+        assert_eq!(picked(&d, &["main"], "test"), ["main/test.jsonl"]);
+        let err = split_files(d.path(), &[String::from("other")], "train").unwrap_err().to_string();
+        assert!(err.contains("in subsets other"), "{err}");
+    }
+
+    #[test]
+    fn a_save_to_disk_directory_is_named_as_such() {
+        let d = dataset(&["train/data-00000-of-00001.arrow", "train/dataset_info.json", "train/state.json"]);
+        let err = split_files(d.path(), &[], "train").unwrap_err().to_string();
+        assert!(err.contains("none (Arrow files are there") && err.contains("to_parquet"), "{err}");
+    }
+
+    #[test]
+    fn words_are_whole() {
+        assert!(names_split("data/train-00000-of-00001.parquet", &["train"]));
+        assert!(names_split("Training_set/x.jsonl", &["training_set"]));
+        assert!(!names_split("constrained/x.jsonl", &["train"]));
+        assert!(!names_split("data/train_sft-0.parquet", &["train"]));
+        assert!(names_split("dev.json", &names_of("validation")));
+    }
+}
