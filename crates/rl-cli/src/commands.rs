@@ -4,15 +4,15 @@ use std::io::Write;
 
 use anyhow::{Context, bail};
 use rl_configs::{
-    ConfigFile, EnvServerConfig, InferenceConfig, OrchestratorConfig, RlConfig, SftConfig, TrainerConfig, load,
-    schema_json,
+    ConfigFile, EnvServerConfig, InferenceConfig, OrchestratorConfig, RlConfig, SftConfig, TrainerConfig,
+    load_resolving, schema_json,
 };
 use rl_run::write_json_atomic;
 
 /// Commands that take a config, with the config type they load.
 const CONFIG_COMMANDS: &[(&str, &str)] = &[
     ("rl", "launch inference, env servers, orchestrator and trainer for an RL run"),
-    ("sft", "supervised fine-tuning on a built-in task or a JSONL file"),
+    ("sft", "supervised fine-tuning on a built-in task, a data file or a Hugging Face dataset"),
     ("orchestrator", "run the orchestrator alone"),
     ("trainer", "run the trainer alone"),
     ("inference", "run the embedded OpenAI-compatible inference server"),
@@ -59,7 +59,8 @@ fn config_command<T: ConfigFile>(
     }
     let dry_run = args.iter().any(|a| a == "--dry-run");
     let args: Vec<String> = args.iter().filter(|a| *a != "--dry-run").cloned().collect();
-    let loaded = load::<T>(&args).with_context(|| format!("`rl {command}`: the config is not valid"))?;
+    let loaded =
+        load_resolving::<T>(&args, &hub_model).with_context(|| format!("`rl {command}`: the config is not valid"))?;
     let mut err = std::io::stderr().lock();
     for w in &loaded.warnings {
         writeln!(err, "warning: {w}")?;
@@ -75,6 +76,16 @@ fn config_command<T: ConfigFile>(
         return Ok(());
     }
     run(command, &loaded.config)
+}
+
+/// A model path that is a hub id in the local Hugging Face hub cache (`Qwen/Qwen3-0.6B`, as
+/// transformers and vLLM take it) is that cache's snapshot directory; nothing is downloaded.
+fn hub_model(path: &str) -> Result<Option<std::path::PathBuf>, String> {
+    let found = rl_data::cached_model(path).map_err(|e| e.to_string())?;
+    if let Some(dir) = &found {
+        let _ = writeln!(std::io::stderr().lock(), "note: model `{path}` is the hub cache's {}", dir.display());
+    }
+    Ok(found)
 }
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force] \

@@ -6,14 +6,16 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
-pub(crate) const USAGE: &str = "rl model merge --base DIR --adapter DIR --out DIR [--force]";
+pub(crate) const USAGE: &str = "rl model merge --adapter DIR --out DIR [--base DIR] [--force]";
 
 pub(crate) const HELP: &str = "Merges a LoRA adapter into its base model: every adapted projection W becomes
 W + alpha / r * B A, written with the base's config and tokenizer files.
 
-  --base DIR     the base model directory (HF format)
   --adapter DIR  the adapter directory (adapter_config.json + adapter_model.safetensors), e.g.
                  <run>/adapter of a LoRA run
+  --base DIR     the base model directory (HF format), or a hub id in the local Hugging Face hub
+                 cache; default: the adapter's `base_model_name_or_path`, a directory or a hub id
+                 found in that cache (nothing is downloaded)
   --out DIR      the merged model directory to create (refused if it exists, unless --force)
   --force        replace an existing directory";
 
@@ -34,13 +36,20 @@ pub(crate) fn merge(args: &[String]) -> anyhow::Result<()> {
         }
     }
     let need = |v: Option<PathBuf>, name: &str| v.with_context(|| format!("`{name} DIR` is required; usage: {USAGE}"));
-    let (base, adapter, out) = (need(base, "--base")?, need(adapter, "--adapter")?, need(out, "--out")?);
+    let (adapter, out) = (need(adapter, "--adapter")?, need(out, "--out")?);
     if out.exists() && !force {
         bail!("{} exists; pass --force to replace it", out.display());
     }
     if !rl_model::is_adapter_dir(&adapter) {
         bail!("{} is not an adapter directory: it has no {}", adapter.display(), rl_model::ADAPTER_CONFIG);
     }
+    let base = match base {
+        Some(base) => {
+            let given = base.to_string_lossy();
+            rl_data::cached_model(&given).with_context(|| format!("--base {given}"))?.unwrap_or(base)
+        }
+        None => rl_model::adapter_base_dir(&adapter)?,
+    };
     let cfg = rl_model::read_config(&base)?;
     let cpu = candle_core::Device::Cpu;
     let (lora, adapters) = rl_model::read_adapter_dir(&cfg, &adapter, &cpu)?;

@@ -16,6 +16,8 @@ use crate::trainer::TrainerConfig;
 
 impl ConfigFile for RlConfig {
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = Some(&["orchestrator"]);
+    const MODELS_AT: &'static [&'static [&'static str]] =
+        &[&["model"], &["trainer", "model"], &["orchestrator", "model"], &["inference", "model"]];
 
     fn prepare(raw: &mut Value) -> Result<()> {
         propagate_shared(raw)
@@ -48,6 +50,7 @@ impl ConfigFile for RlConfig {
 
 impl ConfigFile for OrchestratorConfig {
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = Some(&[]);
+    const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
         self.resolve();
@@ -63,6 +66,8 @@ impl ConfigFile for OrchestratorConfig {
 }
 
 impl ConfigFile for TrainerConfig {
+    const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
+
     fn finish(&mut self) -> Result<()> {
         self.validate("")
     }
@@ -73,6 +78,8 @@ impl ConfigFile for TrainerConfig {
 }
 
 impl ConfigFile for InferenceConfig {
+    const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
+
     fn finish(&mut self) -> Result<()> {
         self.validate("")
     }
@@ -97,6 +104,8 @@ impl ConfigFile for EnvServerConfig {
 }
 
 impl ConfigFile for SftConfig {
+    const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
+
     fn finish(&mut self) -> Result<()> {
         if self.run.name.is_none() {
             self.run.name = Some(String::from("sft"));

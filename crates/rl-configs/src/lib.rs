@@ -44,7 +44,7 @@ pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};
 pub use inference::{InferenceConfig, TOOL_CALL_PARSERS};
 pub use launcher::LauncherConfig;
-pub use load::{ConfigFile, Loaded, load, to_json};
+pub use load::{ConfigFile, Loaded, ModelResolver, load, load_resolving, to_json};
 pub use lora::{LORA_MODULES, LoraConfig};
 pub use orchestrator::{ModelEndpointConfig, OrchestratorConfig, POLICY_KEY, PolicyModelConfig};
 pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};

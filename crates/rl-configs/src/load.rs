@@ -22,6 +22,10 @@ pub trait ConfigFile: DeserializeOwned + Serialize + JsonSchema {
     /// Where the orchestrator section sits, for deprecated-key translation (`None`: nowhere).
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = None;
 
+    /// Where the config's model sections sit (tables with `path` and `name`), for
+    /// [`load_resolving`]'s model lookup.
+    const MODELS_AT: &'static [&'static [&'static str]] = &[];
+
     /// Rewrites the merged raw tree before typing it (shared-key propagation).
     fn prepare(_raw: &mut Value) -> Result<()> {
         Ok(())
@@ -43,16 +47,48 @@ pub struct Loaded<T> {
     pub warnings: Vec<Deprecation>,
 }
 
+/// Finds the local copy of a model `path` that is not a directory (a hub id in the hub cache, say):
+/// `Ok(Some(dir))` to use instead, `Ok(None)` to keep the path, `Err` to refuse it. The config
+/// crate does no IO; the binary passes its lookup in.
+pub type ModelResolver<'a> = &'a dyn Fn(&str) -> std::result::Result<Option<PathBuf>, String>;
+
 /// Loads a config from command-line arguments (`@ file.toml`, `--key value`, ...).
 pub fn load<T: ConfigFile>(args: &[String]) -> Result<Loaded<T>> {
-    let (raw, origins, warnings) = merged_tree::<T>(args)?;
+    load_resolving(args, &|_| Ok(None))
+}
+
+/// [`load`], with every model section's `path` looked up by `models` first (before shared keys
+/// propagate, so every part gets the result): a path it resolves is replaced by the directory
+/// found, and the section's `name`, when unset, becomes the path as given (a hub id is served
+/// under that id, as vLLM serves `Qwen/Qwen3-0.6B`).
+pub fn load_resolving<T: ConfigFile>(args: &[String], models: ModelResolver<'_>) -> Result<Loaded<T>> {
+    let (raw, origins, warnings) = merged_tree::<T>(args, models)?;
     let mut config = typed::<T>(raw, &origins)?;
     config.finish()?;
     Ok(Loaded { config, warnings })
 }
 
+/// Replaces resolvable model paths at `T::MODELS_AT` (see [`load_resolving`]).
+fn resolve_models(root: &mut Value, at: &[&[&str]], models: ModelResolver<'_>) -> Result<()> {
+    for place in at {
+        let Some(Value::Object(section)) = place.iter().try_fold(&mut *root, |v, k| v.get_mut(*k)) else {
+            continue;
+        };
+        let Some(Value::String(given)) = section.get("path").cloned() else { continue };
+        let key = format!("{}.path", place.join("."));
+        if let Some(dir) = models(&given).map_err(|m| ConfigError::invalid(key, m))? {
+            section.insert(String::from("path"), Value::String(dir.to_string_lossy().into_owned()));
+            section.entry("name").or_insert(Value::String(given));
+        }
+    }
+    Ok(())
+}
+
 /// Builds the merged raw tree from the arguments, with the origin of every key.
-fn merged_tree<T: ConfigFile>(args: &[String]) -> Result<(Value, Origins, Vec<Deprecation>)> {
+fn merged_tree<T: ConfigFile>(
+    args: &[String],
+    models: ModelResolver<'_>,
+) -> Result<(Value, Origins, Vec<Deprecation>)> {
     let ops = parse_args(args)?;
     let mut root = Value::Object(serde_json::Map::new());
     let mut origins = Origins::default();
@@ -78,6 +114,7 @@ fn merged_tree<T: ConfigFile>(args: &[String]) -> Result<(Value, Origins, Vec<De
             }
         }
     }
+    resolve_models(&mut root, T::MODELS_AT, models)?;
     T::prepare(&mut root)?;
     Ok((root, origins, warnings))
 }

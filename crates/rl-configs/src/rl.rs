@@ -222,7 +222,8 @@ pub struct RlParts {
 }
 
 impl RlConfig {
-    /// The run's name: `run.name`, or `<env names joined by +>--<model name>`.
+    /// The run's name: `run.name`, or `<env names joined by +>--<model name>` (of a hub id such as
+    /// `Qwen/Qwen3-0.6B` its last part: the name is one directory).
     pub fn run_name(&self) -> String {
         if let Some(name) = &self.run.name {
             return name.clone();
@@ -230,6 +231,7 @@ impl RlConfig {
         let envs: Vec<&str> = self.orchestrator.train.env.iter().map(|e| e.display_name()).collect();
         let envs = if envs.is_empty() { String::from("no-env") } else { envs.join("+") };
         let model = policy_model_name(&self.orchestrator.model);
+        let model = model.rsplit(['/', '\\']).next().unwrap_or(&model);
         format!("{envs}--{model}").to_lowercase()
     }
 

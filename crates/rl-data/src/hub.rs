@@ -1,6 +1,6 @@
-//! Where a dataset name points on disk: a path, or a hub id in the Hugging Face hub cache
-//! (`<cache>/datasets--<org>--<name>/snapshots/<commit>/`, the commit read from `refs/<revision>`,
-//! as `huggingface_hub` lays it out). Looked up, never downloaded.
+//! Where a dataset or model name points on disk: a path, or a hub id in the Hugging Face hub cache
+//! (`<cache>/datasets--<org>--<name>/snapshots/<commit>/`, `models--...` for models, the commit read
+//! from `refs/<revision>`, as `huggingface_hub` lays it out). Looked up, never downloaded.
 
 use std::path::{Path, PathBuf};
 
@@ -36,11 +36,37 @@ pub fn locate_in(name: &str, cache: Option<&Path>) -> Result<PathBuf> {
     let Some(cache) = cache else {
         return Err(not_found(String::from("no cache directory: HOME and HF_HOME are unset")));
     };
-    let repo = cache.join(format!("datasets--{}", id.replace('/', "--")));
+    let repo = repo_dir(cache, "datasets", id);
     if !repo.is_dir() {
         return Err(not_found(format!("looked for {}", repo.display())));
     }
     snapshot(&repo, revision)
+}
+
+/// The snapshot of a model hub id (`org/name`, optionally `@revision`) in the local hub cache, as
+/// transformers finds it offline; `None` when `id` is an existing path or the cache has no such
+/// model (the caller's own "not a model directory" error then stands).
+pub fn cached_model(id: &str) -> Result<Option<PathBuf>> {
+    cached_model_in(id, hub_cache_dir().as_deref())
+}
+
+/// [`cached_model`] with the hub cache given.
+pub fn cached_model_in(id: &str, cache: Option<&Path>) -> Result<Option<PathBuf>> {
+    let (bare, revision) = id.split_once('@').unwrap_or((id, "main"));
+    let looks_like_id = !bare.is_empty() && !bare.starts_with(['/', '.', '~']) && bare.matches('/').count() <= 1;
+    let Some(cache) = cache.filter(|_| looks_like_id && !Path::new(id).exists()) else {
+        return Ok(None);
+    };
+    let repo = repo_dir(cache, "models", bare);
+    if !repo.is_dir() {
+        return Ok(None);
+    }
+    snapshot(&repo, revision).map(Some)
+}
+
+/// `<cache>/<kind>--<org>--<name>`.
+fn repo_dir(cache: &Path, kind: &str, id: &str) -> PathBuf {
+    cache.join(format!("{kind}--{}", id.replace('/', "--")))
 }
 
 /// The snapshot directory of `revision` (a branch or tag with a `refs/` file, or a commit).
@@ -128,6 +154,23 @@ mod tests {
         assert!(err.contains("--local-dir data/other"), "{err}");
         let err = locate_in("org/other", None).unwrap_err().to_string();
         assert!(err.contains("no cache directory"), "{err}");
+    }
+
+    #[test]
+    fn a_model_id_resolves_in_the_cache_and_anything_else_is_none() {
+        let c = cache();
+        let repo = c.path().join("models--Qwen--Qwen3-0.6B");
+        std::fs::create_dir_all(repo.join("snapshots/c1")).unwrap();
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), "c1").unwrap();
+        let found = cached_model_in("Qwen/Qwen3-0.6B", Some(c.path())).unwrap().unwrap();
+        assert!(found.ends_with("models--Qwen--Qwen3-0.6B/snapshots/c1"));
+        for other in ["Qwen/Qwen3-8B", "./Qwen/Qwen3-0.6B", "/abs/dir", "a/b/c", ""] {
+            assert_eq!(cached_model_in(other, Some(c.path())).unwrap(), None, "{other}");
+        }
+        assert_eq!(cached_model_in("Qwen/Qwen3-0.6B", None).unwrap(), None);
+        let err = cached_model_in("Qwen/Qwen3-0.6B@v9", Some(c.path())).unwrap_err().to_string();
+        assert!(err.contains("no `refs/v9`"), "{err}");
     }
 
     #[test]

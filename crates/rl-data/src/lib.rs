@@ -1,8 +1,8 @@
 //! Dataset files as users hold them: rows of JSONL, JSON and Parquet files, and Hugging Face
 //! dataset repositories on disk (a `hf download --local-dir` directory, or the hub cache that
 //! `huggingface_hub` fills), with their subsets and splits picked from file names the way the
-//! `datasets` library does. Nothing is downloaded: a hub id is looked up in the local cache and
-//! its absence is an error that says how to fetch it.
+//! `datasets` library does; and model hub ids looked up in the same cache. Nothing is downloaded:
+//! a hub id is looked up in the local cache and its absence is an error that says how to fetch it.
 //!
 //! One owner for "dataset on disk -> JSON rows": `rl sft`'s `type = "hf"` data and the `dataset`
 //! env read through here, and every error names the file (and the line or row).
@@ -17,7 +17,7 @@ mod splits;
 use std::path::{Path, PathBuf};
 
 pub use error::{Error, Result};
-pub use hub::{hub_cache_dir, locate, locate_in};
+pub use hub::{cached_model, cached_model_in, hub_cache_dir, locate, locate_in};
 pub use row::Row;
 pub use rows::read_file;
 pub use splits::{DATA_EXTENSIONS, split_files};

@@ -175,13 +175,16 @@ pub fn adapter_base_dir(dir: &Path) -> Result<std::path::PathBuf> {
     let base = v["base_model_name_or_path"].as_str().filter(|b| !b.is_empty()).ok_or_else(|| {
         Error::bad_dir(dir, format!("{ADAPTER_CONFIG} names no base model (`base_model_name_or_path`)"))
     })?;
-    let base = std::path::PathBuf::from(base);
+    // A hub id (PEFT writes the id the base was loaded by) is its snapshot in the local hub cache.
+    let cached = rl_data::cached_model(base).map_err(|e| Error::bad_dir(dir, format!("{ADAPTER_CONFIG}: {e}")))?;
+    let base = cached.unwrap_or_else(|| std::path::PathBuf::from(base));
     if !base.join("config.json").is_file() {
         return Err(Error::bad_dir(
             dir,
             format!(
-                "its base model `{}` is not a local model directory (nothing is downloaded): point \
-                 `base_model_name_or_path` in {ADAPTER_CONFIG} at a local copy of the base, or load the merged model",
+                "its base model `{}` is not a local model directory nor in the Hugging Face hub cache (nothing is \
+                 downloaded): fetch it (`hf download <id>`), point `base_model_name_or_path` in {ADAPTER_CONFIG} at \
+                 a local copy of the base, or load the merged model",
                 base.display()
             ),
         ));

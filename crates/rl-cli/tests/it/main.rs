@@ -7,6 +7,7 @@ mod e2e;
 mod env_server;
 mod eval;
 mod guide;
+mod hub;
 mod recipes;
 mod run_lock;
 mod sft;

@@ -288,3 +288,33 @@ fn best_of_is_at_least_one_and_at_most_each_group() {
             .to_string();
     assert!(zero.contains("algorithms.0.best_of_steps") && zero.contains("at least 1"), "{zero}");
 }
+
+/// A model path the binary's lookup resolves (a hub id in the hub cache) becomes the directory
+/// found in every part, served under the id; a path it keeps stays, and its refusal names the key.
+#[test]
+fn model_paths_resolve_before_they_propagate() {
+    let f = Files::new();
+    let file = f.write("rl.toml", MINIMAL_RL);
+    let lookup = |p: &str| -> Result<Option<std::path::PathBuf>, String> {
+        match p {
+            "m/tiny" => Ok(Some(std::path::PathBuf::from("/cache/models--m--tiny/snapshots/c1"))),
+            "m/broken" => Err(String::from("no `refs/main`")),
+            _ => Ok(None),
+        }
+    };
+    let args =
+        |extra: &[&str]| -> Vec<String> { ["@", file.as_str()].iter().chain(extra).map(|s| s.to_string()).collect() };
+    let cfg = rl_configs::load_resolving::<RlConfig>(&args(&[]), &lookup).unwrap().config;
+    let want = Some(std::path::PathBuf::from("/cache/models--m--tiny/snapshots/c1"));
+    assert_eq!(cfg.trainer.model.path, want);
+    assert_eq!(cfg.orchestrator.model.path, want);
+    assert_eq!(cfg.orchestrator.model.name.as_deref(), Some("m/tiny"), "served under the id");
+    assert_eq!(cfg.trainer.model.name.as_deref(), Some("m/tiny"));
+    assert_eq!(cfg.run_name(), "reverse-text--tiny", "a run directory, not a path");
+    let named = rl_configs::load_resolving::<RlConfig>(&args(&["--model.name", "mine"]), &lookup).unwrap().config;
+    assert_eq!((named.orchestrator.model.path, named.orchestrator.model.name.as_deref()), (want, Some("mine")));
+    let kept = rl_configs::load_resolving::<RlConfig>(&args(&["--model.path", "local/dir"]), &lookup).unwrap().config;
+    assert_eq!(kept.trainer.model.path, Some(std::path::PathBuf::from("local/dir")));
+    let err = rl_configs::load_resolving::<RlConfig>(&args(&["--model.path", "m/broken"]), &lookup).unwrap_err();
+    assert!(err.to_string().contains("model.path") && err.to_string().contains("refs/main"), "{err}");
+}
