@@ -82,6 +82,15 @@ pub fn read_config(dir: &Path) -> Result<ModelConfig> {
 /// Why `dir` (without a config.json) is not a model directory; a PEFT adapter directory (what
 /// `rl sft` / `rl rl` write to `<run>/adapter`) is named as one, with where its model is.
 fn not_a_model(dir: &Path) -> String {
+    if !dir.exists() {
+        // Perhaps a hub id: commands resolve those from the local hub cache, never the network.
+        let cache = rl_data::hub_cache_dir().map_or_else(|| String::from("unset"), |c| c.display().to_string());
+        return format!(
+            "does not exist, and is not a model in the Hugging Face hub cache ({cache}); nothing is downloaded: \
+             for a hub id, fetch it once (`hf download {}`) or give a local model directory",
+            dir.display()
+        );
+    }
     let Ok(text) = std::fs::read_to_string(dir.join("adapter_config.json")) else {
         return String::from("has no config.json (is it an HF-format model directory?)");
     };
