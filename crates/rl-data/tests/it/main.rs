@@ -1,5 +1,6 @@
-//! rl-data against files pyarrow wrote (`tests/fixtures/make_fixtures.py`), the way `datasets`
-//! writes a dataset's shards: nested columns, every codec, several row groups, a hub-cache layout.
+//! rl-data against files the `datasets` library and pyarrow wrote (`tests/fixtures/make_fixtures.py`):
+//! a dataset's shards as `to_parquet` writes them (nested columns, several row groups, its
+//! features in the metadata), every codec, a hub-cache layout.
 
 use std::path::{Path, PathBuf};
 
@@ -30,11 +31,11 @@ fn nested_chat_rows_read_as_json_across_row_groups() {
 
 #[test]
 fn every_codec_pyarrow_writes_reads() {
-    let zstd = rl_data::read_file(&fixtures().join("data/test-00000-of-00001.parquet")).unwrap();
-    assert_eq!(zstd[0].fields["completion"], json!([{"role": "assistant", "content": "4"}]));
-    assert_eq!(zstd[0].fields["weight"], json!(0.5));
-    assert_eq!(zstd[1].fields["weight"], json!(null));
-    for codec in ["lz4", "gzip"] {
+    let test = rl_data::read_file(&fixtures().join("data/test-00000-of-00001.parquet")).unwrap();
+    assert_eq!(test[0].fields["completion"], json!([{"role": "assistant", "content": "4"}]));
+    assert_eq!(test[0].fields["weight"], json!(0.5));
+    assert_eq!(test[1].fields["weight"], json!(null));
+    for codec in ["zstd", "lz4", "gzip"] {
         let rows = rl_data::read_file(&fixtures().join(format!("{codec}.parquet"))).unwrap();
         let got: Vec<_> = rows.iter().map(|r| r.fields["answer"].clone()).collect();
         assert_eq!(got, [json!("1"), json!("2")], "{codec}");
