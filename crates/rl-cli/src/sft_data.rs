@@ -107,8 +107,10 @@ fn message_list(v: &Value, field: &str) -> anyhow::Result<Vec<TemplateMessage>> 
 
 fn message(m: &Value, field: &str) -> anyhow::Result<TemplateMessage> {
     let role = m.get("role").and_then(Value::as_str).with_context(|| format!("`{field}.role` is missing"))?;
+    // OpenAI's newer name for system instructions, as the inference server takes it.
+    let role = if role == "developer" { "system" } else { role };
     if !["system", "user", "assistant", "tool"].contains(&role) {
-        bail!("`{field}.role` must be system, user, assistant or tool, got {role:?}");
+        bail!("`{field}.role` must be system (or developer), user, assistant or tool, got {role:?}");
     }
     let content = match m.get("content") {
         None | Some(Value::Null) => String::new(),

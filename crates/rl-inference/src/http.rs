@@ -144,8 +144,14 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
     messages
         .iter()
         .map(|m| {
-            if !["system", "user", "assistant", "tool"].contains(&m.role.as_str()) {
-                return Err(Error::BadRequest(format!("unknown message role {:?}", m.role)));
+            // OpenAI's `developer` role (its newer name for system instructions, which the OpenAI
+            // SDK and agent frameworks send) is a system message to chat templates, which know no other.
+            let role = if m.role == "developer" { "system" } else { m.role.as_str() };
+            if !["system", "user", "assistant", "tool"].contains(&role) {
+                return Err(Error::BadRequest(format!(
+                    "unknown message role {:?} (expected system, developer, user, assistant or tool)",
+                    m.role
+                )));
             }
             let tool_calls = m
                 .tool_calls
@@ -171,7 +177,7 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok(TemplateMessage {
-                role: m.role.clone(),
+                role: role.to_owned(),
                 content: content_text(m.content.as_ref())?,
                 tool_calls,
                 reasoning_content: m.reasoning_content.clone(),

@@ -547,6 +547,22 @@ async fn tokenize_gives_the_chat_routes_prompt() {
     assert_ne!(plain["tokens"], no_think["tokens"], "the template variable reaches the template");
 }
 
+/// OpenAI's `developer` role is the system message chat templates know; a role no template knows
+/// is refused naming the ones that are.
+#[tokio::test]
+async fn the_developer_role_is_a_system_message() {
+    let srv = start(|_| {}).await;
+    let chat =
+        |role: &str| json!({"messages": [{"role": role, "content": "Be brief."}, {"role": "user", "content": "abc"}]});
+    let (_, system) = srv.post("/tokenize", chat("system")).await;
+    let (_, developer) = srv.post("/tokenize", chat("developer")).await;
+    assert!(system["tokens"].as_array().is_some_and(|t| !t.is_empty()), "{system}");
+    assert_eq!(system["tokens"], developer["tokens"]);
+    let (s, v) = srv.post("/v1/chat/completions", chat("narrator")).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("expected system, developer, user"), "{v}");
+}
+
 /// An assistant message's reasoning given apart (`reasoning_content`, or vLLM's newer
 /// `reasoning`) reaches the chat template, as Qwen3's renders it.
 #[tokio::test]
