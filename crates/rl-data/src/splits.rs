@@ -24,7 +24,7 @@ const KEYWORDS: [&[&str]; 3] =
 /// `subsets` when there are any.
 pub fn split_files(root: &Path, subsets: &[String], split: &str) -> Result<Vec<PathBuf>> {
     let mut all = Vec::new();
-    walk(root, root, &mut all)?;
+    walk(root, root, &mut std::collections::HashSet::new(), &mut all)?;
     all.sort();
     let in_subset: Vec<&String> =
         all.iter().filter(|rel| subsets.is_empty() || folders(rel).any(|f| subsets.iter().any(|s| s == f))).collect();
@@ -89,7 +89,12 @@ fn folders(rel: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Data files under `dir`, relative to `root` with `/` separators; hidden and `__` entries skipped.
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+/// Symlinks are followed (the hub cache's snapshot files link to its blobs), each folder read once
+/// (`seen`: canonical paths), so a link back up the tree neither loops nor repeats rows.
+fn walk(root: &Path, dir: &Path, seen: &mut std::collections::HashSet<PathBuf>, out: &mut Vec<String>) -> Result<()> {
+    if !seen.insert(std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?) {
+        return Ok(());
+    }
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -99,7 +104,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
         }
         let path = entry.path();
         if path.is_dir() {
-            walk(root, &path, out)?;
+            walk(root, &path, seen, out)?;
             continue;
         }
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
@@ -176,6 +181,14 @@ mod tests {
         let d = dataset(&["train/data-00000-of-00001.arrow", "train/dataset_info.json", "train/state.json"]);
         let err = split_files(d.path(), &[], "train").unwrap_err().to_string();
         assert!(err.contains("none (Arrow files are there") && err.contains("to_parquet"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_linking_to_itself_ends() {
+        let d = dataset(&["data/train.jsonl"]);
+        std::os::unix::fs::symlink(d.path().join("data"), d.path().join("data/loop")).unwrap();
+        assert_eq!(picked(&d, &[], "train"), ["data/train.jsonl"], "read once, not once per loop");
     }
 
     #[test]

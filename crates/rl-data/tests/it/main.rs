@@ -61,11 +61,23 @@ fn a_hub_id_is_read_from_the_hub_cache() {
     std::fs::create_dir_all(&snapshot).unwrap();
     std::fs::create_dir_all(repo.join("refs")).unwrap();
     std::fs::write(repo.join("refs/main"), "0123abcd").unwrap();
-    std::fs::copy(fixtures().join("data/train-00000-of-00001.parquet"), snapshot.join("train-00000-of-00001.parquet"))
-        .unwrap();
+    // As huggingface_hub stores files: the content in blobs/, the snapshot's file a relative link to it.
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::copy(fixtures().join("data/train-00000-of-00001.parquet"), repo.join("blobs/9f8e7d")).unwrap();
+    link("../../../blobs/9f8e7d", &snapshot.join("train-00000-of-00001.parquet"));
     let found = rl_data::locate_in("org/chat", Some(cache.path())).unwrap();
     assert!(found.ends_with("snapshots/0123abcd"));
     assert_eq!(rl_data::load(&found.to_string_lossy(), &[], &[String::from("train")]).unwrap().len(), 3);
+}
+
+#[cfg(unix)]
+fn link(target: &str, at: &Path) {
+    std::os::unix::fs::symlink(target, at).unwrap();
+}
+
+#[cfg(not(unix))]
+fn link(target: &str, at: &Path) {
+    std::fs::copy(at.parent().unwrap().join(target), at).unwrap();
 }
 
 #[test]
