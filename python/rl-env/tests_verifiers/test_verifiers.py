@@ -277,15 +277,24 @@ class ToolCalls(unittest.TestCase):
     """A tool call, its result and the answer become trace nodes with roles, calls and call ids."""
 
     def test_a_tool_round_trip_is_converted_whole(self):
-        # verifiers' two tool scopes: a server per rollout, and one the taskset shares.
-        for shared in (False, True):
-            with self.subTest(shared_tools=shared):
-                self.round_trip({"shared_tools": shared})
+        # verifiers' two tool scopes: a server per rollout, and one the taskset shares; the renderer
+        # given, or chosen by the host from the model's template.
+        for shared, renderer in ((False, None), (True, {"name": "default", "tool_parser": "qwen3"})):
+            with self.subTest(shared_tools=shared, renderer=renderer):
+                self.round_trip({"shared_tools": shared}, renderer)
 
-    def round_trip(self, taskset_args):
+    def test_the_host_picks_the_tool_parser_of_the_models_template(self):
+        # The test model is a local checkpoint renderers has no entry for; its Qwen-style template
+        # renders Hermes `<tool_call>` blocks.
+        self.assertEqual(verifiers_host.default_renderer(str(MODEL)), {"name": "default", "tool_parser": "qwen3"})
+        self.assertIsNone(verifiers_host.default_renderer("Qwen/Qwen3-0.6B"), "a model renderers knows keeps its own")
+        snapshot = "/home/u/.cache/huggingface/hub/models--Qwen--Qwen3-0.6B/snapshots/c0ffee"
+        self.assertEqual(verifiers_host.renderer_model_name(snapshot), "Qwen/Qwen3-0.6B")
+        self.assertEqual(verifiers_host.renderer_model_name(str(MODEL)), str(MODEL))
+
+    def round_trip(self, taskset_args, renderer):
         engine = ScriptedEngine()
         try:
-            renderer = {"name": "default", "tool_parser": "qwen3"}
             env = env_config("rlt_lookup", taskset_args=taskset_args, max_turns=3)
             _, traces = run_episodes(env, 1, actor(base_url=engine.base_url), renderer=renderer)
         finally:

@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -171,6 +172,45 @@ def episode_json(episode):
     return out
 
 
+HUB_SNAPSHOT = re.compile(r"(?:^|/)models--(?P<repo>[^/]+)/snapshots/[^/]+/?$")
+
+# The Hermes-style calls Qwen2.5/Qwen3 templates (and `rl model init`'s) render, which the
+# `renderers` package parses with its `qwen3` tool parser.
+PROBE_TOOL = {"type": "function", "function": {"name": "rl_probe", "parameters": {"type": "object"}}}
+PROBE_CALL = {"type": "function", "function": {"name": "rl_probe", "arguments": {"x": 1}}}
+
+
+def renderer_model_name(tokenizer):
+    """The name verifiers resolves the policy's renderer and tokenizer by: a model in the Hugging
+    Face hub cache by its hub id (`rl rl` hands over the cache's snapshot directory of
+    `model.path = "Qwen/Qwen3-0.6B"`), which `renderers` maps to the model's own renderer; else the
+    directory."""
+    match = HUB_SNAPSHOT.search(str(tokenizer).replace(os.sep, "/"))
+    return match["repo"].replace("--", "/", 1) if match else str(tokenizer)
+
+
+def default_renderer(name):
+    """A renderer config for a model `renderers` has no entry for (a fine-tune, a renamed or local
+    checkpoint), which it would render with the bare chat template and no tool parsing, so a
+    reply's tool calls stayed text and no tool ran: its own template, with the tool parser of the
+    call format the template renders (Hermes `<tool_call>` blocks: `qwen3`). None: verifiers'
+    own choice."""
+    from renderers.base import MODEL_RENDERER_MAP, load_tokenizer
+
+    if name in MODEL_RENDERER_MAP:
+        return None
+    try:
+        tokenizer = load_tokenizer(name)
+        messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [PROBE_CALL]}]
+        text = tokenizer.apply_chat_template(messages, tools=[PROBE_TOOL], tokenize=False)
+    except Exception as e:  # a template that cannot render calls keeps verifiers' choice
+        print(f"rl_env.verifiers_host: no tool-call probe for {name}: {e}", file=sys.stderr)
+        return None
+    if re.search(r'<tool_call>\s*\{\s*"name":\s*"rl_probe"', text):
+        return {"name": "default", "tool_parser": "qwen3"}
+    return None
+
+
 class VerifiersHost(LineServer):
     """Runs episodes of one verifiers environment."""
 
@@ -178,8 +218,11 @@ class VerifiersHost(LineServer):
         super().__init__(out)
         self.env = env
         self.splits = splits
-        self.tokenizer = options["tokenizer"]
+        self.tokenizer = renderer_model_name(options["tokenizer"])
         self.renderer = options.get("renderer")
+        if self.renderer is None:
+            self.renderer = default_renderer(self.tokenizer)
+        print(f"rl_env.verifiers_host: renderer {self.renderer or 'auto'} for {self.tokenizer}", file=sys.stderr)
 
     def context(self, actor):
         """verifiers' model context for the policy: its train client (token in, token out)."""
