@@ -57,10 +57,11 @@ pub fn load<T: ConfigFile>(args: &[String]) -> Result<Loaded<T>> {
     load_resolving(args, &|_| Ok(None))
 }
 
-/// [`load`], with every model section's `path` looked up by `models` first (before shared keys
-/// propagate, so every part gets the result): a path it resolves is replaced by the directory
-/// found, and the section's `name`, when unset, becomes the path as given (a hub id is served
-/// under that id, as vLLM serves `Qwen/Qwen3-0.6B`).
+/// [`load`], with every model section's `path` (or, without one, its `name`, as prime-rl names a
+/// model) looked up by `models` first (before shared keys propagate, so every part gets the
+/// result): a path it resolves is replaced by the directory found, and the section's `name`, when
+/// unset, becomes the path as given (a hub id is served under that id, as vLLM serves
+/// `Qwen/Qwen3-0.6B`).
 pub fn load_resolving<T: ConfigFile>(args: &[String], models: ModelResolver<'_>) -> Result<Loaded<T>> {
     let (raw, origins, warnings) = merged_tree::<T>(args, models)?;
     let mut config = typed::<T>(raw, &origins)?;
@@ -74,8 +75,14 @@ fn resolve_models(root: &mut Value, at: &[&[&str]], models: ModelResolver<'_>) -
         let Some(Value::Object(section)) = place.iter().try_fold(&mut *root, |v, k| v.get_mut(*k)) else {
             continue;
         };
-        let Some(Value::String(given)) = section.get("path").cloned() else { continue };
-        let key = format!("{}.path", place.join("."));
+        // prime-rl names the model by its hub id alone (`[model] name = "Qwen/Qwen3-0.6B"`): with
+        // no path, the name is looked up too.
+        let (field, given) = match (section.get("path"), section.get("name")) {
+            (Some(Value::String(path)), _) => ("path", path.clone()),
+            (None, Some(Value::String(name))) => ("name", name.clone()),
+            _ => continue,
+        };
+        let key = format!("{}.{field}", place.join("."));
         if let Some(dir) = models(&given).map_err(|m| ConfigError::invalid(key, m))? {
             section.insert(String::from("path"), Value::String(dir.to_string_lossy().into_owned()));
             section.entry("name").or_insert(Value::String(given));

@@ -312,9 +312,14 @@ fn model_paths_resolve_before_they_propagate() {
     assert_eq!(cfg.trainer.model.name.as_deref(), Some("m/tiny"));
     assert_eq!(cfg.run_name(), "reverse-text--tiny", "a run directory, not a path");
     let named = rl_configs::load_resolving::<RlConfig>(&args(&["--model.name", "mine"]), &lookup).unwrap().config;
-    assert_eq!((named.orchestrator.model.path, named.orchestrator.model.name.as_deref()), (want, Some("mine")));
+    assert_eq!((named.orchestrator.model.path, named.orchestrator.model.name.as_deref()), (want.clone(), Some("mine")));
     let kept = rl_configs::load_resolving::<RlConfig>(&args(&["--model.path", "local/dir"]), &lookup).unwrap().config;
     assert_eq!(kept.trainer.model.path, Some(std::path::PathBuf::from("local/dir")));
+    // prime-rl's way: the hub id as the name, no path.
+    let f2 = Files::new();
+    let by_name = f2.write("rl.toml", &MINIMAL_RL.replace("path = \"m/tiny\"", "name = \"m/tiny\""));
+    let cfg = rl_configs::load_resolving::<RlConfig>(&["@".to_owned(), by_name], &lookup).unwrap().config;
+    assert_eq!((cfg.trainer.model.path, cfg.trainer.model.name.as_deref()), (want, Some("m/tiny")));
     let err = rl_configs::load_resolving::<RlConfig>(&args(&["--model.path", "m/broken"]), &lookup).unwrap_err();
     assert!(err.to_string().contains("model.path") && err.to_string().contains("refs/main"), "{err}");
 }
