@@ -44,6 +44,16 @@ pub enum ConfigError {
         /// The keys allowed at that place.
         expected: Vec<String>,
     },
+    /// A key this schema once had and dropped.
+    #[error("`{key}` (from {origin}) was removed: {why}; delete it")]
+    Removed {
+        /// Full dotted path of the key.
+        key: String,
+        /// Where it came from.
+        origin: String,
+        /// Why, and what to do instead.
+        why: &'static str,
+    },
     /// A value of the wrong type or shape.
     #[error("wrong value for `{key}` (from {origin}): {message}")]
     WrongType {

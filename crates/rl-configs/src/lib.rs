@@ -22,6 +22,7 @@ mod launcher;
 mod load;
 mod lora;
 mod orchestrator;
+mod removed;
 mod rl;
 mod rng;
 mod schema_nav;

@@ -154,6 +154,9 @@ fn typed_cli_value(schema: &Value, key: &[String], values: &[String], negated: b
         Lookup::Free => coerce(&nav, None, values, negated, arg),
         Lookup::Unknown { at, expected } => {
             let unknown = &key[at];
+            if let Some(why) = crate::removed::removed(unknown) {
+                return Err(ConfigError::Removed { key: key[..=at].join("."), origin: COMMAND_LINE.to_owned(), why });
+            }
             Err(ConfigError::UnknownKey {
                 key: key[..=at].join("."),
                 origin: COMMAND_LINE.to_owned(),
@@ -214,6 +217,9 @@ fn typed_error(path: &str, message: &str, origins: &Origins) -> ConfigError {
         } else {
             format!("{path}.{field}")
         };
+        if let Some(why) = crate::removed::removed(&field) {
+            return ConfigError::Removed { origin: origins.of(&key), key, why };
+        }
         return ConfigError::UnknownKey {
             origin: origins.of(&key),
             suggestion: closest(&field, expected.iter().map(String::as_str)).map(str::to_owned),

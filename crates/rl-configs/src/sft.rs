@@ -30,8 +30,6 @@ pub struct SftConfig {
     pub batch_size: u32,
     /// Tokens per packed row.
     pub seq_len: u32,
-    /// Maximum tokens per forward/backward micro-batch.
-    pub micro_batch_tokens: u32,
     /// Low-rank adapters: train only them over the frozen base weights; the result is a PEFT
     /// adapter directory (off when unset: full fine-tuning).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,7 +80,6 @@ impl Default for SftConfig {
             loss_mask: LossMaskConfig::default(),
             batch_size: 16,
             seq_len: 512,
-            micro_batch_tokens: 4096,
             lora: None,
             optim: OptimConfig::Adamw { lr: 1e-3, weight_decay: 0.01, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 },
             scheduler: SchedulerConfig::default(),
@@ -335,15 +332,6 @@ impl SftConfig {
         }
         if self.seq_len < 8 {
             return Err(ConfigError::invalid(k("seq_len"), format!("must be at least 8, got {}", self.seq_len)));
-        }
-        if self.micro_batch_tokens < self.seq_len {
-            return Err(ConfigError::invalid(
-                k("micro_batch_tokens"),
-                format!(
-                    "must hold at least one row of seq_len ({}) tokens, got {}",
-                    self.seq_len, self.micro_batch_tokens
-                ),
-            ));
         }
         if self.max_steps == 0 {
             return Err(ConfigError::invalid(k("max_steps"), "must be at least 1, got 0"));

@@ -39,8 +39,6 @@ pub struct TrainerConfig {
     /// (off when unset: full fine-tuning).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraConfig>,
-    /// Maximum tokens per forward/backward micro-batch; gradients accumulate across micro-batches.
-    pub micro_batch_tokens: u32,
     /// Number of training steps (unset: run until stopped).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u64>,
@@ -71,7 +69,6 @@ impl Default for TrainerConfig {
             scheduler: SchedulerConfig::default(),
             broadcast_dtype: None,
             lora: None,
-            micro_batch_tokens: 4096,
             max_steps: None,
             batch_timeout_s: 1800.0,
             seed: 0,
@@ -363,15 +360,6 @@ impl TrainerConfig {
         self.scheduler.validate(&k("scheduler"), self.optim.lr(), self.max_steps)?;
         if let Some(l) = &self.lora {
             l.validate(&k("lora"))?;
-        }
-        if self.micro_batch_tokens < self.model.seq_len {
-            return Err(ConfigError::invalid(
-                k("micro_batch_tokens"),
-                format!(
-                    "must hold at least one row of model.seq_len ({}) tokens, got {}",
-                    self.model.seq_len, self.micro_batch_tokens
-                ),
-            ));
         }
         if self.max_steps == Some(0) {
             return Err(ConfigError::invalid(k("max_steps"), "must be at least 1 (or unset), got 0"));

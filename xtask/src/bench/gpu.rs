@@ -103,7 +103,7 @@ fn trainer(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
         .args(["--model.path"])
         .arg(model)
         .args(["--device", &o.device, "--dtype", &o.dtype, "--batch-size", "1", "--seq-len", &tokens])
-        .args(["--micro-batch-tokens", &tokens, "--max-steps", steps, "--run.name", "gpu-train", "--clean"])
+        .args(["--max-steps", steps, "--run.name", "gpu-train", "--clean"])
         .arg("--output-dir")
         .arg(work);
     run_ok(&mut cmd, "rl sft (trainer throughput)")?;

@@ -237,8 +237,6 @@ fn balanced_groups_follow_their_losses_and_resume_exactly() {
             "4",
             "--seq-len",
             "1024",
-            "--micro-batch-tokens",
-            "4096",
             "--scheduler",
             r#"{"type": "constant"}"#,
             "--ckpt",

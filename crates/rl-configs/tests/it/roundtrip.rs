@@ -193,7 +193,6 @@ prop_compose! {
         c.trainer.model.path = Some(PathBuf::from("models/tiny"));
         c.orchestrator.model.path = Some(PathBuf::from("models/tiny"));
         c.trainer.model.seq_len = seq_len;
-        c.trainer.micro_batch_tokens = seq_len * 2;
         c.orchestrator.seq_len = seq_len;
         c.trainer.optim = optim;
         c.trainer.scheduler = scheduler;

@@ -340,3 +340,17 @@ fn an_eval_env_interval_of_zero_is_refused_naming_the_env() {
     let err = load_args::<RlConfig>(&[&args[..], &["0"]].concat()).unwrap_err();
     assert_eq!(invalid_key(err), "orchestrator.eval.env.1.interval");
 }
+
+/// A key the schema dropped because it changed nothing is refused with the reason, from a file
+/// or the command line.
+#[test]
+fn removed_keys_say_why() {
+    let err = load_args::<SftConfig>(&["--micro-batch-tokens", "4096"]).unwrap_err();
+    assert!(matches!(&err, ConfigError::Removed { key, .. } if key == "micro_batch_tokens"), "{err}");
+    assert!(err.to_string().contains("never changed a step") && err.to_string().contains("delete it"), "{err}");
+    let f = Files::new();
+    let file = f.write("rl.toml", &format!("{MINIMAL_RL}\n[trainer]\nmicro_batch_tokens = 8192\n"));
+    let err = load_args::<RlConfig>(&["@", &file]).unwrap_err();
+    let ConfigError::Removed { key, origin, .. } = &err else { panic!("{err}") };
+    assert_eq!((key.as_str(), origin.as_str()), ("trainer.micro_batch_tokens", file.as_str()));
+}

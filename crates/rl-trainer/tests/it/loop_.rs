@@ -48,7 +48,6 @@ pub(crate) fn synthetic_batch(step: u64) -> TrainBatch {
 pub(crate) fn config(run: &Path, model: &Path, max_steps: u64) -> TrainerConfig {
     let mut c = TrainerConfig {
         model: TrainerModelConfig { path: Some(model.to_owned()), name: None, seq_len: 64 },
-        micro_batch_tokens: 64,
         max_steps: Some(max_steps),
         batch_timeout_s: 5.0,
         output_dir: run.to_owned(),
