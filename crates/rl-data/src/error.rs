@@ -33,6 +33,11 @@ pub enum Error {
     /// A cached dataset whose revision cannot be told.
     #[error("{repo}: {message}")]
     Snapshot { repo: PathBuf, message: String },
+    /// A single data file asked for a split other than `train`, or for a subset.
+    #[error(
+        "{path} is one data file, its rows all `train`: it has no {asked} (give a dataset directory, or another file)"
+    )]
+    SplitOfFile { path: PathBuf, asked: String },
     /// No data file of a split (and subsets) in a dataset directory.
     #[error(
         "{root}: no data files for split `{split}`{subsets} (splits are read from file and folder names as the \

@@ -38,7 +38,19 @@ pub fn load(name: &str, subsets: &[String], splits: &[String]) -> Result<Vec<Row
 /// The data files `load` reads, without reading them.
 pub fn files_of(root: &Path, subsets: &[String], splits: &[String]) -> Result<Vec<PathBuf>> {
     if root.is_file() {
-        return Ok(vec![root.to_path_buf()]);
+        // One file is one split's rows; asking it for another split or a subset would be ignored.
+        if subsets.is_empty() && splits.iter().all(|s| s == "train") {
+            return Ok(vec![root.to_path_buf()]);
+        }
+        return Err(Error::SplitOfFile {
+            path: root.to_path_buf(),
+            asked: subsets
+                .iter()
+                .map(|s| format!("subset `{s}`"))
+                .chain(splits.iter().map(|s| format!("split `{s}`")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
     }
     let mut files = Vec::new();
     for split in splits {

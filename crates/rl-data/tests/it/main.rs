@@ -53,6 +53,16 @@ fn a_dataset_directory_is_read_by_split() {
 }
 
 #[test]
+fn a_single_file_is_the_train_split_and_nothing_else() {
+    let file = fixtures().join("lz4.parquet").to_string_lossy().into_owned();
+    assert_eq!(rl_data::load(&file, &[], &[String::from("train")]).unwrap().len(), 2);
+    let err = rl_data::load(&file, &[], &[String::from("test")]).unwrap_err().to_string();
+    assert!(err.contains("lz4.parquet is one data file") && err.contains("no split `test`"), "{err}");
+    let err = rl_data::load(&file, &[String::from("main")], &[String::from("train")]).unwrap_err().to_string();
+    assert!(err.contains("no subset `main`"), "{err}");
+}
+
+#[test]
 fn a_hub_id_is_read_from_the_hub_cache() {
     // The layout huggingface_hub writes; the cache is given, not read from the environment.
     let cache = tempfile::tempdir().unwrap();
