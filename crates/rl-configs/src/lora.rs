@@ -1,8 +1,8 @@
 //! `LoraConfig`: low-rank adapters on the decoder's projections (`[trainer.lora]`, `[lora]` in
 //! `rl sft`), with PEFT's names and defaults so an adapter trained here loads there.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{ConfigError, Result};
 
@@ -25,8 +25,30 @@ pub struct LoraConfig {
     /// sampler's (it shows in the mismatch KL).
     pub dropout: f64,
     /// Projections that carry an adapter (any of q_proj, k_proj, v_proj, o_proj, gate_proj,
-    /// up_proj, down_proj).
+    /// up_proj, down_proj), or PEFT's `"all-linear"`: every one of them.
+    #[serde(deserialize_with = "modules")]
+    #[schemars(schema_with = "modules_schema")]
     pub target_modules: Vec<String>,
+}
+
+/// PEFT's name for every linear projection of the decoder (the output head excluded, as PEFT does).
+const ALL_LINEAR: &str = "all-linear";
+
+/// `target_modules`: a list of projection names, or `"all-linear"`.
+fn modules<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
+    use serde::de::Error as _;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) if s == ALL_LINEAR => Ok(LORA_MODULES.iter().map(|m| (*m).to_owned()).collect()),
+        v @ serde_json::Value::Array(_) => serde_json::from_value(v).map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!("expected a list of projection names or \"{ALL_LINEAR}\", got {other}"))),
+    }
+}
+
+fn modules_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "A list of projection names, or \"all-linear\"",
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"const": ALL_LINEAR}]
+    })
 }
 
 impl Default for LoraConfig {
@@ -97,5 +119,9 @@ mod tests {
         let e = bad(LoraConfig { target_modules: vec!["qproj".into()], ..c });
         assert!(e.contains("trainer.lora.target_modules") && e.contains("q_proj"), "{e}");
         assert!(bad(LoraConfig { target_modules: vec!["q_proj".into(), "q_proj".into()], ..c }).contains("twice"));
+        let all: LoraConfig = serde_json::from_value(serde_json::json!({"target_modules": "all-linear"})).unwrap();
+        assert_eq!(all.target_modules, LoraConfig::default().target_modules, "PEFT's all-linear is every projection");
+        let err = serde_json::from_value::<LoraConfig>(serde_json::json!({"target_modules": "q_proj"})).unwrap_err();
+        assert!(err.to_string().contains("all-linear"), "{err}");
     }
 }

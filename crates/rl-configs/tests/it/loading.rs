@@ -3,7 +3,7 @@
 use rl_configs::algorithms::{Baseline, EchoConfig, GrpoConfig};
 use rl_configs::{
     AlgorithmConfig, BuiltinAlgorithm, ConfigError, OptimConfig, OrchestratorConfig, RlConfig, SchedulerConfig,
-    TrainerConfig,
+    SftConfig, TrainerConfig,
 };
 use serde_json::json;
 
@@ -322,4 +322,18 @@ fn model_paths_resolve_before_they_propagate() {
     assert_eq!((cfg.trainer.model.path, cfg.trainer.model.name.as_deref()), (want, Some("m/tiny")));
     let err = rl_configs::load_resolving::<RlConfig>(&args(&["--model.path", "m/broken"]), &lookup).unwrap_err();
     assert!(err.to_string().contains("model.path") && err.to_string().contains("refs/main"), "{err}");
+}
+
+/// PEFT's `target_modules = "all-linear"`, from a file or the command line, is every projection.
+#[test]
+fn lora_target_modules_take_peft_all_linear() {
+    let all = load_args::<SftConfig>(&["--lora.target-modules", "all-linear"]).unwrap().config;
+    assert_eq!(all.lora.unwrap().target_modules.len(), 7);
+    let f = Files::new();
+    let file = f.write("sft.toml", "[lora]\ntarget_modules = \"all-linear\"\n");
+    assert_eq!(load_args::<SftConfig>(&["@", &file]).unwrap().config.lora.unwrap().target_modules.len(), 7);
+    let two = load_args::<SftConfig>(&["--lora.target-modules", "q_proj", "v_proj"]).unwrap().config;
+    assert_eq!(two.lora.unwrap().target_modules, ["q_proj", "v_proj"]);
+    let err = load_args::<SftConfig>(&["--lora.target-modules", "everything"]).unwrap_err().to_string();
+    assert!(err.contains("lora.target_modules") || err.contains("all-linear"), "{err}");
 }
