@@ -3,14 +3,12 @@
 
 use std::path::Path;
 
-use rl_serve::{Error, Result};
+use rl_serve::{Error, Message, Result};
 use serde_json::{Map, Value};
 
-/// One task: its prompt text, its reference answer, and the whole row (sent back on traces).
+/// One task: the whole row (sent back on traces), its prompt and answer fields checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Row {
-    pub(crate) prompt: String,
-    pub(crate) answer: String,
     pub(crate) data: Value,
 }
 
@@ -40,11 +38,33 @@ pub(crate) fn read_rows(source: &Source<'_>, fields: &Fields, arg: &str) -> Resu
     rows.into_iter()
         .map(|row| {
             let fail = |m: String| Error::bad_request(arg, format!("{}: {m}", row.at));
-            let prompt = text_field(&row.fields, &fields.prompt).map_err(fail)?;
-            let answer = text_field(&row.fields, &fields.answer).map_err(fail)?;
-            Ok(Row { prompt, answer, data: Value::Object(row.fields) })
+            prompt_messages(&row.fields, &fields.prompt).map_err(fail)?;
+            text_field(&row.fields, &fields.answer).map_err(fail)?;
+            Ok(Row { data: Value::Object(row.fields) })
         })
         .collect()
+}
+
+/// The prompt field: a text (the user's message), or a list of chat messages as verifiers and
+/// TRL datasets hold conversational prompts (`[{"role": "system", ...}, {"role": "user", ...}]`).
+pub(crate) fn prompt_messages(obj: &Map<String, Value>, field: &str) -> std::result::Result<Vec<Message>, String> {
+    match obj.get(field) {
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                Message::from_json(m, &format!("{field}[{i}]")).map_err(|e| match e {
+                    Error::BadRequest { field, message } => format!("`{field}` {message}"),
+                    other => other.to_string(),
+                })
+            })
+            .collect(),
+        Some(Value::Array(_)) => Err(format!("field `{field}` is an empty message list")),
+        Some(other @ (Value::Object(_) | Value::Bool(_) | Value::Null)) => {
+            Err(format!("field `{field}` must be a string, a number or a list of chat messages, got {other}"))
+        }
+        _ => text_field(obj, field).map(|text| vec![Message::user(text)]),
+    }
 }
 
 /// A field that must be text (a number is taken as its decimal text).

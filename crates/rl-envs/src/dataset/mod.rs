@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::args::Args;
 use crate::rng::Rng;
 use crate::splits::Splits;
-use file::{Fields, Source, read_rows, text_field};
+use file::{Fields, Source, prompt_messages, read_rows, text_field};
 use reward::Matcher;
 
 /// The reward choices, as named in `reward`.
@@ -37,7 +37,8 @@ impl FileDataset {
     /// Builds the env from its args: `path` (a JSONL, JSON or Parquet file) and `eval_path`, or
     /// `name` (a Hugging Face dataset: a hub id in the local hub cache, or a directory) with
     /// `subsets`, `split` (default `train`) and `eval_split`; else `eval_fraction` (with `seed`)
-    /// holds tasks out; `prompt_field` (default `question`), `answer_field` (default `answer`),
+    /// holds tasks out; `prompt_field` (default `question`; a text, or a list of chat messages),
+    /// `answer_field` (default `answer`),
     /// `system_prompt`, `few_shot` (a list of `{user, assistant}` tables), `reward` (one of
     /// exact, normalized, difflib, regex, boxed, numeric; default normalized), `pattern` (regex
     /// only) and `tolerance` (boxed and numeric; default 1e-6, relative to max(1, |answer|)).
@@ -247,9 +248,8 @@ impl Environment for FileDataset {
         let Value::Object(obj) = &data else {
             return Err(Error::bad_request("example.inline_json", "must be a JSON object (a dataset row)"));
         };
-        for field in [&self.fields.prompt, &self.fields.answer] {
-            text_field(obj, field).map_err(|m| Error::bad_request("example.inline_json", m))?;
-        }
+        prompt_messages(obj, &self.fields.prompt).map_err(|m| Error::bad_request("example.inline_json", m))?;
+        text_field(obj, &self.fields.answer).map_err(|m| Error::bad_request("example.inline_json", m))?;
         Ok(Task { key: String::from("inline"), data })
     }
 
@@ -257,13 +257,18 @@ impl Environment for FileDataset {
         let Value::Object(obj) = &task.data else {
             return Err(Error::Env(String::from("the task is not a JSON object")));
         };
-        let question = text_field(obj, &self.fields.prompt).map_err(Error::Env)?;
-        let mut messages = Vec::with_capacity(self.few_shot.len() + 2);
-        if let Some(system) = &self.system_prompt {
+        let mut prompt = prompt_messages(obj, &self.fields.prompt).map_err(Error::Env)?;
+        // The row's own system message comes first and wins over `system_prompt`; few-shot turns
+        // follow the system message.
+        let own_system = prompt.first().is_some_and(|m| m.role == rl_serve::Role::System);
+        let mut messages = Vec::with_capacity(self.few_shot.len() + prompt.len() + 1);
+        if own_system {
+            messages.push(prompt.remove(0));
+        } else if let Some(system) = &self.system_prompt {
             messages.push(Message::system(system.as_str()));
         }
         messages.extend(self.few_shot.iter().cloned());
-        messages.push(Message::user(question));
+        messages.extend(prompt);
         Ok(messages)
     }
 

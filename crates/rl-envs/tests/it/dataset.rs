@@ -85,7 +85,13 @@ async fn bad_files_and_args_name_the_file_line_and_field() {
     assert!(e.contains("broken.jsonl:2: not valid JSON"), "{e}");
     let typed = write(&dir, "typed.jsonl", "{\"question\": [1], \"answer\": \"a\"}\n");
     let e = err(json!({"path": typed})).await;
-    assert!(e.contains("typed.jsonl:1: field `question` must be a string or a number"), "{e}");
+    assert!(e.contains("typed.jsonl:1: `question[0]` must be a message object"), "{e}");
+    let typed = write(&dir, "typed2.jsonl", "{\"question\": {\"a\": 1}, \"answer\": \"a\"}\n");
+    let e = err(json!({"path": typed})).await;
+    assert!(
+        e.contains("typed2.jsonl:1: field `question` must be a string, a number or a list of chat messages"),
+        "{e}"
+    );
     let e = err(json!({"path": dir.path().join("nope.jsonl")})).await;
     assert!(e.contains("env.args.path") && e.contains("cannot read"), "{e}");
     let good = math_file(&dir);
@@ -135,4 +141,42 @@ async fn a_hugging_face_dataset_gives_the_splits() {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("env.args.name") && e.contains("no data files for split `validation`"), "{e}");
+}
+
+/// A conversational prompt (a list of chat messages, as verifiers and TRL datasets hold them) is
+/// the prompt as given; its own system message comes first and wins over `system_prompt`, and
+/// few-shot turns follow the system message.
+#[tokio::test]
+async fn a_message_list_prompt_is_used_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = [
+        json!({"prompt": [{"role": "system", "content": "Own rules."}, {"role": "user", "content": "2+2?"}], "answer": "4"}),
+        json!({"prompt": [{"role": "user", "content": "3+3?"}], "answer": 6}),
+    ];
+    let path = write(&dir, "chat.jsonl", &rows.iter().map(Value::to_string).collect::<Vec<_>>().join("\n"));
+    let args = json!({"path": path, "prompt_field": "prompt", "system_prompt": "Default rules.",
+                      "few_shot": [{"user": "1+1?", "assistant": "2"}], "reward": "numeric"});
+    let env = rl_envs::load("dataset", args.as_object().unwrap()).await.unwrap();
+    let roles_and_text = |msgs: Vec<rl_serve::Message>| -> Vec<(String, String)> {
+        msgs.into_iter().map(|m| (m.role.as_str().to_owned(), m.content)).collect()
+    };
+    let own = env.prompt(&env.task("train", 0).unwrap()).await.unwrap();
+    let pair = |r: &str, t: &str| (r.to_owned(), t.to_owned());
+    assert_eq!(
+        roles_and_text(own),
+        [pair("system", "Own rules."), pair("user", "1+1?"), pair("assistant", "2"), pair("user", "2+2?")]
+    );
+    let plain = env.prompt(&env.task("train", 1).unwrap()).await.unwrap();
+    assert_eq!(
+        roles_and_text(plain),
+        [pair("system", "Default rules."), pair("user", "1+1?"), pair("assistant", "2"), pair("user", "3+3?")]
+    );
+    let bad =
+        write(&dir, "bad.jsonl", &json!({"prompt": [{"role": "narrator", "content": "x"}], "answer": "1"}).to_string());
+    let e = rl_envs::load("dataset", json!({"path": bad, "prompt_field": "prompt"}).as_object().unwrap())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("bad.jsonl:1") && e.contains("prompt[0].role"), "{e}");
 }
