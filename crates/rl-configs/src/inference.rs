@@ -45,6 +45,15 @@ pub struct InferenceConfig {
     pub dtype: Dtype,
     /// Seed for requests that do not set one.
     pub seed: u64,
+    /// Where the sampling fields a request leaves out come from, as vLLM's `--generation-config`:
+    /// `auto` (unset, standalone) takes `temperature`, `top_p`, `top_k`, `min_p`,
+    /// `repetition_penalty` and `max_new_tokens` (as `max_tokens`) from the model's
+    /// `generation_config.json` where they differ from transformers' defaults, as vLLM does (Qwen3:
+    /// temperature 0.6, top_p 0.95, top_k 20); `vllm` uses the neutral defaults (temperature 1, no
+    /// truncation). `rl rl` serves its policy with `vllm` unless this is set, as prime-rl does:
+    /// RL samples the distribution the trainer computes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_config: Option<GenerationConfigSource>,
     /// Tool-call parser (vLLM's names): `hermes` (`<tool_call>{...}</tool_call>`, Qwen),
     /// `llama3_json` (a `{"name", "parameters"}` object, Llama 3.1+), `none`; `auto` picks the
     /// format the model's chat template renders an assistant's tool call in.
@@ -84,6 +93,7 @@ impl Default for InferenceConfig {
             device: Device::Cpu,
             dtype: Dtype::F32,
             seed: 0,
+            generation_config: None,
             tool_call_parser: String::from("auto"),
             api_key_env: None,
             admin_key_env: None,
@@ -92,6 +102,16 @@ impl Default for InferenceConfig {
             log: LogConfig::default(),
         }
     }
+}
+
+/// vLLM's `--generation-config` choices (`inference.generation_config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationConfigSource {
+    /// The model's `generation_config.json` fills the sampling fields a request leaves out.
+    Auto,
+    /// Neutral defaults.
+    Vllm,
 }
 
 /// Tool-call parsers the inference server knows.

@@ -422,6 +422,8 @@ impl RlConfig {
             if inference.weight_roots.is_empty() {
                 inference.weight_roots = vec![rl_run::RunDir::new(self.run_dir()).broadcasts()];
             }
+            // The policy samples the plain distribution, whatever its generation_config.json says.
+            inference.generation_config.get_or_insert(crate::GenerationConfigSource::Vllm);
             let m = &mut orchestrator.model;
             m.api_key_env = m.api_key_env.take().or_else(|| inference.api_key_env.clone());
             m.admin_key_env = m.admin_key_env.take().or_else(|| inference.admin_key_env.clone());

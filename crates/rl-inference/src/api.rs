@@ -276,6 +276,8 @@ pub(crate) struct Limits {
     pub(crate) vocab_size: usize,
     /// Compiles structured-output constraints for this model's tokenizer.
     pub(crate) grammars: std::sync::Arc<Grammars>,
+    /// Sampling fields for requests that leave them out (the model's generation config).
+    pub(crate) defaults: crate::sampling_defaults::SamplingDefaults,
 }
 
 impl Sampling {
@@ -316,13 +318,14 @@ impl Sampling {
                 limits.max_n, self.n
             )));
         }
-        let temperature = Temperature::new(self.temperature.unwrap_or(1.0))
+        let d = &limits.defaults;
+        let temperature = Temperature::new(self.temperature.or(d.temperature).unwrap_or(1.0))
             .map_err(|m| Error::BadRequest(format!("temperature {m}")))?;
-        let top_p = self.top_p.unwrap_or(1.0);
+        let top_p = self.top_p.or(d.top_p).unwrap_or(1.0);
         if !(top_p > 0.0 && top_p <= 1.0) {
             return Err(Error::BadRequest(format!("top_p must be in (0, 1], got {top_p}")));
         }
-        let top_k = match self.top_k {
+        let top_k = match self.top_k.or(d.top_k) {
             None | Some(-1) => None,
             Some(k) if k >= 1 => Some(k as usize),
             Some(k) => return Err(Error::BadRequest(format!("top_k must be -1 or >= 1, got {k}"))),
@@ -338,7 +341,11 @@ impl Sampling {
             )));
         }
         let room = (limits.max_model_len - prompt.len()) as u32;
-        let max_tokens = self.max_completion_tokens.or(self.max_tokens).unwrap_or(room);
+        // A default from the generation config caps what the context leaves, as vLLM's does.
+        let max_tokens = self
+            .max_completion_tokens
+            .or(self.max_tokens)
+            .unwrap_or_else(|| d.max_tokens.map_or(room, |m| m.min(room)));
         if max_tokens > room {
             return Err(Error::BadRequest(format!(
                 "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the prompt, {max_tokens} for the completion).",
@@ -464,10 +471,10 @@ impl Sampling {
         let penalties = Penalties {
             presence: self.presence_penalty.unwrap_or(0.0),
             frequency: self.frequency_penalty.unwrap_or(0.0),
-            repetition: self.repetition_penalty.unwrap_or(1.0),
+            repetition: self.repetition_penalty.or(limits.defaults.repetition_penalty).unwrap_or(1.0),
             logit_bias,
         };
-        Ok((penalties, self.min_p.unwrap_or(0.0)))
+        Ok((penalties, self.min_p.or(limits.defaults.min_p).unwrap_or(0.0)))
     }
 }
 

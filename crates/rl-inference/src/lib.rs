@@ -15,6 +15,7 @@ mod http;
 mod ignored_fields;
 mod prefix_cache;
 mod prompt;
+mod sampling_defaults;
 mod state;
 mod stats;
 mod stream;
@@ -93,6 +94,7 @@ impl Server {
         let tok = Tok::load(&base_dir)?;
         let template = ChatTemplate::load(&base_dir)?;
         let tool_format = tool_calls::CallFormat::resolve(&config.tool_call_parser, &template);
+        let defaults = sampling_defaults::SamplingDefaults::load(config.generation_config, &base_dir)?;
         let max_model_len = config.max_model_len.map_or(model.config().max_position_embeddings, |l| l as usize);
         let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
         let engine =
@@ -110,6 +112,7 @@ impl Server {
                 default_seed: config.seed,
                 vocab_size: model.config().vocab_size,
                 grammars: Arc::new(structured::Grammars::new(tok, model.config().vocab_size)),
+                defaults,
             },
             pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),
             timeout: Duration::from_secs_f64(config.request_timeout_s),

@@ -286,6 +286,10 @@ fn the_embedded_server_loads_weights_from_the_run_only_and_its_keys_reach_the_or
     assert_eq!(inference.weight_roots, [std::path::PathBuf::from("/tmp/o/r/broadcasts")]);
     assert_eq!(parts.orchestrator.model.api_key_env.as_deref(), Some("MY_KEY"));
     assert_eq!(parts.orchestrator.model.admin_key_env.as_deref(), Some("MY_ADMIN"));
+    // The policy samples the plain distribution (prime-rl's `--generation-config vllm`) unless set.
+    assert_eq!(inference.generation_config, Some(rl_configs::GenerationConfigSource::Vllm));
+    let auto = rl_with(&["--inference.port", "0", "--inference.generation-config", "auto"]).unwrap();
+    assert_eq!(auto.parts().inference.unwrap().generation_config, Some(rl_configs::GenerationConfigSource::Auto));
 }
 
 #[test]

@@ -583,3 +583,56 @@ async fn reasoning_given_apart_reaches_the_template() {
         assert_eq!(text["prompt"], "q\n<think>why</think>a\n", "{key}");
     }
 }
+
+/// The model's generation_config.json fills the sampling fields a request leaves out, as vLLM's
+/// default `--generation-config auto` does (here `top_k = 1`: greedy at any temperature, and
+/// `max_new_tokens = 3`); a request's own fields win, and `generation_config = "vllm"` ignores it.
+#[tokio::test]
+async fn the_models_generation_config_fills_unset_sampling_fields() {
+    let with_defaults = |source| {
+        move |c: &mut rl_configs::InferenceConfig| {
+            let path = c.model.path.as_ref().unwrap().join("generation_config.json");
+            let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            config["top_k"] = json!(1);
+            config["max_new_tokens"] = json!(3);
+            std::fs::write(&path, config.to_string()).unwrap();
+            c.generation_config = source;
+        }
+    };
+    let tokens = |v: &serde_json::Value| v["choices"][0]["token_ids"].as_array().unwrap().clone();
+    let chat = |extra: serde_json::Value, seed: u64| {
+        let mut body = json!({"messages": [{"role": "user", "content": "tell me"}], "temperature": 1.0,
+                              "seed": seed, "return_token_ids": true, "ignore_eos": true});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let auto = start(with_defaults(None)).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..4 {
+        let (s, v) = auto.post("/v1/chat/completions", chat(json!({}), seed)).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(tokens(&v).len(), 3, "max_new_tokens is the default max_tokens: {v}");
+        seen.insert(tokens(&v).iter().map(|t| t.as_u64().unwrap()).collect::<Vec<_>>());
+    }
+    assert_eq!(seen.len(), 1, "top_k = 1 samples the argmax whatever the seed: {seen:?}");
+    let own = varied(&auto, &chat, json!({"top_k": -1, "max_tokens": 8})).await;
+    assert!(own.len() > 1 && own.iter().all(|t| t.len() == 8), "the request's own fields win: {own:?}");
+    let neutral = start(with_defaults(Some(rl_configs::GenerationConfigSource::Vllm))).await;
+    let plain = varied(&neutral, &chat, json!({"max_tokens": 8})).await;
+    assert!(plain.len() > 1, "`vllm`: no top_k from the model's file: {plain:?}");
+}
+
+/// The distinct token sequences of six seeds of `chat(extra, seed)`.
+async fn varied(
+    srv: &crate::Srv,
+    chat: &impl Fn(serde_json::Value, u64) -> serde_json::Value,
+    extra: serde_json::Value,
+) -> std::collections::BTreeSet<Vec<u64>> {
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..6 {
+        let (s, v) = srv.post("/v1/chat/completions", chat(extra.clone(), seed)).await;
+        assert_eq!(s, 200, "{v}");
+        seen.insert(v["choices"][0]["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect());
+    }
+    seen
+}
