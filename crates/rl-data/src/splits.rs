@@ -29,8 +29,14 @@ pub fn split_files(root: &Path, subsets: &[String], split: &str) -> Result<Vec<P
     let in_subset: Vec<&String> =
         all.iter().filter(|rel| subsets.is_empty() || folders(rel).any(|f| subsets.iter().any(|s| s == f))).collect();
     let names = names_of(split);
-    let mut picked: Vec<&String> = in_subset.iter().copied().filter(|rel| names_split(rel, &names)).collect();
-    let names_any_split = || in_subset.iter().any(|rel| KEYWORDS.iter().any(|k| names_split(rel, k)));
+    // A shard `push_to_hub` wrote names its split exactly; other files by their path words.
+    let of_split = |rel: &&String| match shard_split(rel) {
+        Some(shard) => shard == split,
+        None => names_split(rel, &names),
+    };
+    let mut picked: Vec<&String> = in_subset.iter().copied().filter(of_split).collect();
+    let names_any_split =
+        || in_subset.iter().any(|rel| shard_split(rel).is_some() || KEYWORDS.iter().any(|k| names_split(rel, k)));
     if picked.is_empty() && split == "train" && !names_any_split() {
         picked = in_subset;
     }
@@ -68,6 +74,21 @@ fn has_arrow(root: &Path) -> bool {
     };
     arrow_in(root)
         || std::fs::read_dir(root).into_iter().flatten().flatten().any(|e| e.path().is_dir() && arrow_in(&e.path()))
+}
+
+/// The split of a shard `push_to_hub` wrote (`data/<split>-00000-of-00003.parquet`, or
+/// `<config>/<split>-...` for a named config), as the `datasets` library's
+/// `{split}-[0-9]{5}-of-[0-9]{5}*` shard names read.
+fn shard_split(rel: &str) -> Option<&str> {
+    let file = rel.rsplit('/').next().unwrap_or(rel);
+    let (split, rest) = file.split_once('-')?;
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = rest.as_bytes();
+    let ok = rest.len() > 14
+        && digits(std::str::from_utf8(&rest[..5]).ok()?)
+        && &rest[5..9] == b"-of-"
+        && digits(std::str::from_utf8(&rest[9..14]).ok()?);
+    (ok && !split.is_empty()).then_some(split)
 }
 
 /// The words naming `split`: a standard split's keywords, or the name itself.
@@ -160,6 +181,27 @@ mod tests {
         assert_eq!(picked(&d, &[], "validation"), ["valid.jsonl"]);
         let err = split_files(d.path(), &[], "gen").unwrap_err().to_string();
         assert!(err.contains("no data files for split `gen`") && err.contains("valid.jsonl"), "{err}");
+    }
+
+    /// ultrachat_200k's layout: splits named only by their shards, none of them `train`.
+    #[test]
+    fn shard_names_are_splits_of_their_own() {
+        let d = dataset(&[
+            "data/train_sft-00000-of-00003.parquet",
+            "data/train_sft-00001-of-00003.parquet",
+            "data/test_sft-00000-of-00001.parquet",
+            "data/train_gen-00000-of-00001.parquet",
+        ]);
+        assert_eq!(picked(&d, &[], "train_sft").len(), 2);
+        assert_eq!(picked(&d, &[], "test_sft"), ["data/test_sft-00000-of-00001.parquet"]);
+        let err = split_files(d.path(), &[], "train").unwrap_err().to_string();
+        assert!(err.contains("no data files for split `train`"), "not every file as train: {err}");
+        assert_eq!(shard_split("main/data/train-00000-of-00001.parquet"), Some("train"));
+        assert_eq!(shard_split("socratic/test-00000-of-00001.parquet"), Some("test"));
+        assert_eq!(shard_split("data/train-0-of-1.parquet"), None);
+        assert_eq!(shard_split("data/train.parquet"), None);
+        let configs = dataset(&["main/train_sft-00000-of-00001.parquet", "main/test_sft-00000-of-00001.parquet"]);
+        assert!(split_files(configs.path(), &[String::from("main")], "train").is_err());
     }
 
     #[test]
