@@ -105,8 +105,8 @@ become one token each, so a small model reads and copies them as single symbols)
   --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
                            alphabet-sort, wiki-nav; 2000 training examples with the task's default args)
   --tokenizer-corpus FILE  train the BPE on FILE: conversations (`messages` or prompt/completion
-                           rows, as `rl sft` reads them) when it ends in .jsonl, .json or .parquet,
-                           otherwise plain text, one document per line
+                           rows, as `rl sft` reads them) when it ends in .jsonl, .json (either
+                           optionally .gz) or .parquet, otherwise plain text, one document per line
   --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512
                            (init says when the BPE fills it with pieces still repeating)
   --bpe-pieces KIND        what the BPE merges within: isolated (words, digit runs, punctuation
@@ -229,12 +229,6 @@ enum Corpus {
     File(std::path::PathBuf),
 }
 
-/// Whether `path` is read as dataset rows (by its extension) rather than as text lines.
-fn is_data_file(path: &std::path::Path) -> bool {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    rl_data::DATA_EXTENSIONS.contains(&ext.as_str())
-}
-
 /// Documents of a tokenizer corpus: conversations rendered as `role` and content lines (the chat
 /// template's own markers are special tokens, which the BPE never merges); a task's
 /// conversations as the chat template renders them, markers left out (the same lines when they
@@ -260,7 +254,8 @@ fn corpus_texts(corpus: &Corpus) -> anyhow::Result<Vec<String>> {
             }
             texts
         }
-        Corpus::File(path) if is_data_file(path) => crate::sft_data::read_file(path)?
+        // Read as dataset rows (by its name) rather than as text lines.
+        Corpus::File(path) if rl_data::is_data_file(path) => crate::sft_data::read_file(path)?
             .iter()
             .map(|c| render(c.messages.iter().map(|m| (m.role.as_str(), m.content.as_str()))))
             .collect(),

@@ -18,7 +18,9 @@ pub enum Error {
     #[error("{path}: cannot read Parquet: {message}")]
     Parquet { path: PathBuf, message: String },
     /// A file of a kind this crate does not read.
-    #[error("{path}: not a data file this reads (expected .parquet, .jsonl, .ndjson or .json)")]
+    #[error(
+        "{path}: not a data file this reads (expected .parquet, .jsonl, .ndjson or .json, the JSON ones optionally .gz)"
+    )]
     Unsupported { path: PathBuf },
     /// A data file without rows.
     #[error("{path} has no rows")]

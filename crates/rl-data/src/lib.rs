@@ -20,7 +20,13 @@ pub use error::{Error, Result};
 pub use hub::{cached_model, cached_model_in, hub_cache_dir, locate, locate_in};
 pub use row::Row;
 pub use rows::read_file;
-pub use splits::{DATA_EXTENSIONS, split_files};
+pub use splits::split_files;
+
+/// Whether `path` names a data file this crate reads (`.parquet`, `.jsonl`, `.ndjson`, `.json`,
+/// the JSON ones optionally gzipped), by its name.
+pub fn is_data_file(path: &Path) -> bool {
+    rows::format_of(path).is_some()
+}
 
 /// Every row of `splits` (in order; each split's files in path order) of the dataset `name`: a
 /// data file, a dataset directory, or a hub id (`org/name`) in the local hub cache. `subsets`

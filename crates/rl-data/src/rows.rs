@@ -1,5 +1,5 @@
 //! Rows of one data file, by its extension: JSON Lines, a JSON array of objects (or JSON Lines
-//! named `.json`, as `datasets` also takes), or Parquet.
+//! named `.json`, as `datasets` also takes), either gzipped (`.jsonl.gz`), or Parquet.
 
 use std::path::Path;
 
@@ -8,14 +8,26 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::row::{Row, kind, object};
 
+/// A data file's format and whether it is gzipped, by its name (`None`: not a data file).
+pub(crate) fn format_of(path: &Path) -> Option<(&'static str, bool)> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    let (name, gz) = name.strip_suffix(".gz").map_or((name.as_str(), false), |n| (n, true));
+    let format = match name.rsplit_once('.')?.1 {
+        "parquet" if !gz => "parquet",
+        "jsonl" | "ndjson" => "jsonl",
+        "json" => "json",
+        _ => return None,
+    };
+    Some((format, gz))
+}
+
 /// Every row of a data file; an empty file is an error.
 pub fn read_file(path: &Path) -> Result<Vec<Row>> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    let rows = match ext.as_str() {
+    let Some((format, gz)) = format_of(path) else { return Err(Error::Unsupported { path: path.to_path_buf() }) };
+    let rows = match format {
         "parquet" => crate::parquet_rows::read(path)?,
-        "jsonl" | "ndjson" => json_lines(path, &read_text(path)?)?,
-        "json" => json_file(path, &read_text(path)?)?,
-        _ => return Err(Error::Unsupported { path: path.to_path_buf() }),
+        "jsonl" => json_lines(path, &read_text(path, gz)?)?,
+        _ => json_file(path, &read_text(path, gz)?)?,
     };
     if rows.is_empty() {
         return Err(Error::Empty { path: path.to_path_buf() });
@@ -23,8 +35,15 @@ pub fn read_file(path: &Path) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
+fn read_text(path: &Path, gz: bool) -> Result<String> {
+    if !gz {
+        return std::fs::read_to_string(path).map_err(|e| Error::io(path, e));
+    }
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(file).read_to_string(&mut text).map_err(|e| Error::io(path, e))?;
+    Ok(text)
 }
 
 /// One object per non-blank line.
@@ -92,10 +111,32 @@ mod tests {
     }
 
     #[test]
+    fn gzipped_json_lines_read_as_their_text() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.jsonl.gz");
+        let mut gz =
+            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::default());
+        gz.write_all(b"{\"x\": 1}\n{\"x\": 2}\n").unwrap();
+        gz.finish().unwrap();
+        let rows = read_file(&path).unwrap();
+        assert_eq!((rows.len(), rows[1].fields["x"].as_i64()), (2, Some(2)));
+        assert!(rows[1].at.ends_with("train.jsonl.gz:2"), "{}", rows[1].at);
+        assert_eq!(format_of(Path::new("d/x.JSON.GZ")), Some(("json", true)));
+        assert_eq!(format_of(Path::new("d/x.gz")), None);
+    }
+
+    #[test]
     fn empty_and_unknown_files_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let err = read_file(&write(dir.path(), "a.jsonl", "\n\n")).unwrap_err().to_string();
         assert!(err.contains("has no rows"), "{err}");
+        let err = read_file(&write(dir.path(), "a.csv", "x\n1\n")).unwrap_err().to_string();
+        assert!(err.contains("a.csv: not a data file"), "{err}");
+        let err = read_file(&write(dir.path(), "a.parquet.gz", "x")).unwrap_err().to_string();
+        assert!(err.contains("not a data file"), "{err}");
+        let err = read_file(&write(dir.path(), "b.jsonl.gz", "not gzip")).unwrap_err().to_string();
+        assert!(err.contains("cannot read") && err.contains("b.jsonl.gz"), "{err}");
         let err = read_file(&write(dir.path(), "a.csv", "x\n1\n")).unwrap_err().to_string();
         assert!(err.contains("a.csv: not a data file"), "{err}");
         let err = read_file(&dir.path().join("missing.jsonl")).unwrap_err().to_string();

@@ -9,9 +9,6 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// Extensions of the files a dataset directory's rows are read from.
-pub const DATA_EXTENSIONS: [&str; 4] = ["parquet", "jsonl", "ndjson", "json"];
-
 /// JSON files of a dataset directory that are metadata, not rows (the `datasets` library's own).
 const METADATA: [&str; 5] =
     ["dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "config.json"];
@@ -128,8 +125,7 @@ fn walk(root: &Path, dir: &Path, seen: &mut std::collections::HashSet<PathBuf>, 
             walk(root, &path, seen, out)?;
             continue;
         }
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-        if DATA_EXTENSIONS.contains(&ext.as_str()) && !METADATA.contains(&name.as_str()) {
+        if crate::rows::format_of(&path).is_some() && !METADATA.contains(&name.as_str()) {
             let rel = path.strip_prefix(root).unwrap_or(&path);
             out.push(rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"));
         }
