@@ -206,9 +206,23 @@ class HostTraces(unittest.TestCase):
         episodes, traces = run_episodes(env, 1)
         self.assertEqual(len(episodes[0].traces), 2, "the assistant's and the user's")
         (trace,) = traces[0]
-        self.assertEqual(trace["member_id"], "assistant")
+        self.assertEqual(trace["member_id"], "", "one trainable seat: its traces are attempts, not members")
         self.assertGreaterEqual(trace["num_turns"], 2)
         self.check_tokens(episodes, traces, 1.0)
+
+    def test_best_of_n_attempts_are_each_a_trace(self):
+        env = {"id": "best-of-n", "n": 3, **env_config("rlt_reverse", max_turns=1)}
+        episodes, traces = run_episodes(env, 2)
+        self.assertEqual([len(t) for t in traces], [3, 3])
+        self.check_tokens(episodes, traces, 1.0)
+        for episode_traces in traces:
+            self.assertEqual({t["member_id"] for t in episode_traces}, {""})
+            top = max(t["reward"] for t in episode_traces)
+            # verifiers' finalize() compares the siblings: its metrics come with each trace.
+            self.assertEqual(
+                [t["metrics"]["best"] for t in episode_traces], [float(t["reward"] == top) for t in episode_traces]
+            )
+            self.assertEqual({t["metrics"]["pass_at_n"] for t in episode_traces}, {float(top >= 1.0)})
 
 
 class ScriptedEngine:

@@ -164,7 +164,10 @@ def episode_json(episode):
     """The traces of an episode; an episode that failed before any trace still returns one."""
     episode_errors = [] if episode.ok else [wire_error(e, "episode: ") for e in episode.errors]
     traces = [t for t in episode.traces if t.agent.trainable]
-    named = len(episode.traces) > 1
+    # Seats are members only when two or more train (a self-play pair); one trainable seat's
+    # traces (best-of-n's attempts, the assistant beside a simulated user) are attempts at the
+    # task, which evals score as avg@k and pass@k.
+    named = len({t.agent.name for t in traces}) > 1
     out = [trace_json(t, episode_errors, t.agent.name if named else "") for t in traces]
     if not out:
         errors = episode_errors or [{"kind": "env", "message": "the episode produced no trainable trace"}]
