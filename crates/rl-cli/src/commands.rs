@@ -63,7 +63,7 @@ fn config_command<T: ConfigFile>(
         load_resolving::<T>(&args, &hub_model).with_context(|| format!("`rl {command}`: the config is not valid"))?;
     let mut err = std::io::stderr().lock();
     for w in &loaded.warnings {
-        writeln!(err, "warning: {w}")?;
+        writeln!(err, "{}: {w}", w.label())?;
     }
     drop(err);
     if dry_run {

@@ -15,7 +15,7 @@ use rl_run::{ConfigPart, RunDir};
 pub(crate) fn command(run: &RunDir, w: &WandbConfig, single: bool) -> Vec<String> {
     let config = run.config(if single { ConfigPart::Sft } else { ConfigPart::Rl });
     let settings = serde_json::json!({
-        "project": w.project, "entity": w.entity, "name": w.name, "tags": w.tags, "mode": w.mode,
+        "project": w.project, "entity": w.entity, "name": w.name, "group": w.group, "tags": w.tags, "mode": w.mode,
         "samples_every": w.samples_every, "dir": w.dir.clone().unwrap_or_else(|| run.wandb()),
         "single": single,
         "paths": {

@@ -9,24 +9,50 @@ use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Result};
 
-/// One translated deprecated key.
+/// One translated key: a deprecated one, or prime-rl's spelling of one of ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deprecation {
-    /// The deprecated key as written.
+    /// The key as written.
     pub old: String,
-    /// The key it was translated to.
+    /// The key it was translated to (prime-rl's: what it is read as, keys in backticks).
     pub new: String,
     /// Where it came from.
     pub origin: String,
+    /// Why it was translated.
+    pub kind: Translation,
+}
+
+/// Why a key was translated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Translation {
+    /// An old key of this schema: it still works and will not forever.
+    Deprecated,
+    /// prime-rl's spelling (its sources, monitors, `algo`): read as this schema's, no change needed.
+    PrimeRl,
+}
+
+impl Deprecation {
+    /// How the console labels it: `warning` for a deprecated key, `note` for prime-rl's spelling.
+    pub fn label(&self) -> &'static str {
+        match self.kind {
+            Translation::Deprecated => "warning",
+            Translation::PrimeRl => "note",
+        }
+    }
 }
 
 impl fmt::Display for Deprecation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "`{}` is deprecated, use `{}` instead (auto-translated for now; from {})",
-            self.old, self.new, self.origin
-        )
+        match self.kind {
+            Translation::Deprecated => write!(
+                f,
+                "`{}` is deprecated, use `{}` instead (auto-translated for now; from {})",
+                self.old, self.new, self.origin
+            ),
+            Translation::PrimeRl => {
+                write!(f, "`{}` (prime-rl's spelling) is read as {} (from {})", self.old, self.new, self.origin)
+            }
+        }
     }
 }
 
@@ -67,7 +93,12 @@ pub(crate) fn translate_tree(root: &mut Value, orch_at: Option<&[&str]>, origin:
                 let at = join(&prefix, &path);
                 let (old_key, new_key) = (join(&at, old), join(&at, new));
                 put(map, new, value, &old_key, &new_key, origin)?;
-                out.push(Deprecation { old: old_key, new: new_key, origin: origin.to_owned() });
+                out.push(Deprecation {
+                    old: old_key,
+                    new: new_key,
+                    origin: origin.to_owned(),
+                    kind: Translation::Deprecated,
+                });
             }
         }
     }
@@ -81,7 +112,7 @@ pub(crate) fn translate_tree(root: &mut Value, orch_at: Option<&[&str]>, origin:
             *parent = Value::Object(Map::new());
         }
         put(parent.as_object_mut().expect("made an object"), leaf, value, &old_key, &new_key, origin)?;
-        out.push(Deprecation { old: old_key, new: new_key, origin: origin.to_owned() });
+        out.push(Deprecation { old: old_key, new: new_key, origin: origin.to_owned(), kind: Translation::Deprecated });
     }
     Ok(out)
 }
@@ -109,6 +140,7 @@ pub(crate) fn translate_key(key: &[String], orch_at: Option<&[&str]>, origin: &s
                     old: old_key,
                     new: join(&prefix, &renamed.join(".")),
                     origin: origin.to_owned(),
+                    kind: Translation::Deprecated,
                 });
                 rel = renamed;
                 break;
@@ -123,6 +155,7 @@ pub(crate) fn translate_key(key: &[String], orch_at: Option<&[&str]>, origin: &s
                 old: join(&prefix, &rel.join(".")),
                 new: join(&prefix, &moved.join(".")),
                 origin: origin.to_owned(),
+                kind: Translation::Deprecated,
             });
             rel = moved;
         }
@@ -144,7 +177,7 @@ fn put(map: &mut Map<String, Value>, key: &str, value: Value, old: &str, new: &s
     }
 }
 
-fn join(prefix: &str, rest: &str) -> String {
+pub(crate) fn join(prefix: &str, rest: &str) -> String {
     match (prefix.is_empty(), rest.is_empty()) {
         (true, _) => rest.to_owned(),
         (_, true) => prefix.to_owned(),

@@ -10,12 +10,14 @@ use crate::error::Result;
 use crate::inference::InferenceConfig;
 use crate::load::{ConfigFile, to_json};
 use crate::orchestrator::OrchestratorConfig;
+use crate::prime_rl::PrimeRlLayout;
 use crate::rl::{RlConfig, propagate_shared};
 use crate::sft::SftConfig;
 use crate::trainer::TrainerConfig;
 
 impl ConfigFile for RlConfig {
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = Some(&["orchestrator"]);
+    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false };
     const MODELS_AT: &'static [&'static [&'static str]] =
         &[&["model"], &["trainer", "model"], &["orchestrator", "model"], &["inference", "model"]];
 
@@ -66,6 +68,7 @@ impl ConfigFile for OrchestratorConfig {
 }
 
 impl ConfigFile for TrainerConfig {
+    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: false, lora_at: Some(&[]), sft: false };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
@@ -104,6 +107,7 @@ impl ConfigFile for EnvServerConfig {
 }
 
 impl ConfigFile for SftConfig {
+    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {

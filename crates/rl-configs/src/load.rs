@@ -22,6 +22,11 @@ pub trait ConfigFile: DeserializeOwned + Serialize + JsonSchema {
     /// Where the orchestrator section sits, for deprecated-key translation (`None`: nowhere).
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = None;
 
+    /// Where prime-rl's top-level `[monitors]` and its `model.lora` would sit, if this config has
+    /// counterparts: `[wandb]` at the top level, `lora` in the table named.
+    const PRIME_RL: crate::prime_rl::PrimeRlLayout =
+        crate::prime_rl::PrimeRlLayout { monitors: false, lora_at: None, sft: false };
+
     /// Where the config's model sections sit (tables with `path` and `name`), for
     /// [`load_resolving`]'s model lookup.
     const MODELS_AT: &'static [&'static [&'static str]] = &[];
@@ -106,6 +111,10 @@ fn merged_tree<T: ConfigFile>(
             Op::File { path, at } => {
                 let origin = path.display().to_string();
                 let mut tree = nest(&at, read_file(&path)?);
+                push_unique(
+                    &mut warnings,
+                    crate::prime_rl::translate_tree(&mut tree, T::ORCHESTRATOR_AT, T::PRIME_RL, &origin)?,
+                );
                 let found = translate_tree(&mut tree, T::ORCHESTRATOR_AT, &origin)?;
                 push_unique(&mut warnings, found);
                 origins.record("", &tree, &origin);
@@ -121,6 +130,8 @@ fn merged_tree<T: ConfigFile>(
             }
         }
     }
+    let finished = crate::prime_rl::finish(&mut root, T::ORCHESTRATOR_AT, &warnings)?;
+    push_unique(&mut warnings, finished);
     resolve_models(&mut root, T::MODELS_AT, models)?;
     T::prepare(&mut root)?;
     Ok((root, origins, warnings))

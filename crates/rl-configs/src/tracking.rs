@@ -34,6 +34,9 @@ pub struct WandbConfig {
     /// Run name in W&B (unset: the run's name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// W&B group the run is filed under (unset: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Tags of the W&B run.
     pub tags: Vec<String>,
     /// `online`, `offline` or `disabled`.
@@ -53,6 +56,7 @@ impl Default for WandbConfig {
             project: String::new(),
             entity: None,
             name: None,
+            group: None,
             tags: Vec::new(),
             mode: WandbMode::Online,
             samples_every: 10,

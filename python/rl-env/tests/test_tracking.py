@@ -15,12 +15,21 @@ from rl_env import tracking
 
 
 def history(wandb_dir: Path):
-    """(step, {key: value_json}) of every history record in the offline runs under `wandb_dir`
-    (the .wandb file is a LevelDB-style log of protobuf records in 32 KiB blocks)."""
+    """(step, {key: value_json}) of every history record in the offline runs under `wandb_dir`."""
+    out = []
+    for record in records(wandb_dir, "history"):
+        items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+        out.append((int(items["_step"]), items))
+    return out
+
+
+def records(wandb_dir: Path, record_type: str):
+    """The protobuf records of one kind in the offline runs under `wandb_dir` (the .wandb file is a
+    LevelDB-style log of protobuf records in 32 KiB blocks)."""
     out = []
     for path in sorted(glob.glob(str(wandb_dir / "wandb" / "offline-run-*" / "run-*.wandb"))):
         data = Path(path).read_bytes()
-        pos, chunk, records = 7, b"", []
+        pos, chunk, raws = 7, b"", []
         while pos + 7 <= len(data):
             left = 32768 - pos % 32768
             if left < 7:
@@ -33,14 +42,13 @@ def history(wandb_dir: Path):
             chunk += data[pos : pos + n]
             pos += n
             if kind in (1, 4):  # a whole record, or the last piece of one
-                records.append(chunk)
+                raws.append(chunk)
                 chunk = b""
-        for raw in records:
+        for raw in raws:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(raw)
-            if record.WhichOneof("record_type") == "history":
-                items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
-                out.append((int(items["_step"]), items))
+            if record.WhichOneof("record_type") == record_type:
+                out.append(record)
     return out
 
 
@@ -96,6 +104,7 @@ class TrackingTest(unittest.TestCase):
             write_lines(run / "rollouts" / "step_2" / "traces.jsonl", [trace])
             settings = {
                 "project": "p",
+                "group": "sweep-1",
                 "mode": "offline",
                 "samples_every": 2,
                 "dir": str(run / "wandb"),
@@ -105,6 +114,7 @@ class TrackingTest(unittest.TestCase):
             self.assertEqual(tracking.main(argv), 0)
             steps = history(run / "wandb")
             self.assertEqual([s for s, _ in steps], [0, 1, 2], "a final flush sends step 2 without its trainer row")
+            self.assertEqual({r.run.run_group for r in records(run / "wandb", "run")}, {"sweep-1"})
             first = dict(steps)
             self.assertEqual(json.loads(first[0]["eval/rt/avg@1"]), 0.25)
             self.assertEqual(json.loads(first[1]["trainer/loss"]), 1.5)

@@ -490,7 +490,7 @@ SMALL_BATCH = ["--orchestrator.batch-size", "4", "--orchestrator.group-size", "2
 class Training(unittest.TestCase):
     """`rl rl` trains each config of configs/verifiers for two steps."""
 
-    def train(self, name, *extra):
+    def train(self, name, *extra, env_name="verifiers"):
         text = (ROOT / "configs/verifiers" / name).read_text()
         text = text.replace('python = "python3"', f"python = {json.dumps(sys.executable)}")
         config = WORK / name
@@ -513,13 +513,16 @@ class Training(unittest.TestCase):
             capture_output=True,
             text=True,
             timeout=900,
+            # A config with no `python` (prime-rl's sources) runs the host in the `python3` on PATH.
+            env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")},
         )
         self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+        self.run_stderr = run.stderr
         run_name = re.search(r'^name = "(.*)"$', text, re.M).group(1)
         rows = [json.loads(line) for line in (out / run_name / "metrics.jsonl").read_text().splitlines()]
         steps = [r for r in rows if "rollouts" in r]  # besides the step-0 eval row, if any
         self.assertEqual([r["step"] for r in steps], [1, 2])
-        self.assertTrue(all("env/verifiers/reward" in r and r["rollouts"] > 0 for r in steps), rows)
+        self.assertTrue(all(f"env/{env_name}/reward" in r and r["rollouts"] > 0 for r in steps), rows)
         trainer = [json.loads(line) for line in (out / run_name / "trainer/metrics.jsonl").read_text().splitlines()]
         self.assertTrue(trainer and any(r["rl_tokens"] > 0 for r in trainer), trainer)
         for r in trainer:
@@ -537,6 +540,14 @@ class Training(unittest.TestCase):
             all("eval/verifiers/reward/reversal" in r and "eval/verifiers/metric/reply_chars" in r for r in evals),
             evals,
         )
+
+    def test_prime_rl_sources(self):
+        # prime-rl's spelling: train and eval sources, `[orchestrator.algo]`, `[monitors.file]`.
+        rows = self.train("prime_rl_sources.toml", env_name="reverse")
+        self.assertIn("orchestrator.train.source` (prime-rl's spelling)", self.run_stderr)
+        evals = [r for r in rows if "eval/reverse-held-out/avg@1" in r]
+        self.assertEqual(len(evals), 2, "prime-rl evaluates on start, and here after step 2")
+        self.assertTrue(all(r["eval/reverse-held-out/examples"] == 16 for r in evals), "num_examples = -1: all")
 
     def test_tools(self):
         self.train("tool_lookup.toml")

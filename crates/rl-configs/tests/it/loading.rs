@@ -337,3 +337,55 @@ fn lora_target_modules_take_peft_all_linear() {
     let err = load_args::<SftConfig>(&["--lora.target-modules", "everything"]).unwrap_err().to_string();
     assert!(err.contains("lora.target_modules") || err.contains("all-linear"), "{err}");
 }
+
+#[test]
+fn a_prime_rl_config_loads_with_a_note_per_translation() {
+    let f = Files::new();
+    let prime = f.write(
+        "prime.toml",
+        r#"max_steps = 20
+seq_len = 2048
+[model]
+path = "m"
+[monitors.wandb]
+project = "reverse-text"
+group = "sweep"
+offline = true
+[orchestrator]
+batch_size = 128
+group_size = 16
+[orchestrator.train.sampling]
+max_completion_tokens = 128
+[[orchestrator.train.source]]
+name = "reverse-text"
+[orchestrator.train.source.env.taskset]
+id = "reverse-text"
+[orchestrator.train.source.env.agent.harness]
+id = "null"
+[orchestrator.eval]
+group_size = 2
+[[orchestrator.eval.source]]
+env = { taskset = { id = "reverse-text", split = "test" } }
+[orchestrator.renderer]
+name = "prime-qwen3"
+[trainer.model.lora]
+rank = 8
+alpha = 16
+"#,
+    );
+    let loaded = load_args::<RlConfig>(&["@", &prime]).unwrap();
+    let notes: Vec<String> = loaded.warnings.iter().map(|w| format!("{}: {w}", w.label())).collect();
+    assert!(notes.iter().all(|n| n.starts_with("note: ")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("`orchestrator.train.source`") && n.contains(&prime)), "{notes:?}");
+    let c = loaded.config;
+    let wandb = c.wandb.unwrap();
+    assert_eq!((wandb.group.as_deref(), wandb.mode), (Some("sweep"), rl_configs::WandbMode::Offline));
+    assert_eq!(c.trainer.lora.map(|l| l.rank), Some(8));
+    let train = &c.orchestrator.train.env[0];
+    assert_eq!((train.id.as_str(), train.name.as_deref()), ("verifiers", Some("reverse-text")));
+    assert_eq!(train.args["renderer"], json!({"name": "prime-qwen3"}));
+    let eval = c.orchestrator.eval.unwrap();
+    assert_eq!((eval.k, eval.eval_on_start, eval.interval), (2, true, 100));
+    assert_eq!(eval.env[0].args["env"]["taskset"]["split"], json!("test"));
+    assert_eq!(eval.env[0].args["renderer"], json!({"name": "prime-qwen3"}));
+}

@@ -113,6 +113,7 @@ class Tracker:
             project=settings["project"],
             entity=settings.get("entity"),
             name=settings.get("name") or run_dir.name,
+            group=settings.get("group"),
             tags=settings.get("tags") or None,
             mode=settings.get("mode", "online"),
             dir=str(self.state_path.parent),
