@@ -17,7 +17,8 @@ use crate::trainer::TrainerConfig;
 
 impl ConfigFile for RlConfig {
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = Some(&["orchestrator"]);
-    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false };
+    const PRIME_RL: PrimeRlLayout =
+        PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false, inference_at: Some(&["inference"]) };
     const MODELS_AT: &'static [&'static [&'static str]] =
         &[&["model"], &["trainer", "model"], &["orchestrator", "model"], &["inference", "model"]];
 
@@ -68,7 +69,8 @@ impl ConfigFile for OrchestratorConfig {
 }
 
 impl ConfigFile for TrainerConfig {
-    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: false, lora_at: Some(&[]), sft: false };
+    const PRIME_RL: PrimeRlLayout =
+        PrimeRlLayout { monitors: false, lora_at: Some(&[]), sft: false, inference_at: None };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
@@ -81,6 +83,8 @@ impl ConfigFile for TrainerConfig {
 }
 
 impl ConfigFile for InferenceConfig {
+    const PRIME_RL: PrimeRlLayout =
+        PrimeRlLayout { monitors: false, lora_at: None, sft: false, inference_at: Some(&[]) };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
@@ -107,7 +111,7 @@ impl ConfigFile for EnvServerConfig {
 }
 
 impl ConfigFile for SftConfig {
-    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true };
+    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true, inference_at: None };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {

@@ -1,0 +1,374 @@
+//! prime-rl's current config spellings, read as this schema's, so a prime-rl `rl.toml` whose envs
+//! are verifiers tasksets runs unchanged: its sources (`[[orchestrator.train.source]]`,
+//! `[[orchestrator.eval.source]]`, prime-rl #3150: a verifiers `[env]` table each) become
+//! `verifiers` envs, `[orchestrator.algo]` the algorithm list, `[orchestrator.renderer]` those envs'
+//! renderer, `[monitors.wandb]` the `[wandb]` section, `[trainer.model.lora]` `[trainer.lora]`,
+//! `extra_body` the sampling's `extra`. Each translation is reported as a note; a prime-rl key with
+//! no counterpart here is refused with what it would need, never dropped.
+
+mod sections;
+mod shared;
+mod sources;
+
+use serde_json::{Map, Value, json};
+
+use self::shared::{Notes, algorithm, extra_body};
+use crate::deprecated::{Deprecation, Translation, join};
+use crate::error::{ConfigError, Result};
+
+/// Where a config type has counterparts of prime-rl's top-level `[monitors]` (our `[wandb]` at the
+/// top level) and of its `model.lora` (our `lora`, in the table `lora_at` names: prime-rl's sits in
+/// that table's `model`).
+#[derive(Debug, Clone, Copy)]
+pub struct PrimeRlLayout {
+    /// `[monitors]` is translated at the top level.
+    pub monitors: bool,
+    /// The table holding our `lora`.
+    pub lora_at: Option<&'static [&'static str]>,
+    /// The SFT config: prime-rl's `[data]` holds what our top level does (`seq_len`, `loss_mask`).
+    pub sft: bool,
+    /// The inference server's section (prime-rl's has `server` and `vllm` tables in it).
+    pub inference_at: Option<&'static [&'static str]>,
+}
+
+/// Translates prime-rl's spellings in one file's tree (`orch_at`: where the orchestrator section
+/// sits, if the config has one).
+pub(crate) fn translate_tree(
+    root: &mut Value,
+    orch_at: Option<&[&str]>,
+    layout: PrimeRlLayout,
+    origin: &str,
+) -> Result<Vec<Deprecation>> {
+    let mut notes = Notes { origin, out: Vec::new() };
+    if layout.monitors {
+        sections::monitors(root, &mut notes)?;
+    }
+    if let Some(at) = layout.lora_at {
+        let model: Vec<&str> = at.iter().copied().chain(["model"]).collect();
+        move_table(root, &model, "lora", at, "lora", &mut notes)?;
+    }
+    if layout.sft {
+        sections::sft_data(root, &mut notes)?;
+    }
+    if let Some(at) = layout.inference_at
+        && let Some(Value::Object(section)) = at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k))
+    {
+        sections::inference(section, &at.join("."), &mut notes)?;
+    }
+    let Some(orch_at) = orch_at else { return Ok(notes.out) };
+    let prefix = orch_at.join(".");
+    let Some(Value::Object(orch)) = orch_at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
+        return Ok(notes.out);
+    };
+    if let Some(algo) = orch.remove("algo") {
+        let key = join(&prefix, "algo");
+        orch.insert(String::from("algorithms"), json!([algorithm(algo, &key)?]));
+        notes.push(key, &join(&prefix, "algorithms.0"));
+    }
+    for part in ["train", "eval"] {
+        let Some(Value::Object(section)) = orch.get_mut(part) else { continue };
+        let at = join(&prefix, part);
+        if let Some(sampling) = section.get_mut("sampling") {
+            extra_body(sampling, &join(&at, "sampling"), &mut notes);
+        }
+        if part == "eval" && section.contains_key("source") {
+            sources::eval_keys(section, &at, &mut notes)?;
+        }
+        sources::sources(section, &at, part == "eval", &mut notes)?;
+    }
+    Ok(notes.out)
+}
+
+/// What needs the merged tree (the files' sections may be spread over several): prime-rl's eval
+/// `interval` default (100) where eval sources were read (`translated`: the notes so far), and
+/// `[orchestrator.renderer]` (a `renderers` config) as the `renderer` of every `verifiers` env
+/// that sets none.
+pub(crate) fn finish(
+    root: &mut Value,
+    orch_at: Option<&[&str]>,
+    translated: &[Deprecation],
+) -> Result<Vec<Deprecation>> {
+    let Some(orch_at) = orch_at else { return Ok(Vec::new()) };
+    let prefix = orch_at.join(".");
+    let Some(Value::Object(orch)) = orch_at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
+        return Ok(Vec::new());
+    };
+    let eval_sources = join(&prefix, "eval.source");
+    if translated.iter().any(|d| d.kind == Translation::PrimeRl && d.old == eval_sources)
+        && let Some(Value::Object(eval)) = orch.get_mut("eval")
+    {
+        eval.entry("interval").or_insert(json!(100));
+    }
+    let key = join(&prefix, "renderer");
+    let Some(renderer) = orch.remove("renderer") else { return Ok(Vec::new()) };
+    if !renderer.is_object() {
+        return Err(ConfigError::invalid(key, "must be a table: a `renderers` config such as { name = \"qwen3\" }"));
+    }
+    let mut set = 0;
+    for part in ["train", "eval"] {
+        let Some(Value::Array(envs)) = orch.get_mut(part).and_then(|s| s.get_mut("env")) else { continue };
+        for env in envs.iter_mut().filter(|e| e.get("id").and_then(Value::as_str) == Some("verifiers")) {
+            let Some(env) = env.as_object_mut() else { continue };
+            let args = env.entry("args").or_insert_with(|| Value::Object(Map::new()));
+            if let Some(args) = args.as_object_mut() {
+                args.entry("renderer").or_insert_with(|| renderer.clone());
+                set += 1;
+            }
+        }
+    }
+    if set == 0 {
+        return Err(ConfigError::invalid(
+            key,
+            "renders the prompts of verifiers envs, and this config has none (`[[orchestrator.train.source]]`, \
+             or an env with `id = \"verifiers\"`)",
+        ));
+    }
+    let new = format!("`{}` of every verifiers env", join(&prefix, "{train,eval}.env.*.args.renderer"));
+    Ok(vec![Deprecation { old: key, new, origin: String::from("the config"), kind: Translation::PrimeRl }])
+}
+
+/// Moves the table `from.leaf` to `to.new_leaf` (both under the root), refusing a conflict.
+fn move_table(
+    root: &mut Value,
+    from: &[&str],
+    leaf: &str,
+    to: &[&str],
+    new_leaf: &str,
+    notes: &mut Notes<'_>,
+) -> Result<()> {
+    let Some(Value::Object(parent)) = from.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
+        return Ok(());
+    };
+    let Some(value) = parent.remove(leaf) else { return Ok(()) };
+    if parent.is_empty() {
+        let (last, up) = from.split_last().expect("a path");
+        if let Some(Value::Object(grand)) = up.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) {
+            grand.remove(*last);
+        }
+    }
+    let (old, new) = (join(&from.join("."), leaf), join(&to.join("."), new_leaf));
+    let Some(Value::Object(target)) = to.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
+        return Ok(());
+    };
+    if target.contains_key(new_leaf) {
+        return Err(ConfigError::invalid(old, format!("and `{new}` are the same section: set one")));
+    }
+    target.insert(new_leaf.to_owned(), value);
+    notes.push(old, &new);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RL: Option<&[&str]> = Some(&["orchestrator"]);
+    const RL_LAYOUT: PrimeRlLayout =
+        PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false, inference_at: Some(&["inference"]) };
+
+    fn translated(mut tree: Value) -> Result<Value> {
+        let notes = translate_tree(&mut tree, RL, RL_LAYOUT, "c.toml")?;
+        finish(&mut tree, RL, &notes)?;
+        Ok(tree)
+    }
+
+    fn message(err: ConfigError) -> (String, String) {
+        match err {
+            ConfigError::Invalid { key, message } => (key, message),
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn prime_rls_reverse_text_example_reads_as_a_verifiers_env() {
+        // prime-rl's examples/basic/reverse-text/rl.toml, its keys as written.
+        let tree = translated(json!({
+            "monitors": {"wandb": {"project": "reverse-text", "name": "reverse-text", "group": "g"}},
+            "orchestrator": {
+                "batch_size": 128, "group_size": 16,
+                "train": {
+                    "sampling": {"max_completion_tokens": 128, "extra_body": {"top_k": -1}},
+                    "source": [{"name": "reverse-text", "env": {
+                        "taskset": {"id": "reverse-text"},
+                        "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
+                    }}],
+                },
+                "renderer": {"name": "prime-qwen3"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(tree["wandb"], json!({"project": "reverse-text", "name": "reverse-text", "group": "g"}));
+        assert!(tree.get("monitors").is_none());
+        let train = &tree["orchestrator"]["train"];
+        assert_eq!(train["sampling"], json!({"max_completion_tokens": 128, "extra": {"top_k": -1}}));
+        assert_eq!(
+            train["env"],
+            json!([{"id": "verifiers", "name": "reverse-text", "args": {
+                "env": {"taskset": {"id": "reverse-text"}, "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}},
+                "renderer": {"name": "prime-qwen3"},
+            }}])
+        );
+        assert!(tree["orchestrator"].get("renderer").is_none());
+    }
+
+    #[test]
+    fn eval_sources_take_prime_rls_eval_keys_and_defaults() {
+        let env = json!({"taskset": {"id": "org/math"}});
+        let tree = translated(json!({"orchestrator": {"eval": {
+            "group_size": 4, "num_examples": -1, "skip_first_step": true,
+            "source": [{"env": env, "group_size": 2, "num_examples": -1}, {"env": env, "num_examples": 8}],
+        }}}))
+        .unwrap();
+        let eval = &tree["orchestrator"]["eval"];
+        assert_eq!((&eval["k"], &eval["eval_on_start"], &eval["interval"]), (&json!(4), &json!(false), &json!(100)));
+        assert!(eval.get("num_examples").is_none() && eval.get("group_size").is_none());
+        assert_eq!(eval["env"][0], json!({"id": "verifiers", "name": "math", "args": {"env": env}, "k": 2}));
+        assert_eq!(eval["env"][1]["num_examples"], json!(8));
+        // prime-rl evaluates on start unless told not to; an interval written is kept.
+        let tree = translated(json!({"orchestrator": {"eval": {"interval": 5, "source": [{"env": env}]}}})).unwrap();
+        assert_eq!(
+            (&tree["orchestrator"]["eval"]["eval_on_start"], &tree["orchestrator"]["eval"]["interval"]),
+            (&json!(true), &json!(5))
+        );
+    }
+
+    #[test]
+    fn algo_lora_and_curriculum_take_our_shapes() {
+        let tree = translated(json!({
+            "trainer": {"model": {"lora": {"rank": 32, "alpha": 64}}},
+            "orchestrator": {
+                "algo": {"type": "rae", "decay": 0.9},
+                "train": {"source": [{"env": {"taskset": {"id": "t"}}, "ratio": 2.0, "group_size": 8,
+                    "algo": {"decay": 0.5},
+                    "curriculum": {
+                        "sampler": {"type": "difficulty_pool", "pools": {
+                            "easy": {"threshold": 1.0, "weight": 0.1}, "hard": {"threshold": 0.2, "weight": 0.3},
+                        }},
+                        "gates": {"zero": {"type": "advantage_range", "reject_min": 0.0, "reject_max": 0.0}},
+                    },
+                }]},
+            },
+        }))
+        .unwrap();
+        assert_eq!(tree["trainer"], json!({"lora": {"rank": 32, "alpha": 64}}));
+        assert_eq!(tree["orchestrator"]["algorithms"], json!([{"id": "rae", "decay": 0.9}]));
+        let env = &tree["orchestrator"]["train"]["env"][0];
+        assert_eq!((&env["ratio"], &env["group_size"]), (&json!(2.0), &json!(8)));
+        assert_eq!(env["algorithms"], json!([{"id": "grpo", "decay": 0.5}]));
+        assert_eq!(
+            env["curriculum"],
+            json!({"type": "difficulty_pool", "pools": [
+                {"name": "hard", "threshold": 0.2, "weight": 0.3}, {"name": "easy", "threshold": 1.0, "weight": 0.1},
+            ]})
+        );
+    }
+
+    #[test]
+    fn keys_without_a_counterpart_are_refused_by_name() {
+        let source = |extra: Value| {
+            let mut s = json!({"env": {"taskset": {"id": "t"}}});
+            s.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            json!({"orchestrator": {"train": {"source": [s]}}})
+        };
+        let refused = |tree: Value| message(translated(tree).unwrap_err()).0;
+        assert_eq!(
+            refused(source(json!({"serve": {"address": "tcp://x:5000"}}))),
+            "orchestrator.train.source.0.serve.address"
+        );
+        assert_eq!(
+            refused(source(json!({"serve": {"pool": {"type": "static"}}}))),
+            "orchestrator.train.source.0.serve.pool"
+        );
+        assert_eq!(refused(source(json!({"tasks_per_minute": 3}))), "orchestrator.train.source.0.tasks_per_minute");
+        let gate = json!({"curriculum": {"gates": {"g": {"reject_min": -0.1, "reject_max": 0.1}}}});
+        assert_eq!(refused(source(gate)), "orchestrator.train.source.0.curriculum.gates");
+        let seeded = json!({"curriculum": {"sampler": {"type": "difficulty_pool", "seed": 42}}});
+        assert_eq!(refused(source(seeded)), "orchestrator.train.source.0.curriculum.sampler.seed");
+        assert_eq!(
+            refused(json!({"orchestrator": {"train": {"source": [{"name": "x"}]}}})),
+            "orchestrator.train.source.0.env"
+        );
+        let both = json!({"orchestrator": {"train": {"env": [{"id": "reverse-text"}], "source": [{"env": {}}]}}});
+        assert_eq!(refused(both), "orchestrator.train.source");
+        assert_eq!(refused(json!({"monitors": {"prime": {"name": "x"}}})), "monitors.prime");
+        assert_eq!(refused(json!({"monitors": {"file": {"path": "m.jsonl"}}})), "monitors.file.path");
+        assert_eq!(
+            refused(json!({"monitors": {"wandb": {"project": "p"}}, "wandb": {"project": "q"}})),
+            "monitors.wandb"
+        );
+        // A renderer with no verifiers env to render for would do nothing.
+        let lone = json!({"orchestrator": {"renderer": {"name": "qwen3"}, "train": {"env": [{"id": "reverse-text"}]}}});
+        assert_eq!(refused(lone), "orchestrator.renderer");
+        let resumed = json!({"orchestrator": {"eval": {"retrigger_on_resume": true, "source": [{"env": {}}]}}});
+        assert_eq!(refused(resumed), "orchestrator.eval.retrigger_on_resume");
+    }
+
+    #[test]
+    fn the_orchestrator_config_alone_translates_its_own_keys() {
+        let orch: Option<&[&str]> = Some(&[]);
+        let mut tree = json!({"algo": {"type": "max_rl"}, "train": {"source": [{"env": {"taskset": {"id": "t"}}}]}});
+        let notes = translate_tree(
+            &mut tree,
+            orch,
+            PrimeRlLayout { monitors: false, lora_at: None, sft: false, inference_at: None },
+            "o.toml",
+        )
+        .unwrap();
+        assert_eq!(notes.iter().map(|n| n.old.as_str()).collect::<Vec<_>>(), ["algo", "train.source"]);
+        assert!(notes.iter().all(|n| n.label() == "note" && n.to_string().contains("o.toml")));
+        assert_eq!(tree["algorithms"], json!([{"id": "max_rl"}]));
+        assert_eq!(tree["train"]["env"][0]["name"], json!("t"));
+    }
+
+    #[test]
+    fn an_sft_configs_monitors_and_model_lora_move_to_the_top_level() {
+        let mut tree =
+            json!({"model": {"name": "Qwen/Qwen3-0.6B", "lora": {"rank": 8}}, "monitors": {"wandb": {"project": "p"}}});
+        let notes = translate_tree(&mut tree, None, SFT, "s.toml").unwrap();
+        assert_eq!(notes.len(), 2);
+        assert_eq!(tree, json!({"model": {"name": "Qwen/Qwen3-0.6B"}, "lora": {"rank": 8}, "wandb": {"project": "p"}}));
+    }
+
+    const SFT: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true, inference_at: None };
+
+    #[test]
+    fn an_sft_configs_data_keys_move_where_ours_are_and_its_batch_size_is_refused() {
+        let mut tree = json!({"data": {
+            "type": "sft", "name": "org/data", "seq_len": 4096, "seed": 3, "shuffle": true, "micro_batch_size": 1,
+            "loss_mask": {"system": false, "assistant": true},
+        }});
+        translate_tree(&mut tree, None, SFT, "s.toml").unwrap();
+        assert_eq!(
+            tree,
+            json!({"data": {"name": "org/data"}, "seq_len": 4096, "seed": 3, "loss_mask": {"system": false, "assistant": true}})
+        );
+        let refused = |data: Value| {
+            let mut tree = json!({ "data": data });
+            message(translate_tree(&mut tree, None, SFT, "s.toml").unwrap_err()).0
+        };
+        assert_eq!(refused(json!({"name": "d", "batch_size": 32})), "data.batch_size");
+        assert_eq!(refused(json!({"name": "d", "micro_batch_size": 2})), "data.micro_batch_size");
+        assert_eq!(refused(json!({"name": "d", "shuffle": false})), "data.shuffle");
+    }
+    #[test]
+    fn prime_rls_inference_server_and_vllm_tables_take_our_keys() {
+        let tree = translated(json!({"inference": {
+            "server": {"port": 8001},
+            "vllm": {"max_model_len": 4096, "dtype": "bfloat16", "model": "Qwen/Qwen3-0.6B", "seed": 3},
+        }}))
+        .unwrap();
+        assert_eq!(
+            tree["inference"],
+            json!({"port": 8001, "max_model_len": 4096, "dtype": "bf16", "model": {"name": "Qwen/Qwen3-0.6B"}, "seed": 3})
+        );
+        let auto = translated(json!({"inference": {"vllm": {"dtype": "auto"}}})).unwrap();
+        assert_eq!(auto["inference"], json!({}));
+        let refused = |tree: Value| message(translated(tree).unwrap_err()).0;
+        assert_eq!(
+            refused(json!({"inference": {"vllm": {"gpu_memory_utilization": 0.9}}})),
+            "inference.vllm.gpu_memory_utilization"
+        );
+        assert_eq!(refused(json!({"inference": {"port": 1, "server": {"port": 2}}})), "inference.server.port");
+        assert_eq!(refused(json!({"inference": {"vllm": {"dtype": "int8"}}})), "inference.vllm.dtype");
+    }
+}

@@ -1,0 +1,189 @@
+//! prime-rl's sections outside the orchestrator: `[monitors]`, the SFT `[data]` keys our top level
+//! holds, and `[inference.server]` / `[inference.vllm]`.
+
+use serde_json::{Map, Value, json};
+
+use super::shared::Notes;
+use crate::deprecated::join;
+use crate::error::{ConfigError, Result};
+
+/// `[monitors]`: `wandb` is our `[wandb]`; `file` (metrics.jsonl) is always written here.
+pub(super) fn monitors(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
+    let Value::Object(top) = root else { return Ok(()) };
+    let Some(monitors) = top.remove("monitors") else { return Ok(()) };
+    let Value::Object(monitors) = monitors else {
+        return Err(ConfigError::invalid("monitors", "must be a table (`[monitors.wandb]`)"));
+    };
+    for (name, value) in monitors {
+        let key = format!("monitors.{name}");
+        match name.as_str() {
+            "wandb" => {
+                let Value::Object(mut wandb) = value else {
+                    return Err(ConfigError::invalid(key, "must be a table"));
+                };
+                match wandb.remove("offline") {
+                    Some(Value::Bool(true)) => {
+                        wandb.insert(String::from("mode"), json!("offline"));
+                        notes.push(format!("{key}.offline"), "wandb.mode");
+                    }
+                    Some(Value::Bool(false)) | None => {}
+                    Some(_) => return Err(ConfigError::invalid(format!("{key}.offline"), "must be true or false")),
+                }
+                if top.contains_key("wandb") {
+                    return Err(ConfigError::invalid(key, "and `[wandb]` are the same section: set one"));
+                }
+                top.insert(String::from("wandb"), Value::Object(wandb));
+                notes.push(key, "wandb");
+            }
+            "file" => {
+                let path = value.get("path").and_then(Value::as_str).unwrap_or("metrics.jsonl");
+                if path != "metrics.jsonl" {
+                    return Err(ConfigError::invalid(
+                        format!("{key}.path"),
+                        format!(
+                            "metrics go to `<run dir>/metrics.jsonl` here (and the trainer's to `trainer/metrics.jsonl`); `{path}` is not supported"
+                        ),
+                    ));
+                }
+                notes.said(key, String::from("`<run dir>/metrics.jsonl`, always written"));
+            }
+            _ => {
+                return Err(ConfigError::invalid(
+                    key,
+                    "is a prime-rl monitor with no counterpart here: `[wandb]` and `[tensorboard]` are",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// prime-rl's SFT `[data]` table (`type = "sft"`) holds keys our top level holds: `seq_len` (tokens
+/// per packed row), `loss_mask` and `seed` move there; its default `shuffle`, `micro_batch_size`
+/// and `num_workers` are how this trainer works anyway. Its `batch_size` counts packed rows, ours
+/// samples: refused with that said, not converted.
+pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
+    let Value::Object(top) = root else { return Ok(()) };
+    let Some(Value::Object(data)) = top.get_mut("data") else { return Ok(()) };
+    if data.get("type").and_then(Value::as_str) == Some("sft") {
+        data.remove("type");
+        notes.said(String::from("data.type = \"sft\""), String::from("a dataset by `data.name`"));
+    }
+    let mut moved = Vec::new();
+    for field in ["seq_len", "loss_mask", "seed"] {
+        if let Some(value) = data.remove(field) {
+            moved.push((field, value));
+        }
+    }
+    for (field, default) in [("shuffle", json!(true)), ("micro_batch_size", json!(1)), ("num_workers", json!(1))] {
+        match data.remove(field) {
+            Some(v) if v == default => {
+                notes.said(format!("data.{field} = {v}"), String::from("what this trainer does anyway"))
+            }
+            Some(v) => {
+                let why = match field {
+                    "shuffle" => "is not supported: examples are drawn in a seeded shuffled order (`seed`)",
+                    "micro_batch_size" => "is not supported: each packed row is its own forward and backward here",
+                    _ => "is not supported: data is read in-process",
+                };
+                return Err(ConfigError::invalid(format!("data.{field}"), format!("= {v} {why}")));
+            }
+            None => {}
+        }
+    }
+    if data.contains_key("batch_size") {
+        return Err(ConfigError::invalid(
+            "data.batch_size",
+            "is prime-rl's count of packed rows a step; here the top-level `batch_size` counts samples a step: set that",
+        ));
+    }
+    for (field, value) in moved {
+        if top.contains_key(field) {
+            return Err(ConfigError::invalid(
+                format!("data.{field}"),
+                format!("and `{field}` are the same key: set one"),
+            ));
+        }
+        top.insert(field.to_owned(), value);
+        notes.push(format!("data.{field}"), field);
+    }
+    Ok(())
+}
+/// prime-rl's `[inference.server]` (`host`, `port`) and `[inference.vllm]` (the engine's settings
+/// that this engine has too: `model`, `max_model_len`, `dtype`, `seed`, `tool_call_parser`,
+/// `generation_config`); vLLM's other engine settings have no counterpart and are refused.
+pub(super) fn inference(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) -> Result<()> {
+    let mut moved = Vec::new();
+    if let Some(server) = section.remove("server") {
+        let Value::Object(server) = server else {
+            return Err(ConfigError::invalid(join(at, "server"), "must be a table"));
+        };
+        for (field, value) in server {
+            let key = join(at, &format!("server.{field}"));
+            if !matches!(field.as_str(), "host" | "port") {
+                return Err(ConfigError::invalid(key, "has no counterpart here (`host` and `port` do)"));
+            }
+            moved.push((key, field, value));
+        }
+    }
+    if let Some(vllm) = section.remove("vllm") {
+        let Value::Object(vllm) = vllm else { return Err(ConfigError::invalid(join(at, "vllm"), "must be a table")) };
+        for (field, value) in vllm {
+            let key = join(at, &format!("vllm.{field}"));
+            let value = match field.as_str() {
+                "dtype" => match value.as_str() {
+                    Some("auto") => {
+                        notes.said(
+                            key,
+                            String::from(
+                                "the default `dtype` (f32; a bf16 checkpoint's weights are kept in bf16, exactly)",
+                            ),
+                        );
+                        continue;
+                    }
+                    Some("bfloat16" | "bf16") => json!("bf16"),
+                    Some("float16" | "half" | "f16") => json!("f16"),
+                    Some("float32" | "float" | "f32") => json!("f32"),
+                    _ => return Err(ConfigError::invalid(key, "expected auto, bfloat16, float16 or float32")),
+                },
+                "max_model_len" | "seed" | "tool_call_parser" | "generation_config" => value,
+                "model" => {
+                    moved.push((key, String::from("model"), json!({ "name": value })));
+                    continue;
+                }
+                _ => {
+                    return Err(ConfigError::invalid(
+                        key,
+                        "is a vLLM engine setting with no counterpart in `rl inference` (to serve the policy with \
+                         vLLM itself, see docs/guide-vllm.md)",
+                    ));
+                }
+            };
+            moved.push((key, field, value));
+        }
+    }
+    for (key, field, value) in moved {
+        if field == "model" {
+            let model = section.entry("model").or_insert_with(|| json!({}));
+            if let (Some(model), Value::Object(given)) = (model.as_object_mut(), value) {
+                for (k, v) in given {
+                    if model.get(&k).is_some_and(|old| *old != v) {
+                        return Err(ConfigError::invalid(
+                            key,
+                            format!("and `{}` differ: set one", join(at, "model.name")),
+                        ));
+                    }
+                    model.insert(k, v);
+                }
+            }
+            notes.push(key, &join(at, "model.name"));
+            continue;
+        }
+        if section.get(&field).is_some_and(|old| *old != value) {
+            return Err(ConfigError::invalid(key, format!("and `{}` differ: set one", join(at, &field))));
+        }
+        section.insert(field.clone(), value);
+        notes.push(key, &join(at, &field));
+    }
+    Ok(())
+}
