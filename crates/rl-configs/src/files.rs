@@ -17,8 +17,12 @@ use crate::trainer::TrainerConfig;
 
 impl ConfigFile for RlConfig {
     const ORCHESTRATOR_AT: Option<&'static [&'static str]> = Some(&["orchestrator"]);
-    const PRIME_RL: PrimeRlLayout =
-        PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false, inference_at: Some(&["inference"]) };
+    const PRIME_RL: PrimeRlLayout = PrimeRlLayout {
+        monitors: true,
+        trainer_at: Some(&["trainer"]),
+        sft: false,
+        inference_at: Some(&["inference"]),
+    };
     const MODELS_AT: &'static [&'static [&'static str]] =
         &[&["model"], &["trainer", "model"], &["orchestrator", "model"], &["inference", "model"]];
 
@@ -70,7 +74,7 @@ impl ConfigFile for OrchestratorConfig {
 
 impl ConfigFile for TrainerConfig {
     const PRIME_RL: PrimeRlLayout =
-        PrimeRlLayout { monitors: false, lora_at: Some(&[]), sft: false, inference_at: None };
+        PrimeRlLayout { monitors: false, trainer_at: Some(&[]), sft: false, inference_at: None };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
@@ -84,7 +88,7 @@ impl ConfigFile for TrainerConfig {
 
 impl ConfigFile for InferenceConfig {
     const PRIME_RL: PrimeRlLayout =
-        PrimeRlLayout { monitors: false, lora_at: None, sft: false, inference_at: Some(&[]) };
+        PrimeRlLayout { monitors: false, trainer_at: None, sft: false, inference_at: Some(&[]) };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
@@ -111,7 +115,8 @@ impl ConfigFile for EnvServerConfig {
 }
 
 impl ConfigFile for SftConfig {
-    const PRIME_RL: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true, inference_at: None };
+    const PRIME_RL: PrimeRlLayout =
+        PrimeRlLayout { monitors: true, trainer_at: Some(&[]), sft: true, inference_at: None };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {

@@ -25,7 +25,7 @@ pub trait ConfigFile: DeserializeOwned + Serialize + JsonSchema {
     /// Where prime-rl's top-level `[monitors]` and its `model.lora` would sit, if this config has
     /// counterparts: `[wandb]` at the top level, `lora` in the table named.
     const PRIME_RL: crate::prime_rl::PrimeRlLayout =
-        crate::prime_rl::PrimeRlLayout { monitors: false, lora_at: None, sft: false, inference_at: None };
+        crate::prime_rl::PrimeRlLayout { monitors: false, trainer_at: None, sft: false, inference_at: None };
 
     /// Where the config's model sections sit (tables with `path` and `name`), for
     /// [`load_resolving`]'s model lookup.

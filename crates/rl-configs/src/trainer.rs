@@ -266,12 +266,13 @@ pub enum SchedulerConfig {
         #[serde(default)]
         warmup_steps: u64,
     },
-    /// Linear warmup, then linear decay to `min_lr`.
+    /// Linear warmup, the peak rate, then linear decay to `min_lr` over the last `decay_steps`
+    /// steps before `max_steps` (prime-rl's warmup-stable-decay).
     Linear {
         /// Steps of linear warmup from 0.
         #[serde(default = "default_warmup")]
         warmup_steps: u64,
-        /// Steps of decay after warmup (unset: until `max_steps`).
+        /// Steps of decay, the last ones before `max_steps` (unset: every step after warmup).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decay_steps: Option<u64>,
         /// Final learning rate.

@@ -16,15 +16,15 @@ use self::shared::{Notes, algorithm, extra_body};
 use crate::deprecated::{Deprecation, Translation, join};
 use crate::error::{ConfigError, Result};
 
-/// Where a config type has counterparts of prime-rl's top-level `[monitors]` (our `[wandb]` at the
-/// top level) and of its `model.lora` (our `lora`, in the table `lora_at` names: prime-rl's sits in
-/// that table's `model`).
+/// Where a config type has counterparts of prime-rl's sections: its top-level `[monitors]` (our
+/// `[wandb]` at the top level), its trainer's `model.lora`, `optim` and `loss` (in the table
+/// `trainer_at` names), the SFT `[data]` keys, the inference server's tables.
 #[derive(Debug, Clone, Copy)]
 pub struct PrimeRlLayout {
     /// `[monitors]` is translated at the top level.
     pub monitors: bool,
-    /// The table holding our `lora`.
-    pub lora_at: Option<&'static [&'static str]>,
+    /// The trainer's table (our `lora`, `optim`, `loss`; prime-rl's `model.lora` in its `model`).
+    pub trainer_at: Option<&'static [&'static str]>,
     /// The SFT config: prime-rl's `[data]` holds what our top level does (`seq_len`, `loss_mask`).
     pub sft: bool,
     /// The inference server's section (prime-rl's has `server` and `vllm` tables in it).
@@ -43,9 +43,10 @@ pub(crate) fn translate_tree(
     if layout.monitors {
         sections::monitors(root, &mut notes)?;
     }
-    if let Some(at) = layout.lora_at {
-        let model: Vec<&str> = at.iter().copied().chain(["model"]).collect();
-        move_table(root, &model, "lora", at, "lora", &mut notes)?;
+    if let Some(at) = layout.trainer_at
+        && let Some(Value::Object(section)) = at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k))
+    {
+        sections::trainer(section, &at.join("."), &mut notes)?;
     }
     if layout.sft {
         sections::sft_data(root, &mut notes)?;
@@ -127,44 +128,17 @@ pub(crate) fn finish(
     Ok(vec![Deprecation { old: key, new, origin: String::from("the config"), kind: Translation::PrimeRl }])
 }
 
-/// Moves the table `from.leaf` to `to.new_leaf` (both under the root), refusing a conflict.
-fn move_table(
-    root: &mut Value,
-    from: &[&str],
-    leaf: &str,
-    to: &[&str],
-    new_leaf: &str,
-    notes: &mut Notes<'_>,
-) -> Result<()> {
-    let Some(Value::Object(parent)) = from.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
-        return Ok(());
-    };
-    let Some(value) = parent.remove(leaf) else { return Ok(()) };
-    if parent.is_empty() {
-        let (last, up) = from.split_last().expect("a path");
-        if let Some(Value::Object(grand)) = up.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) {
-            grand.remove(*last);
-        }
-    }
-    let (old, new) = (join(&from.join("."), leaf), join(&to.join("."), new_leaf));
-    let Some(Value::Object(target)) = to.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
-        return Ok(());
-    };
-    if target.contains_key(new_leaf) {
-        return Err(ConfigError::invalid(old, format!("and `{new}` are the same section: set one")));
-    }
-    target.insert(new_leaf.to_owned(), value);
-    notes.push(old, &new);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const RL: Option<&[&str]> = Some(&["orchestrator"]);
-    const RL_LAYOUT: PrimeRlLayout =
-        PrimeRlLayout { monitors: true, lora_at: Some(&["trainer"]), sft: false, inference_at: Some(&["inference"]) };
+    const RL_LAYOUT: PrimeRlLayout = PrimeRlLayout {
+        monitors: true,
+        trainer_at: Some(&["trainer"]),
+        sft: false,
+        inference_at: Some(&["inference"]),
+    };
 
     fn translated(mut tree: Value) -> Result<Value> {
         let notes = translate_tree(&mut tree, RL, RL_LAYOUT, "c.toml")?;
@@ -310,7 +284,7 @@ mod tests {
         let notes = translate_tree(
             &mut tree,
             orch,
-            PrimeRlLayout { monitors: false, lora_at: None, sft: false, inference_at: None },
+            PrimeRlLayout { monitors: false, trainer_at: None, sft: false, inference_at: None },
             "o.toml",
         )
         .unwrap();
@@ -329,7 +303,7 @@ mod tests {
         assert_eq!(tree, json!({"model": {"name": "Qwen/Qwen3-0.6B"}, "lora": {"rank": 8}, "wandb": {"project": "p"}}));
     }
 
-    const SFT: PrimeRlLayout = PrimeRlLayout { monitors: true, lora_at: Some(&[]), sft: true, inference_at: None };
+    const SFT: PrimeRlLayout = PrimeRlLayout { monitors: true, trainer_at: Some(&[]), sft: true, inference_at: None };
 
     #[test]
     fn an_sft_configs_data_keys_move_where_ours_are_and_its_batch_size_is_refused() {
@@ -370,5 +344,26 @@ mod tests {
         );
         assert_eq!(refused(json!({"inference": {"port": 1, "server": {"port": 2}}})), "inference.server.port");
         assert_eq!(refused(json!({"inference": {"vllm": {"dtype": "int8"}}})), "inference.vllm.dtype");
+    }
+    #[test]
+    fn trainer_spellings_take_our_keys() {
+        let tree = translated(json!({"trainer": {
+            "model": {"impl": "auto", "attn": "auto", "lora": {"rank": 32, "alpha": 64}},
+            "optim": {"lr": 1e-5, "betas1": 0.8, "max_norm": null},
+            "loss": {"type": "default", "dppo_mask_low": 0.1, "dppo_mask_high": 0.3, "kl_tau": 0.0},
+        }}))
+        .unwrap();
+        assert_eq!(
+            tree["trainer"],
+            json!({
+                "lora": {"rank": 32, "alpha": 64},
+                "optim": {"lr": 1e-5, "betas": [0.8, 0.999], "max_norm": 0.0},
+                "loss": {"mask_low": 0.1, "mask_high": 0.3, "kl_tau": 0.0},
+            })
+        );
+        let refused = |trainer: Value| message(translated(json!({ "trainer": trainer })).unwrap_err()).0;
+        assert_eq!(refused(json!({"model": {"impl": "hf"}})), "trainer.model.impl");
+        assert_eq!(refused(json!({"loss": {"type": "ipo"}})), "trainer.loss.type");
+        assert_eq!(refused(json!({"model": {"lora": {}}, "lora": {}})), "trainer.model.lora");
     }
 }

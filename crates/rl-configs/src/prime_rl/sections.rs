@@ -1,5 +1,6 @@
-//! prime-rl's sections outside the orchestrator: `[monitors]`, the SFT `[data]` keys our top level
-//! holds, and `[inference.server]` / `[inference.vllm]`.
+//! prime-rl's sections outside the orchestrator: `[monitors]`, the trainer's `model`, `optim` and
+//! `loss` spellings, the SFT `[data]` keys our top level holds, and `[inference.server]` /
+//! `[inference.vllm]`.
 
 use serde_json::{Map, Value, json};
 
@@ -184,6 +185,81 @@ pub(super) fn inference(section: &mut Map<String, Value>, at: &str, notes: &mut 
         }
         section.insert(field.clone(), value);
         notes.push(key, &join(at, &field));
+    }
+    Ok(())
+}
+
+/// prime-rl's trainer spellings in the trainer's table `at`: `model.lora` is our `lora`; its
+/// `model.impl` / `model.attn` = "auto" is the one implementation here; AdamW's `betas1` /
+/// `betas2` are our `betas`, `max_norm = None` our 0 (no clipping); the default loss's
+/// `dppo_mask_low` / `dppo_mask_high` our `mask_low` / `mask_high`.
+pub(super) fn trainer(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) -> Result<()> {
+    if let Some(Value::Object(model)) = section.get_mut("model") {
+        let model_at = join(at, "model");
+        for field in ["impl", "attn"] {
+            match model.remove(field) {
+                Some(v) if v == json!("auto") => {
+                    notes.said(
+                        join(&model_at, &format!("{field} = \"auto\"")),
+                        String::from("the one implementation here"),
+                    );
+                }
+                Some(v) => {
+                    return Err(ConfigError::invalid(
+                        join(&model_at, field),
+                        format!("= {v} has no counterpart: this trainer has one implementation (`auto`)"),
+                    ));
+                }
+                None => {}
+            }
+        }
+        let lora = model.remove("lora");
+        if model.is_empty() {
+            section.remove("model");
+        }
+        if let Some(lora) = lora {
+            let (old, new) = (join(&model_at, "lora"), join(at, "lora"));
+            if section.contains_key("lora") {
+                return Err(ConfigError::invalid(old, format!("and `{new}` are the same section: set one")));
+            }
+            section.insert(String::from("lora"), lora);
+            notes.push(old, &new);
+        }
+    }
+    if let Some(Value::Object(optim)) = section.get_mut("optim") {
+        let optim_at = join(at, "optim");
+        let (b1, b2) = (optim.remove("betas1"), optim.remove("betas2"));
+        if b1.is_some() || b2.is_some() {
+            let betas = json!([b1.unwrap_or(json!(0.9)), b2.unwrap_or(json!(0.999))]);
+            optim.insert(String::from("betas"), betas);
+            notes.push(join(&optim_at, "betas1/betas2"), &join(&optim_at, "betas"));
+        }
+        if optim.get("max_norm").is_some_and(Value::is_null) {
+            optim.insert(String::from("max_norm"), json!(0.0));
+            notes.said(
+                join(&optim_at, "max_norm = None"),
+                format!("`{}` = 0 (no clipping)", join(&optim_at, "max_norm")),
+            );
+        }
+    }
+    if let Some(Value::Object(loss)) = section.get_mut("loss") {
+        let loss_at = join(at, "loss");
+        match loss.remove("type") {
+            Some(t) if t == json!("default") => {}
+            Some(t) => {
+                return Err(ConfigError::invalid(
+                    join(&loss_at, "type"),
+                    format!("= {t}: only prime-rl's `default` loss is here (docs/configuration.md, the loss)"),
+                ));
+            }
+            None => {}
+        }
+        for (old, new) in [("dppo_mask_low", "mask_low"), ("dppo_mask_high", "mask_high")] {
+            if let Some(v) = loss.remove(old) {
+                loss.insert(new.to_owned(), v);
+                notes.push(join(&loss_at, old), &join(&loss_at, new));
+            }
+        }
     }
     Ok(())
 }
