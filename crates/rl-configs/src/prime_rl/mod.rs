@@ -58,9 +58,17 @@ pub(crate) fn translate_tree(
     }
     let Some(orch_at) = orch_at else { return Ok(notes.out) };
     let prefix = orch_at.join(".");
+    // The trainer's adapter, which prime-rl's `orchestrator.model.lora` must agree with.
+    let trainer_lora = layout.trainer_at.and_then(|at| {
+        let trainer = at.iter().try_fold(&*root, |node, k| node.get(*k))?;
+        trainer.get("lora").cloned()
+    });
     let Some(Value::Object(orch)) = orch_at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
         return Ok(notes.out);
     };
+    if let Some(Value::Object(model)) = orch.get_mut("model") {
+        sections::orchestrator_model(model, &join(&prefix, "model"), trainer_lora.as_ref(), &mut notes)?;
+    }
     if let Some(algo) = orch.remove("algo") {
         let key = join(&prefix, "algo");
         orch.insert(String::from("algorithms"), json!([algorithm(algo, &key)?]));
@@ -81,7 +89,9 @@ pub(crate) fn translate_tree(
 }
 
 /// What needs the merged tree (the files' sections may be spread over several): prime-rl's eval
-/// `interval` default (100) where eval sources were read (`translated`: the notes so far), and
+/// `interval` default (100) where eval sources were read (`translated`: the notes so far); its
+/// orchestrator LoRA name dropped where `rl rl` runs the embedded server (which takes each step's
+/// adapter through `/update_weights`; the name is for an external vLLM's LoRA API); and
 /// `[orchestrator.renderer]` (a `renderers` config) as the `renderer` of every `verifiers` env
 /// that sets none.
 pub(crate) fn finish(
@@ -91,17 +101,32 @@ pub(crate) fn finish(
 ) -> Result<Vec<Deprecation>> {
     let Some(orch_at) = orch_at else { return Ok(Vec::new()) };
     let prefix = orch_at.join(".");
+    let was = |key: &str| translated.iter().any(|d| d.kind == Translation::PrimeRl && d.old == join(&prefix, key));
+    let embedded = orch_at == ["orchestrator"] && root.get("inference").is_some_and(|i| !i.is_null());
     let Some(Value::Object(orch)) = orch_at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
         return Ok(Vec::new());
     };
-    let eval_sources = join(&prefix, "eval.source");
-    if translated.iter().any(|d| d.kind == Translation::PrimeRl && d.old == eval_sources)
+    let mut out = Vec::new();
+    if was("eval.source")
         && let Some(Value::Object(eval)) = orch.get_mut("eval")
     {
         eval.entry("interval").or_insert(json!(100));
     }
+    if was("model.lora")
+        && embedded
+        && let Some(Value::Object(model)) = orch.get_mut("model")
+    {
+        model.remove("lora_name");
+        let text = "nothing: the embedded server takes each step's adapter through `/update_weights`";
+        out.push(Deprecation {
+            old: join(&prefix, "model.lora"),
+            new: text.to_owned(),
+            origin: String::from("the config"),
+            kind: Translation::PrimeRl,
+        });
+    }
     let key = join(&prefix, "renderer");
-    let Some(renderer) = orch.remove("renderer") else { return Ok(Vec::new()) };
+    let Some(renderer) = orch.remove("renderer") else { return Ok(out) };
     if !renderer.is_object() {
         return Err(ConfigError::invalid(key, "must be a table: a `renderers` config such as { name = \"qwen3\" }"));
     }
@@ -125,7 +150,8 @@ pub(crate) fn finish(
         ));
     }
     let new = format!("`{}` of every verifiers env", join(&prefix, "{train,eval}.env.*.args.renderer"));
-    Ok(vec![Deprecation { old: key, new, origin: String::from("the config"), kind: Translation::PrimeRl }])
+    out.push(Deprecation { old: key, new, origin: String::from("the config"), kind: Translation::PrimeRl });
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -365,5 +391,39 @@ mod tests {
         assert_eq!(refused(json!({"model": {"impl": "hf"}})), "trainer.model.impl");
         assert_eq!(refused(json!({"loss": {"type": "ipo"}})), "trainer.loss.type");
         assert_eq!(refused(json!({"model": {"lora": {}}, "lora": {}})), "trainer.model.lora");
+    }
+    #[test]
+    fn the_orchestrators_model_client_and_lora_take_our_keys() {
+        let tree = translated(json!({
+            "trainer": {"model": {"lora": {"rank": 16, "alpha": 32.0}}},
+            "orchestrator": {"model": {
+                "name": "Qwen/Qwen3-0.6B", "trust_remote_code": false,
+                "client": {"base_url": ["http://a:8000/v1", "http://b:8000/v1"], "api_key_var": "KEY", "headers": {"X": "1"}},
+                "lora": {"rank": 16},
+            }},
+        }))
+        .unwrap();
+        assert_eq!(
+            tree["orchestrator"]["model"],
+            json!({
+                "name": "Qwen/Qwen3-0.6B", "base_url": ["http://a:8000/v1", "http://b:8000/v1"], "api_key_env": "KEY",
+                "headers": {"X": "1"}, "lora_name": "r16-a32.0",
+            })
+        );
+        let named = translated(json!({"orchestrator": {"model": {"lora": {"name": "mine"}}}})).unwrap();
+        assert_eq!(named["orchestrator"]["model"], json!({"lora_name": "mine"}));
+        // With the embedded server the adapter goes through /update_weights: no name to load it by.
+        let embedded =
+            translated(json!({"inference": {}, "orchestrator": {"model": {"lora": {"name": "mine"}}}})).unwrap();
+        assert_eq!(embedded["orchestrator"]["model"], json!({}));
+        let refused = |tree: Value| message(translated(tree).unwrap_err()).0;
+        let differs = json!({"trainer": {"lora": {"rank": 8}}, "orchestrator": {"model": {"lora": {"rank": 16}}}});
+        assert_eq!(refused(differs), "orchestrator.model.lora.rank");
+        assert_eq!(
+            refused(json!({"orchestrator": {"model": {"trust_remote_code": true}}})),
+            "orchestrator.model.trust_remote_code"
+        );
+        let admin = json!({"orchestrator": {"model": {"client": {"admin_base_url": ["http://a/v1"]}}}});
+        assert_eq!(refused(admin), "orchestrator.model.client.admin_base_url");
     }
 }

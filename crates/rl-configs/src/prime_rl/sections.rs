@@ -263,3 +263,78 @@ pub(super) fn trainer(section: &mut Map<String, Value>, at: &str, notes: &mut No
     }
     Ok(())
 }
+
+/// prime-rl's `orchestrator.model`: its `client` (`base_url`, one or a list; `api_key_var`;
+/// `headers`) is our model's endpoint fields; its `lora` (`name`, else prime-rl's `r{rank}-a{alpha}`,
+/// rank and alpha those of the trainer's adapter) our `lora_name`; `trust_remote_code = false` is
+/// what this loader does (it runs no model code).
+pub(super) fn orchestrator_model(
+    model: &mut Map<String, Value>,
+    at: &str,
+    trainer_lora: Option<&Value>,
+    notes: &mut Notes<'_>,
+) -> Result<()> {
+    match model.remove("trust_remote_code") {
+        Some(Value::Bool(false)) | None => {}
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                join(at, "trust_remote_code"),
+                format!("= {v}: no model code is run here; the architectures are built in"),
+            ));
+        }
+    }
+    if let Some(client) = model.remove("client") {
+        let Value::Object(client) = client else {
+            return Err(ConfigError::invalid(join(at, "client"), "must be a table"));
+        };
+        for (field, value) in client {
+            let ours = match field.as_str() {
+                "base_url" => "base_url",
+                "api_key_var" => "api_key_env",
+                "headers" => "headers",
+                _ => {
+                    return Err(ConfigError::invalid(
+                        join(at, &format!("client.{field}")),
+                        "has no counterpart here (`base_url`, `api_key_var` and `headers` do)",
+                    ));
+                }
+            };
+            let key = join(at, &format!("client.{field}"));
+            if model.get(ours).is_some_and(|old| *old != value) {
+                return Err(ConfigError::invalid(key, format!("and `{}` differ: set one", join(at, ours))));
+            }
+            model.insert(ours.to_owned(), value);
+            notes.push(key, &join(at, ours));
+        }
+    }
+    if let Some(lora) = model.remove("lora") {
+        let key = join(at, "lora");
+        let Value::Object(lora) = lora else { return Err(ConfigError::invalid(key, "must be a table")) };
+        let from_trainer = |f: &str| trainer_lora.and_then(|l| l.get(f)).cloned();
+        for field in ["rank", "alpha"] {
+            if let (Some(given), Some(trainer)) = (lora.get(field), from_trainer(field))
+                && *given != trainer
+            {
+                return Err(ConfigError::invalid(
+                    join(&key, field),
+                    format!("= {given}, but the trainer's adapter has {trainer}: they are one adapter"),
+                ));
+            }
+        }
+        let name = match lora.get("name") {
+            Some(name) => name.clone(),
+            None => {
+                let part =
+                    |f: &str, default: Value| lora.get(f).cloned().or_else(|| from_trainer(f)).unwrap_or(default);
+                let text = |v: Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                json!(format!("r{}-a{}", text(part("rank", json!(16))), text(part("alpha", json!(32.0)))))
+            }
+        };
+        if let Some(field) = lora.keys().find(|k| !matches!(k.as_str(), "name" | "rank" | "alpha")) {
+            return Err(ConfigError::invalid(join(&key, field), "is not a key of prime-rl's orchestrator LoRA"));
+        }
+        model.insert(String::from("lora_name"), name);
+        notes.push(key, &join(at, "lora_name"));
+    }
+    Ok(())
+}
