@@ -36,6 +36,8 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             Ok(())
         }
         "schema" => print_schema(rest),
+        // prime-rl's launcher is `rl @ rl.toml`: the same here.
+        "@" => config_command::<RlConfig>("rl", args, crate::launcher::rl),
         "rl" => config_command::<RlConfig>(command, rest, crate::launcher::rl),
         "sft" => config_command::<SftConfig>(command, rest, crate::sft::sft),
         "orchestrator" => config_command::<OrchestratorConfig>(command, rest, crate::orchestrating::orchestrator),
@@ -289,7 +291,8 @@ fn print_schema(args: &[String]) -> anyhow::Result<()> {
 
 fn print_usage() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "usage: rl <command> [@ config.toml ...] [--section.key value ...] [--dry-run]\n")?;
+    writeln!(out, "usage: rl <command> [@ config.toml ...] [--section.key value ...] [--dry-run]")?;
+    writeln!(out, "       rl @ config.toml ...   (as prime-rl's launcher: `rl rl @ config.toml ...`)\n")?;
     writeln!(out, "commands:")?;
     for (name, about) in CONFIG_COMMANDS {
         writeln!(out, "  {name:<13} {about}")?;

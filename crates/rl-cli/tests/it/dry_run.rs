@@ -76,6 +76,25 @@ fn compat_config_translates_each_deprecated_key_with_one_warning() {
 }
 
 #[test]
+fn a_prime_rl_config_runs_as_prime_rls_launcher_runs_it_with_a_note_per_translation() {
+    let out = tempfile::tempdir().unwrap();
+    // `rl @ file.toml`, as prime-rl's launcher is called, is `rl rl @ file.toml`.
+    let config = "configs/verifiers/prime_rl_sources.toml";
+    let o = rl(&["@", config, "--dry-run", "--output-dir", out.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note:")).collect();
+    for key in ["monitors.file", "orchestrator.algo", "orchestrator.train.source", "orchestrator.eval.source"] {
+        assert_eq!(notes.iter().filter(|n| n.contains(&format!("`{key}`"))).count(), 1, "{key}: {notes:#?}");
+    }
+    let json = out.path().join("verifiers-prime-rl-sources/configs/orchestrator.json");
+    let resolved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(resolved["train"]["env"][0]["id"], "verifiers");
+    assert_eq!(resolved["eval"]["env"][0]["name"], "reverse-held-out");
+    assert!(out.path().join("verifiers-prime-rl-sources/configs/envs/eval/reverse-held-out.json").exists());
+}
+
+#[test]
 fn unknown_key_exits_non_zero_naming_its_path() {
     let o = rl(&[
         "rl",
