@@ -15,6 +15,7 @@ mod deprecated;
 mod env_config;
 mod env_entry;
 mod env_server;
+mod env_vars;
 mod error;
 mod files;
 mod inference;

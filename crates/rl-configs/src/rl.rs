@@ -60,6 +60,9 @@ pub struct RlConfig {
     /// TensorBoard event files of the run's metrics (off when unset; `[tensorboard]` turns it on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensorboard: Option<crate::tracking::TensorboardConfig>,
+    /// Environment variables set for every process the launcher starts (`HF_HUB_OFFLINE = "0"`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env_vars: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for RlConfig {
@@ -80,6 +83,7 @@ impl Default for RlConfig {
             clean: false,
             wandb: None,
             tensorboard: None,
+            env_vars: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -291,6 +295,7 @@ impl RlConfig {
     pub fn validate(&self) -> Result<()> {
         self.run.validate("run")?;
         self.launcher.validate("launcher")?;
+        crate::env_vars::validate("env_vars", &self.env_vars)?;
         if let Some(w) = &self.wandb {
             w.validate("wandb")?;
         }

@@ -36,6 +36,7 @@ pub(crate) fn rl(_command: &str, config: &RlConfig) -> anyhow::Result<()> {
     // Held to the end: a second launch on this run directory fails instead of sharing it.
     let _lock = crate::run_lock::lock_run(&run)?;
     let resume = prepare_run_dir(&run, config)?;
+    process::set_child_env(&config.env_vars);
     crate::interrupt::watch()?;
     let parts = config.parts();
     let (mut orchestrator, mut trainer) = (parts.orchestrator, parts.trainer);

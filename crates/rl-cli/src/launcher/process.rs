@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -120,6 +121,14 @@ pub(crate) fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The run's `[env_vars]`, set for every child (restarted ones too); fixed before the first spawn.
+static CHILD_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Sets the variables every child of this launcher gets (once, before any child starts).
+pub(crate) fn set_child_env(vars: &std::collections::BTreeMap<String, String>) {
+    let _ = CHILD_ENV.set(vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+}
+
 /// Spawns `rl <args>` (or `program <args>`) logging to `<run>/logs/<name>.log`; with `wait_line`,
 /// returns the first stdout line (the server's `listening` event) and forwards the rest of stdout
 /// to the log.
@@ -164,6 +173,7 @@ fn spawn_child(
             cmd
         }
     };
+    cmd.envs(CHILD_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)));
     // Own process group: a terminal Ctrl-C reaches the launcher, which stops children in order.
     cmd.args(args).stderr(err_file.try_clone()?).stdin(Stdio::null()).process_group(0);
     cmd.stdout(if wait_line { Stdio::piped() } else { Stdio::from(err_file) });

@@ -154,27 +154,39 @@ fn a_stalled_run_is_stopped_naming_the_child_that_stopped() {
 /// With `inference.api_key_env` and `admin_key_env` set, the launcher hands the key names to the
 /// orchestrator; rollouts (env server -> inference, the key travelling in each request), weight
 /// updates (admin key) and env-server calls (`serve.token_env`) go through, and the run finishes.
-/// Without the variables it fails at once, naming them.
+/// Without the variables it fails at once, naming them; with them in the config's `[env_vars]`
+/// instead of the launcher's environment, every child gets them and the run finishes.
 #[test]
 fn a_run_with_api_admin_and_env_keys_finishes() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tiny_model(tmp.path(), "3");
-    let run = |with_keys: bool| {
+    let run = |keys: &str| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rl"));
         cmd.args(["rl", "@", "configs/ci/smoke.toml", "--max-steps", "2", "--run.name", "keyed", "--clean"])
             .args(["--output-dir", tmp.path().to_str().unwrap(), "--model.path", model.to_str().unwrap()])
             .args(["--inference.api-key-env", "RL_TEST_API_KEY", "--inference.admin-key-env", "RL_TEST_ADMIN_KEY"])
             .args(["--orchestrator.train.env.0.serve.token-env", "RL_TEST_ENV_TOKEN"])
             .current_dir(root());
-        if with_keys {
-            cmd.env("RL_TEST_API_KEY", "k-api").env("RL_TEST_ADMIN_KEY", "k-admin").env("RL_TEST_ENV_TOKEN", "k-env");
+        let vars = [("RL_TEST_API_KEY", "k-api"), ("RL_TEST_ADMIN_KEY", "k-admin"), ("RL_TEST_ENV_TOKEN", "k-env")];
+        match keys {
+            "environment" => {
+                cmd.envs(vars);
+            }
+            "env_vars" => {
+                let table: serde_json::Map<String, serde_json::Value> =
+                    vars.iter().map(|(k, v)| ((*k).to_owned(), serde_json::json!(v))).collect();
+                cmd.args(["--env-vars", &serde_json::Value::Object(table).to_string()]);
+            }
+            _ => {}
         }
         cmd.output().unwrap()
     };
-    let o = run(true);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("step 2/2"), "{}", stdout(&o));
-    let o = run(false);
+    for keys in ["environment", "env_vars"] {
+        let o = run(keys);
+        assert!(o.status.success(), "{keys}: {}", stderr(&o));
+        assert!(stdout(&o).contains("step 2/2"), "{keys}: {}", stdout(&o));
+    }
+    let o = run("none");
     assert!(!o.status.success());
     assert!(stderr(&o).contains("RL_TEST_API_KEY"), "{}", stderr(&o));
 }
