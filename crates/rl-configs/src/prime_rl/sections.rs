@@ -338,3 +338,33 @@ pub(super) fn orchestrator_model(
     }
     Ok(())
 }
+
+/// prime-rl's `log.json_logging` is our `log.json`.
+pub(super) fn log_keys(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) {
+    let Some(Value::Object(log)) = section.get_mut("log") else { return };
+    if let Some(v) = log.remove("json_logging") {
+        log.insert(String::from("json"), v);
+        notes.push(join(at, "log.json_logging"), &join(at, "log.json"));
+    }
+}
+
+/// prime-rl's `[weight_broadcast]`: `filesystem` is how weights reach the server here (files in
+/// the run directory); NCCL and NIXL are refused.
+pub(super) fn weight_broadcast(top: &mut Map<String, Value>, notes: &mut Notes<'_>) -> Result<()> {
+    let Some(wb) = top.remove("weight_broadcast") else { return Ok(()) };
+    match wb.get("type").and_then(Value::as_str) {
+        Some("filesystem") if wb.as_object().is_some_and(|m| m.len() == 1) => {
+            notes.said(
+                String::from("weight_broadcast"),
+                String::from("how weights reach the server here (files in the run directory)"),
+            );
+            Ok(())
+        }
+        _ => Err(ConfigError::invalid(
+            "weight_broadcast",
+            format!(
+                "= {wb}: weights are broadcast through files here (`type = \"filesystem\"`); NCCL and NIXL are not supported"
+            ),
+        )),
+    }
+}
