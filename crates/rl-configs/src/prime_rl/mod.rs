@@ -44,14 +44,14 @@ pub(crate) fn translate_tree(
         sections::monitors(root, &mut notes)?;
     }
     if let Value::Object(top) = &mut *root {
-        sections::log_keys(top, "", &mut notes);
+        sections::log_and_ckpt_keys(top, "", &mut notes);
         if orch_at == Some(&["orchestrator"]) {
             sections::weight_broadcast(top, &mut notes)?;
         }
     }
     for at in [layout.trainer_at, layout.inference_at, orch_at].into_iter().flatten().filter(|at| !at.is_empty()) {
         if let Some(Value::Object(section)) = at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) {
-            sections::log_keys(section, &at.join("."), &mut notes);
+            sections::log_and_ckpt_keys(section, &at.join("."), &mut notes);
         }
     }
     if let Some(at) = layout.trainer_at
@@ -441,11 +441,18 @@ mod tests {
     fn log_json_logging_and_a_filesystem_broadcast_take_our_shapes() {
         let tree = translated(json!({
             "log": {"level": "debug", "json_logging": true},
+            "ckpt": {"output_dir": "/ckpts", "interval": 5},
             "trainer": {"log": {"json_logging": false}},
             "weight_broadcast": {"type": "filesystem"},
         }))
         .unwrap();
-        assert_eq!(tree, json!({"log": {"level": "debug", "json": true}, "trainer": {"log": {"json": false}}}));
+        assert_eq!(
+            tree,
+            json!({
+                "log": {"level": "debug", "json": true}, "ckpt": {"dir": "/ckpts", "interval": 5},
+                "trainer": {"log": {"json": false}},
+            })
+        );
         let err = message(translated(json!({"weight_broadcast": {"type": "nccl"}})).unwrap_err());
         assert_eq!(err.0, "weight_broadcast");
     }

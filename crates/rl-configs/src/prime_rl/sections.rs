@@ -339,12 +339,14 @@ pub(super) fn orchestrator_model(
     Ok(())
 }
 
-/// prime-rl's `log.json_logging` is our `log.json`.
-pub(super) fn log_keys(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) {
-    let Some(Value::Object(log)) = section.get_mut("log") else { return };
-    if let Some(v) = log.remove("json_logging") {
-        log.insert(String::from("json"), v);
-        notes.push(join(at, "log.json_logging"), &join(at, "log.json"));
+/// prime-rl's `log.json_logging` is our `log.json`, its `ckpt.output_dir` our `ckpt.dir`.
+pub(super) fn log_and_ckpt_keys(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) {
+    for (table, old, new) in [("log", "json_logging", "json"), ("ckpt", "output_dir", "dir")] {
+        let Some(Value::Object(t)) = section.get_mut(table) else { continue };
+        if let Some(v) = t.remove(old) {
+            t.insert(new.to_owned(), v);
+            notes.push(join(at, &format!("{table}.{old}")), &join(at, &format!("{table}.{new}")));
+        }
     }
 }
 
