@@ -39,7 +39,8 @@ impl VerifiersEnv {
     /// Starts the host from the env's args: `env` (verifiers' `[env]` table: `taskset.id` and its
     /// options, `agent.harness`, `agent.runtime`, `agent.max_turns`, ...), `splits` (`train` and
     /// `test`, each verifiers' task selection: `include`, `exclude`, `shuffle`, `seed`, `skip`,
-    /// `limit`), `tokenizer` (the policy's model directory; `rl rl` fills it from `[model].path`),
+    /// `limit`; a split of an infinite taskset with none takes its first `infinite_tasks`, default
+    /// 4096), `tokenizer` (the policy's model directory; `rl rl` fills it from `[model].path`),
     /// `renderer` (a `renderers` config; default: resolved from the tokenizer), `python` (default
     /// `python3`), `sys_path`, `call_timeout_s` (an episode, default 600), `start_timeout_s`
     /// (default 600).
@@ -51,6 +52,7 @@ impl VerifiersEnv {
         let tokenizer = a.string("tokenizer")?;
         let python = a.string("python")?.unwrap_or_else(|| String::from("python3"));
         let sys_path = a.strings("sys_path")?;
+        let infinite_tasks = a.u64("infinite_tasks", 4096)?;
         let call_timeout = a.f64("call_timeout_s", 600.0)?;
         let start_timeout = a.f64("start_timeout_s", 600.0)?;
         a.finish()?;
@@ -79,6 +81,9 @@ impl VerifiersEnv {
                 format!("{} holds no tokenizer (tokenizer.json / tokenizer_config.json)", tokenizer.display()),
             ));
         }
+        if infinite_tasks == 0 {
+            return Err(Error::bad_request("env.args.infinite_tasks", "must be >= 1"));
+        }
         for (key, value) in [("call_timeout_s", call_timeout), ("start_timeout_s", start_timeout)] {
             if value <= 0.0 {
                 return Err(Error::bad_request(format!("env.args.{key}"), "must be > 0"));
@@ -88,7 +93,10 @@ impl VerifiersEnv {
             .iter()
             .map(|s| (String::from(*s), splits_map.get(*s).cloned().unwrap_or_else(|| json!({}))))
             .collect();
-        let config = json!({"env": env, "splits": selections, "tokenizer": tokenizer, "renderer": renderer});
+        let config = json!({
+            "env": env, "splits": selections, "tokenizer": tokenizer, "renderer": renderer,
+            "infinite_tasks": infinite_tasks,
+        });
         let launch = Launch {
             python,
             entry: "rl_env.verifiers_host",

@@ -339,6 +339,43 @@ class ToolCalls(unittest.TestCase):
         self.assertEqual(len(engine.requests), 2)
 
 
+class Splits(unittest.TestCase):
+    """Which tasks each split holds: verifiers' selections, and an infinite taskset's first tasks."""
+
+    def test_an_infinite_taskset_takes_its_first_tasks_unless_a_selection_bounds_it(self):
+        env = env_config("rlt_endless", max_turns=1)
+        config = {"env": env, "splits": {"train": {}, "test": {"skip": 2, "limit": 3}}, "infinite_tasks": 5}
+        _, _, splits = verifiers_host.load(config)
+        prompts = {name: [t.data.prompt for t in tasks] for name, tasks in splits.items()}
+        self.assertEqual(len(prompts["train"]), 5)
+        self.assertEqual(prompts["test"], prompts["train"][2:5], "the taskset's own order")
+        with self.assertRaisesRegex(ValueError, "split 'train': the taskset is infinite"):
+            verifiers_host.load({"env": env, "splits": {"train": {"skip": 2}}})
+
+    def test_an_infinite_taskset_trains_through_the_env_server(self):
+        # The env args' `infinite_tasks`, through `rl env-server`'s own start: a split of that size.
+        config = WORK / "endless.toml"
+        config.write_text(
+            '[env]\nid = "verifiers"\n[env.args]\n'
+            f"python = {json.dumps(sys.executable)}\ntokenizer = {json.dumps(str(MODEL))}\ninfinite_tasks = 7\n"
+            'env = { taskset = { id = "rlt_endless" }, agent = { harness = { id = "null" }, '
+            'runtime = { type = "subprocess" } } }\n'
+        )
+        server = subprocess.Popen(
+            [RL, "env-server", "@", str(config), "--serve.port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            line = server.stdout.readline()
+            self.assertTrue(line, server.stderr.read() if server.poll() is not None else "no listening line")
+        finally:
+            server.terminate()
+            _, err = server.communicate(timeout=30)
+        self.assertIn("its first 7 tasks", err)
+
+
 class Failures(unittest.TestCase):
     """A broken environment is a clear error naming the cause, never a silent zero."""
 

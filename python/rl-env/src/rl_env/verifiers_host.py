@@ -261,14 +261,24 @@ class VerifiersHost(LineServer):
 
 
 def load(config):
-    """The environment and its splits' tasks, by verifiers' own loader and views."""
+    """The environment and its splits' tasks, by verifiers' own loader and views. A split of an
+    infinite taskset (one that generates tasks forever) with no selection takes its first
+    `infinite_tasks` tasks, as prime-rl's sources iterate one from its start."""
     import verifiers.v1 as vf
 
     env_config = vf.resolve_env_config(config.get("env") or {})
     env = vf.load_environment(env_config)
+    infinite_tasks = int(config.get("infinite_tasks") or 4096)
     splits = {}
     for name, select in (config.get("splits") or {"train": {}}).items():
         view = env.taskset.select(vf.SelectConfig.model_validate(select or {}))
+        if not view.bounded and not select:
+            view = env.taskset.select(vf.SelectConfig(limit=infinite_tasks))
+            print(
+                f"rl_env.verifiers_host: split {name!r}: the taskset is infinite; its first {infinite_tasks} tasks "
+                f"(`infinite_tasks`, or a selection such as splits.{name}.limit)",
+                file=sys.stderr,
+            )
         if not view.bounded:
             raise ValueError(
                 f"split {name!r}: the taskset is infinite; bound it with `limit` or closed `include.idx` ranges"
