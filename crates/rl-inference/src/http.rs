@@ -30,6 +30,7 @@ pub(crate) fn router(state: AppState, max_body: usize, keys: &Keys) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/responses", post(responses))
         .route("/inference/v1/generate", post(crate::generate::generate))
         .route("/tokenize", post(tokenize))
         .route_layer(from_fn_with_state(keys.api.clone(), auth::require));
@@ -187,6 +188,30 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>> {
 }
 
 async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> Result<Response> {
+    Ok(match chat_reply(&s, req).await? {
+        ChatReply::Whole(body) => Json(body).into_response(),
+        ChatReply::Stream(events) => events,
+    })
+}
+
+/// OpenAI's Responses API: the request read as the chat completion it amounts to, answered as a
+/// response object or its typed events (`responses/`).
+async fn responses(State(s): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response> {
+    let (req, echo) = crate::responses::chat_request(body)?;
+    Ok(match chat_reply(&s, req).await? {
+        ChatReply::Whole(chat) => Json(crate::responses::response_object(&chat, &echo)).into_response(),
+        ChatReply::Stream(events) => crate::responses::events(events, echo),
+    })
+}
+
+/// A chat completion: the whole body, or (`stream = true`) its server-sent events.
+pub(crate) enum ChatReply {
+    Whole(Value),
+    Stream(Response),
+}
+
+/// Answers a chat completion request (the chat route's work, which `/v1/responses` shares).
+pub(crate) async fn chat_reply(s: &AppState, req: ChatRequest) -> Result<ChatReply> {
     if req.messages.is_empty() {
         return Err(Error::BadRequest(String::from("messages must not be empty")));
     }
@@ -197,7 +222,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     let tools = req.tools.clone().unwrap_or_default();
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
     let text = chat_text(
-        &s,
+        s,
         &messages,
         &tools,
         (req.add_generation_prompt, req.continue_final_message),
@@ -233,7 +258,8 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
     }
     if req.sampling.stream {
         let calls = format.map(|f| (f, req.parallel_tool_calls));
-        return Ok(crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, calls));
+        let events = crate::stream::respond(s.clone(), Kind::Chat, gen_req, req.sampling.clone(), prompt, calls);
+        return Ok(ChatReply::Stream(events));
     }
     let out = s.run(gen_req).await?;
     let choices: Vec<Value> = out
@@ -267,8 +293,7 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
             choice
         })
         .collect();
-    let body = s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling);
-    Ok(Json(body).into_response())
+    Ok(ChatReply::Whole(s.response_body("chatcmpl", "chat.completion", choices, &prompt, &out, &req.sampling)))
 }
 
 /// A chat's prompt text: the template with the request's variables, ending (`add_generation_prompt`,

@@ -1,5 +1,5 @@
-//! The embedded OpenAI-compatible inference server over `rl-model`: `/v1/chat/completions` and
-//! `/v1/completions` with the vLLM extensions RL needs (`return_token_ids`, `prompt_logprobs`,
+//! The embedded OpenAI-compatible inference server over `rl-model`: `/v1/chat/completions`,
+//! `/v1/completions` and `/v1/responses` with the vLLM extensions RL needs (`return_token_ids`, `prompt_logprobs`,
 //! `cache_salt`, `stop_token_ids`), vLLM's token-in `/inference/v1/generate`, `/v1/models`, `/health`, and admin `/update_weights`, `/pause`, `/resume`.
 //! Requests that arrive together are decoded together (see `engine.rs`).
 //!
@@ -15,6 +15,7 @@ mod http;
 mod ignored_fields;
 mod prefix_cache;
 mod prompt;
+mod responses;
 mod sampling_defaults;
 mod state;
 mod stats;

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import typing
 import unittest
 import urllib.request
 
@@ -469,6 +470,73 @@ class CompletionsScoring(unittest.TestCase):
         want = [rows[i][str(ids[i])]["logprob"] for i in range(len(context), len(ids))]
         for got, expected in zip(scored, want, strict=True):
             self.assertAlmostEqual(got, expected, places=5)
+
+
+class ResponsesApi(unittest.TestCase):
+    """OpenAI's Responses API through the OpenAI SDK's own `client.responses` (as agent frameworks
+    call a vLLM server): the chat route's reply, streamed events, structured output, tool calls."""
+
+    def setUp(self):
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=BASE_URL, api_key="unused")
+        # The tiny random model spends its tokens on JSON's optional spaces unless biased off them.
+        spaces = post("/tokenize", {"prompt": " \n\t"})["tokens"]
+        self.no_spaces = {"logit_bias": {str(t): -100 for t in spaces}}
+
+    def test_a_response_is_the_chat_reply_streamed_or_not(self):
+        ask = {"model": MODEL.name, "instructions": "Be brief.", "input": "Reverse: abc", "temperature": 0}
+        r = self.client.responses.create(**ask, max_output_tokens=12)
+        chat = self.client.chat.completions.create(
+            model=MODEL.name,
+            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Reverse: abc"}],
+            temperature=0,
+            max_tokens=12,
+        )
+        self.assertEqual(r.output_text, chat.choices[0].message.content)
+        self.assertEqual((r.usage.input_tokens, r.usage.output_tokens), (chat.usage.prompt_tokens, 12))
+        self.assertEqual(r.status, "incomplete" if chat.choices[0].finish_reason == "length" else "completed")
+        with self.client.responses.stream(**ask, max_output_tokens=12) as stream:
+            events = list(stream)
+        deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        # A reply cut at the limit closes with `response.incomplete`, as OpenAI's does.
+        self.assertEqual((events[0].type, events[-1].type), ("response.created", f"response.{r.status}"))
+        self.assertEqual((deltas, events[-1].response.output_text), (r.output_text, r.output_text))
+
+    def test_structured_output_and_a_tool_round_trip(self):
+        import pydantic
+
+        class Verdict(pydantic.BaseModel):
+            answer: typing.Literal["yes", "no"]
+
+        parsed = self.client.responses.parse(
+            model=MODEL.name, input="Is 2 even?", text_format=Verdict, max_output_tokens=16, extra_body=self.no_spaces
+        )
+        self.assertIn(parsed.output_parsed.answer, ("yes", "no"))
+        city = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}
+        tools = [{"type": "function", "name": "weather", "parameters": city, "strict": False}]
+        r = self.client.responses.create(
+            model=MODEL.name,
+            input="Weather in Paris?",
+            tools=tools,
+            tool_choice={"type": "function", "name": "weather"},
+            max_output_tokens=64,
+            extra_body=self.no_spaces,
+        )
+        (call,) = [o for o in r.output if o.type == "function_call"]
+        self.assertIn(json.loads(call.arguments)["city"], ("Paris", "Rome"))
+        # The call and its output go back as input items, as an agent loop sends them.
+        again = self.client.responses.create(
+            model=MODEL.name,
+            input=[
+                {"role": "user", "content": "Weather in Paris?"},
+                call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+            ],
+            tools=tools,
+            max_output_tokens=4,
+        )
+        self.assertGreater(again.usage.input_tokens, r.usage.input_tokens)
 
 
 class VfEval(unittest.TestCase):

@@ -4,6 +4,7 @@ mod admin;
 mod echo;
 mod generate;
 mod generation;
+mod responses;
 mod structured;
 
 use candle_core::{Device, Tensor};
