@@ -58,6 +58,11 @@ pub struct InferenceConfig {
     /// `llama3_json` (a `{"name", "parameters"}` object, Llama 3.1+), `none`; `auto` picks the
     /// format the model's chat template renders an assistant's tool call in.
     pub tool_call_parser: String,
+    /// Reasoning parser (vLLM's `--reasoning-parser`): `qwen3` or `deepseek_r1` split a thinking
+    /// model's reply at `</think>` into `reasoning_content` and `content` (chat completions,
+    /// streamed or not, and the Responses API's `reasoning` items); `none` (the default, as vLLM's)
+    /// leaves the reply whole. The token routes RL samples through are not affected.
+    pub reasoning_parser: String,
     /// Name of an environment variable holding the API key: every route but `/health` then needs
     /// `Authorization: Bearer <key>` (vLLM's `--api-key`). Keys never sit in config files.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -95,6 +100,7 @@ impl Default for InferenceConfig {
             seed: 0,
             generation_config: None,
             tool_call_parser: String::from("auto"),
+            reasoning_parser: String::from("none"),
             api_key_env: None,
             admin_key_env: None,
             weight_roots: Vec::new(),
@@ -116,6 +122,9 @@ pub enum GenerationConfigSource {
 
 /// Tool-call parsers the inference server knows.
 pub const TOOL_CALL_PARSERS: &[&str] = &["auto", "hermes", "llama3_json", "none"];
+
+/// Reasoning parsers `inference.reasoning_parser` accepts (vLLM's names).
+pub const REASONING_PARSERS: &[&str] = &["none", "qwen3", "deepseek_r1"];
 
 impl InferenceConfig {
     /// The OpenAI base URL clients use to reach this server.
@@ -147,6 +156,12 @@ impl InferenceConfig {
             return Err(ConfigError::invalid(
                 k("tool_call_parser"),
                 format!("unknown parser {:?}; known: {}", self.tool_call_parser, TOOL_CALL_PARSERS.join(", ")),
+            ));
+        }
+        if !REASONING_PARSERS.contains(&self.reasoning_parser.as_str()) {
+            return Err(ConfigError::invalid(
+                k("reasoning_parser"),
+                format!("unknown parser {:?}; known: {}", self.reasoning_parser, REASONING_PARSERS.join(", ")),
             ));
         }
         Ok(())

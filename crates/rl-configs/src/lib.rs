@@ -45,7 +45,7 @@ pub use env_config::{EvalConfig, EvalEnvConfig, TrainConfig, TrainEnvConfig};
 pub use env_entry::EnvEndpoint;
 pub use env_server::{EnvServerConfig, EnvSpec};
 pub use error::{ConfigError, Result};
-pub use inference::{GenerationConfigSource, InferenceConfig, TOOL_CALL_PARSERS};
+pub use inference::{GenerationConfigSource, InferenceConfig, REASONING_PARSERS, TOOL_CALL_PARSERS};
 pub use launcher::LauncherConfig;
 pub use load::{ConfigFile, Loaded, ModelResolver, load, load_resolving, to_json};
 pub use lora::{LORA_MODULES, LoraConfig};

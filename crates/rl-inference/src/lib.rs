@@ -7,6 +7,7 @@
 
 mod api;
 mod auth;
+mod chat;
 mod engine;
 mod error;
 mod generate;
@@ -15,6 +16,7 @@ mod http;
 mod ignored_fields;
 mod prefix_cache;
 mod prompt;
+mod reasoning;
 mod responses;
 mod sampling_defaults;
 mod state;
@@ -120,6 +122,7 @@ impl Server {
             stuck_after: Duration::from_secs_f64(config.stuck_after_s),
             weight_roots: Arc::new(config.weight_roots.clone()),
             tool_format,
+            reasoning: reasoning::ReasoningParser::named(&config.reasoning_parser),
             counter: Arc::new(AtomicU64::new(1)),
             boot_id: Arc::from(boot_id()),
             stats: Arc::default(),

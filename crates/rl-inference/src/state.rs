@@ -29,6 +29,8 @@ pub(crate) struct AppState {
     pub(crate) weight_roots: Arc<Vec<PathBuf>>,
     /// How the model writes tool calls (`None`: replies are not parsed for calls).
     pub(crate) tool_format: Option<CallFormat>,
+    /// How a thinking model's replies split into reasoning and content (`None`: they do not).
+    pub(crate) reasoning: Option<crate::reasoning::ReasoningParser>,
     pub(crate) counter: Arc<AtomicU64>,
     /// Differs between two runs of the server: a client that sees it change knows the server
     /// restarted with its starting weights.

@@ -1,7 +1,9 @@
 //! `stream = true`: server-sent events as OpenAI sends them. The engine hands each sampled token
 //! over as it is sampled; text deltas are cut at character boundaries and hold back the last
 //! characters that could still become a stop string, so the streamed text always equals the
-//! non-streamed one. Replies parsed for tool calls are sent whole at the end.
+//! non-streamed one. A thinking model's reasoning goes as `reasoning_content` deltas, split from
+//! the content by the same function as a whole reply's. Replies parsed for tool calls are sent
+//! whole at the end.
 
 use std::convert::Infallible;
 
@@ -13,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::api::Sampling;
 use crate::error::Error;
 use crate::generation::{GenOutput, GenRequest, TokenLogprob};
+use crate::reasoning::ReasoningParser;
 use crate::state::{AppState, finish_reason, now, usage};
 use crate::tool_calls::CallFormat;
 
@@ -23,25 +26,47 @@ pub(crate) enum Kind {
     Text,
 }
 
-/// What the stream of one choice has sent so far.
+/// What the stream of one choice has sent so far (bytes of its content and of its reasoning).
 #[derive(Default)]
 struct Choice {
     text_ids: Vec<u32>,
     sent: usize,
+    sent_reasoning: usize,
     pending: Vec<TokenLogprob>,
 }
 
-/// Starts `req` and answers with its event stream; with a tool-call format (and whether several
-/// calls may come), the reply is parsed for calls and sent whole at the end.
+/// How a chat reply is read: for tool calls (a format, and whether several calls may come), and
+/// into reasoning and content (a parser, and whether the prompt opened the thinking).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Parse {
+    pub(crate) calls: Option<(CallFormat, bool)>,
+    pub(crate) reasoning: Option<(ReasoningParser, bool)>,
+}
+
+impl Parse {
+    /// The reasoning and the content of `text` (all content without a reasoning parser).
+    fn split<'t>(&self, text: &'t str, done: bool) -> (&'t str, &'t str) {
+        match self.reasoning {
+            Some((parser, opened)) => {
+                let parts = parser.parts(opened, text, done);
+                (&text[parts.reasoning], &text[parts.content])
+            }
+            None => ("", text),
+        }
+    }
+}
+
+/// Starts `req` and answers with its event stream; a reply parsed for tool calls is sent whole at
+/// the end.
 pub(crate) fn respond(
     s: AppState,
     kind: Kind,
     mut req: GenRequest,
     sampling: Sampling,
     prompt: Vec<u32>,
-    calls: Option<(CallFormat, bool)>,
+    parse: Parse,
 ) -> Response {
-    let parse_tools = calls.is_some();
+    let (calls, parse_tools) = (parse.calls, parse.calls.is_some());
     let (token_tx, mut tokens) = mpsc::unbounded_channel();
     req.stream = Some(token_tx);
     let (events, rx) = mpsc::channel::<Event>(64);
@@ -76,11 +101,14 @@ pub(crate) fn respond(
                     }
                     let text = s.tok.decode(&c.text_ids).unwrap_or_default();
                     let upto = safe_end(&text, holdback);
-                    if upto > c.sent {
-                        let delta = text[c.sent..upto].to_owned();
-                        c.sent = upto;
+                    let (thought, answer) = parse.split(&text[..upto], false);
+                    let (new_thought, new_answer) =
+                        (thought.get(c.sent_reasoning..).unwrap_or(""), answer.get(c.sent..).unwrap_or(""));
+                    if !new_thought.is_empty() || !new_answer.is_empty() {
+                        (c.sent_reasoning, c.sent) = (thought.len(), answer.len());
                         let lps = std::mem::take(&mut c.pending);
-                        let choice = piece(&s, kind, t.choice, &delta, &lps, &sampling, None);
+                        let mut choice = piece(&s, kind, t.choice, new_answer, &lps, &sampling, None);
+                        with_reasoning(&mut choice, new_thought);
                         if events.send(event(&head(&s, json!([choice])))).await.is_err() {
                             return; // the client went away: dropping `run` cancels the request
                         }
@@ -104,11 +132,14 @@ pub(crate) fn respond(
         };
         for (i, c) in out.completions.iter().enumerate() {
             let state = &mut choices[i];
-            let (text, calls) = calls.map_or_else(|| (c.text.clone(), Vec::new()), |(f, many)| f.parse(&c.text, many));
+            let (thought, answer) = parse.split(&c.text, true);
+            let (text, calls) =
+                calls.map_or_else(|| (answer.to_owned(), Vec::new()), |(f, many)| f.parse(answer, many));
             let rest = text.get(state.sent..).unwrap_or_default();
             // Tokens still pending (held back, or all of them for tool replies) go with the rest.
             let lps = if parse_tools { c.logprobs.clone() } else { std::mem::take(&mut state.pending) };
             let mut last = piece(&s, kind, i, rest, &lps, &sampling, Some(finish_reason(c, !calls.is_empty())));
+            with_reasoning(&mut last, thought.get(state.sent_reasoning..).unwrap_or_default());
             if !calls.is_empty() {
                 last["delta"]["tool_calls"] = Value::Array(
                     calls
@@ -190,6 +221,14 @@ fn safe_end(text: &str, holdback: usize) -> usize {
     }
     // The byte offset of the `holdback`-th character from the end (0 when there are fewer).
     trimmed.char_indices().rev().nth(holdback - 1).map_or(0, |(i, _)| i)
+}
+
+/// A chat delta's reasoning, under vLLM's name and the newer one (nothing when it has none).
+fn with_reasoning(choice: &mut Value, thought: &str) {
+    if !thought.is_empty() {
+        choice["delta"]["reasoning_content"] = json!(thought);
+        choice["delta"]["reasoning"] = json!(thought);
+    }
 }
 
 fn event(body: &Value) -> Event {

@@ -112,7 +112,8 @@ pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
 }
 /// prime-rl's `[inference.server]` (`host`, `port`) and `[inference.vllm]` (the engine's settings
 /// that this engine has too: `model`, `max_model_len`, `dtype`, `seed`, `tool_call_parser`,
-/// `generation_config`); vLLM's other engine settings have no counterpart and are refused.
+/// `reasoning_parser`, `generation_config`); vLLM's other engine settings have no counterpart and
+/// are refused.
 pub(super) fn inference(section: &mut Map<String, Value>, at: &str, notes: &mut Notes<'_>) -> Result<()> {
     let mut moved = Vec::new();
     if let Some(server) = section.remove("server") {
@@ -147,7 +148,11 @@ pub(super) fn inference(section: &mut Map<String, Value>, at: &str, notes: &mut 
                     Some("float32" | "float" | "f32") => json!("f32"),
                     _ => return Err(ConfigError::invalid(key, "expected auto, bfloat16, float16 or float32")),
                 },
-                "max_model_len" | "seed" | "tool_call_parser" | "generation_config" => value,
+                "reasoning_parser" if value == json!("auto") => {
+                    notes.said(key, String::from("the default `reasoning_parser = \"none\"` (RL reads token ids)"));
+                    continue;
+                }
+                "max_model_len" | "seed" | "tool_call_parser" | "reasoning_parser" | "generation_config" => value,
                 "model" => {
                     moved.push((key, String::from("model"), json!({ "name": value })));
                     continue;

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Echo;
-use super::output::{base, function_call_item, message_item, status, text_part, usage};
+use super::output::{base, function_call_item, message_item, reasoning_item, status, text_part, usage};
 
 /// The events of one chat stream (`chat`, an SSE response of `chat.completion.chunk`s).
 pub(crate) fn events(chat: Response, echo: Echo) -> Response {
@@ -60,9 +60,10 @@ pub(crate) fn events(chat: Response, echo: Echo) -> Response {
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// Chat chunks in, Responses API events out: the reply's text as one `message` item (opened at its
-/// first text), its tool calls as `function_call` items, closed by `response.completed` (or
-/// `response.incomplete`, `response.failed`).
+/// Chat chunks in, Responses API events out: a thinking model's reasoning as one `reasoning` item,
+/// the reply's text as one `message` item (each opened at its first text), its tool calls as
+/// `function_call` items, closed by `response.completed` (or `response.incomplete`,
+/// `response.failed`).
 pub(super) struct Translator {
     echo: Echo,
     sequence: u64,
@@ -70,6 +71,9 @@ pub(super) struct Translator {
     text: String,
     /// The output index of the open message item.
     message_at: Option<usize>,
+    thought: String,
+    /// The output index of the reasoning item while it is open.
+    reasoning_at: Option<usize>,
     output: Vec<Value>,
     finish: Option<String>,
     usage: Value,
@@ -84,6 +88,8 @@ impl Translator {
             model: Value::Null,
             text: String::new(),
             message_at: None,
+            thought: String::new(),
+            reasoning_at: None,
             output: Vec::new(),
             finish: None,
             usage: Value::Null,
@@ -133,7 +139,17 @@ impl Translator {
         }
         let Some(choice) = chunk["choices"].get(0) else { return out };
         let delta = &choice["delta"];
+        if let Some(thought) = delta["reasoning_content"].as_str().filter(|t| !t.is_empty()) {
+            let at = self.open_reasoning(&mut out);
+            self.thought.push_str(thought);
+            let item_id = self.output[at]["id"].clone();
+            out.push(self.event(
+                "response.reasoning_text.delta",
+                json!({"item_id": item_id, "output_index": at, "content_index": 0, "delta": thought}),
+            ));
+        }
         if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            self.close_reasoning(&mut out);
             let at = self.open_message(&mut out);
             self.text.push_str(text);
             let item_id = self.output[at]["id"].clone();
@@ -145,6 +161,7 @@ impl Translator {
         if let Some(finish) = choice["finish_reason"].as_str() {
             self.finish = Some(finish.to_owned());
             let calls = delta["tool_calls"].as_array().cloned().unwrap_or_default();
+            self.close_reasoning(&mut out);
             if calls.is_empty() {
                 self.open_message(&mut out);
             }
@@ -154,6 +171,32 @@ impl Translator {
             }
         }
         out
+    }
+
+    /// The reasoning item's index, opening it (`output_item.added`) first.
+    fn open_reasoning(&mut self, out: &mut Vec<Value>) -> usize {
+        if let Some(at) = self.reasoning_at {
+            return at;
+        }
+        let at = self.output.len();
+        let item = reasoning_item(&self.echo.id, "", "in_progress");
+        self.output.push(item.clone());
+        self.reasoning_at = Some(at);
+        out.push(self.event("response.output_item.added", json!({"output_index": at, "item": item})));
+        at
+    }
+
+    /// Closes the open reasoning item: `reasoning_text.done`, `output_item.done`.
+    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
+        let Some(at) = self.reasoning_at.take() else { return };
+        let item = reasoning_item(&self.echo.id, &self.thought, "completed");
+        self.output[at] = item.clone();
+        let (item_id, text) = (item["id"].clone(), self.thought.clone());
+        out.push(self.event(
+            "response.reasoning_text.done",
+            json!({"item_id": item_id, "output_index": at, "content_index": 0, "text": text}),
+        ));
+        out.push(self.event("response.output_item.done", json!({"output_index": at, "item": item})));
     }
 
     /// The message item's index, opening it (`output_item.added`, `content_part.added`) first.

@@ -1,6 +1,6 @@
-//! A chat completion as a response object: the reply's text as a `message` output item, its tool
-//! calls as `function_call` items, the usage in the Responses API's names, and a reply cut at the
-//! token limit `incomplete`.
+//! A chat completion as a response object: a thinking model's reasoning as a `reasoning` output
+//! item, the reply's text as a `message` item, its tool calls as `function_call` items, the usage
+//! in the Responses API's names, and a reply cut at the token limit `incomplete`.
 
 use serde_json::{Map, Value, json};
 
@@ -12,6 +12,9 @@ pub(crate) fn response_object(chat: &Value, echo: &Echo) -> Value {
     let choice = &chat["choices"][0];
     let message = &choice["message"];
     let mut output = Vec::new();
+    if let Some(thought) = message["reasoning_content"].as_str() {
+        output.push(reasoning_item(&echo.id, thought, "completed"));
+    }
     let text = message["content"].as_str().unwrap_or_default();
     let calls = message["tool_calls"].as_array().cloned().unwrap_or_default();
     if !text.is_empty() || calls.is_empty() {
@@ -70,6 +73,17 @@ pub(super) fn message_item(response_id: &str, text: &str, status: &str) -> Value
         "status": status,
         "role": "assistant",
         "content": if status == "in_progress" { json!([]) } else { json!([text_part(text)]) },
+    })
+}
+
+/// A `reasoning` output item holding the reply's reasoning text.
+pub(super) fn reasoning_item(response_id: &str, text: &str, status: &str) -> Value {
+    json!({
+        "type": "reasoning",
+        "id": format!("rs_{}", response_id.trim_start_matches("resp_")),
+        "status": status,
+        "summary": [],
+        "content": if status == "in_progress" { json!([]) } else { json!([{"type": "reasoning_text", "text": text}]) },
     })
 }
 

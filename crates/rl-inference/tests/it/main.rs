@@ -4,6 +4,7 @@ mod admin;
 mod echo;
 mod generate;
 mod generation;
+mod reasoning;
 mod responses;
 mod structured;
 
