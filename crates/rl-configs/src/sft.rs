@@ -28,6 +28,11 @@ pub struct SftConfig {
     pub loss_mask: LossMaskConfig,
     /// Samples per step.
     pub batch_size: u32,
+    /// Instead of `batch_size`: packed rows of `seq_len` tokens a step (prime-rl's
+    /// `data.batch_size`); each step takes the next examples that fill at most this many rows
+    /// (at least one example).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_rows: Option<u32>,
     /// Tokens per packed row.
     pub seq_len: u32,
     /// Low-rank adapters: train only them over the frozen base weights; the result is a PEFT
@@ -79,6 +84,7 @@ impl Default for SftConfig {
             val: None,
             loss_mask: LossMaskConfig::default(),
             batch_size: 16,
+            batch_rows: None,
             seq_len: 512,
             lora: None,
             optim: OptimConfig::Adamw { lr: 1e-3, weight_decay: 0.01, betas: [0.9, 0.999], eps: 1e-8, max_norm: 1.0 },
@@ -326,6 +332,9 @@ impl SftConfig {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
         if let Some(w) = &self.wandb {
             w.validate(&k("wandb"))?;
+        }
+        if self.batch_rows == Some(0) {
+            return Err(ConfigError::invalid(k("batch_rows"), "must be at least 1, got 0"));
         }
         if self.batch_size == 0 {
             return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));

@@ -151,6 +151,9 @@ pub struct SftRow {
     pub lr: f64,
     /// Tokens run through the model.
     pub tokens: u64,
+    /// Examples in the step's batch (absent in metrics written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
     /// Training throughput.
     pub tokens_per_s: f64,
     /// Validation loss, on validation steps.

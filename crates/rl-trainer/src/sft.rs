@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::greedy_exact::{ExactCount, greedy_exact};
 use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
-use crate::sft_groups::{Picker, SftGroup, shares_from_lags};
+use crate::sft_groups::{Picker, SftGroup, resumed_cursor, shares_from_lags, take_rows};
 use crate::sft_rows::{SftExample, pack};
 use crate::train::{StepId, device, step_gradients};
 use crate::weights::{Source, Trained};
@@ -291,6 +291,9 @@ impl SftTrainer {
         let mut shares = self.resumed_shares(&run, train)?;
         let bs = self.cfg.batch_size as usize;
         let mut picker = Picker::new(train, self.cfg.seed);
+        // With `batch_rows` a step's examples are those that fill its rows, so where the next
+        // step starts depends on the steps before it (their counts are in the metrics).
+        let mut next = if self.cfg.batch_rows.is_some() { resumed_cursor(&run, self.step)? } else { 0 };
         while self.step <= self.cfg.max_steps {
             let start = Instant::now();
             let mut reweighed = Vec::new();
@@ -318,8 +321,13 @@ impl SftTrainer {
                     })
                     .collect();
             }
-            let first = (self.step as usize - 1) * bs;
-            let batch: Vec<SftExample> = (first..first + bs).map(|i| picker.pick(&shares, i).clone()).collect();
+            let batch: Vec<SftExample> = match self.cfg.batch_rows {
+                None => {
+                    let first = (self.step as usize - 1) * bs;
+                    (first..first + bs).map(|i| picker.pick(&shares, i).clone()).collect()
+                }
+                Some(rows) => take_rows(&mut picker, &shares, &mut next, rows as usize, seq_len),
+            };
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
             let (grads, stats) = step_gradients(
@@ -370,6 +378,7 @@ impl SftTrainer {
                 grad_norm,
                 lr,
                 tokens: tokens as u64,
+                samples: Some(batch.len() as u64),
                 tokens_per_s: report.tokens_per_s,
                 val_loss,
                 groups: group_metrics,

@@ -3,8 +3,10 @@
 //! loss, so a skill the model lags on gets more of the data (`data.groups`, `data.balance`).
 
 use rl_model::SplitMix64;
+use rl_run::{RunDir, SftRow};
 
-use crate::sft_rows::SftExample;
+use crate::error::{Error, Result};
+use crate::sft_rows::{SftExample, kept};
 
 /// One group of training examples and its held-out examples (empty without balancing).
 #[derive(Debug, Clone, Default)]
@@ -92,6 +94,59 @@ impl<'a> Picker<'a> {
     }
 }
 
+/// `batch_rows`: the examples from slot `next` on that fill at most `rows` rows of `seq_len`
+/// tokens, packed one after the other as `pack` packs them (a shared prompt only makes them
+/// shorter), at least one; `next` moves past them.
+pub(crate) fn take_rows(
+    picker: &mut Picker<'_>,
+    shares: &[f64],
+    next: &mut usize,
+    rows: usize,
+    seq_len: usize,
+) -> Vec<SftExample> {
+    let mut batch: Vec<SftExample> = Vec::new();
+    let (mut used, mut fill) = (0usize, 0usize);
+    // Examples too short to train take no room; the bound keeps a set of nothing but those finite.
+    while batch.len() < rows * seq_len {
+        let ex = picker.pick(shares, *next);
+        let n = kept(ex, seq_len);
+        if n >= 2 {
+            let (after_used, after_fill) =
+                if used == 0 || fill + n > seq_len { (used + 1, n) } else { (used, fill + n) };
+            if after_used > rows && !batch.is_empty() {
+                break;
+            }
+            (used, fill) = (after_used, after_fill);
+        }
+        batch.push(ex.clone());
+        *next += 1;
+    }
+    batch
+}
+
+/// Where a resumed `batch_rows` run's step `step` starts: the examples its earlier steps took,
+/// from the run's metrics (the last row of each step).
+pub(crate) fn resumed_cursor(run: &RunDir, step: u64) -> Result<usize> {
+    if step <= 1 {
+        return Ok(0);
+    }
+    let rows: Vec<SftRow> = rl_run::read_jsonl(&run.metrics()).map_err(|e| {
+        Error::Unsupported(format!("resuming a batch_rows run needs its metrics (examples a step): {e}"))
+    })?;
+    let mut taken = vec![None; step as usize - 1];
+    for r in rows.iter().filter(|r| (1..step).contains(&r.step)) {
+        taken[r.step as usize - 1] = Some(r.samples);
+    }
+    taken.iter().enumerate().try_fold(0usize, |sum, (i, n)| match n {
+        Some(Some(n)) => Ok(sum + *n as usize),
+        _ => Err(Error::Unsupported(format!(
+            "resuming a batch_rows run needs each earlier step's example count; step {} has none in {}",
+            i + 1,
+            run.metrics().display()
+        ))),
+    })
+}
+
 /// The seeded permutation of `0..n` for `epoch`.
 fn permutation(epoch: u64, n: usize, seed: u64) -> Vec<usize> {
     let mut perm: Vec<usize> = (0..n).collect();
@@ -123,6 +178,42 @@ mod tests {
                     if losses[a] > losses[b] * 1.001 {
                         prop_assert!(shares[a] > shares[b], "{losses:?} -> {shares:?}");
                     }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// `batch_rows`: a step's examples pack into at most its rows, the next example would not
+        /// have fit, and consecutive steps take consecutive slots.
+        #[test]
+        fn a_steps_examples_fill_at_most_its_rows(
+            lens in proptest::collection::vec(1usize..40, 1..30),
+            rows in 1usize..4,
+            seq_len in 8usize..48,
+        ) {
+            // Distinct first tokens per example, so no prompt is shared and `pack` packs as counted.
+            let train: Vec<SftExample> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, n)| SftExample { ids: (0..*n).map(|t| (i * 100 + t) as u32).collect(), mask: vec![true; *n] })
+                .collect();
+            let groups = [SftGroup { name: String::from("all"), train, val: Vec::new() }];
+            let mut picker = Picker::new(&groups, 7);
+            let mut next = 0;
+            for _ in 0..3 {
+                let start = next;
+                let batch = take_rows(&mut picker, &[1.0], &mut next, rows, seq_len);
+                prop_assert!(!batch.is_empty());
+                prop_assert_eq!(next - start, batch.len());
+                prop_assert!(crate::sft_rows::pack(&batch, seq_len).len() <= rows);
+                let mut more = batch.clone();
+                more.push(picker.pick(&[1.0], next).clone());
+                // (An example met again in a later epoch shares its whole prompt with itself: packed
+                // shorter than counted.)
+                let repeats = more.iter().any(|e| more.iter().filter(|f| f.ids == e.ids).count() > 1);
+                if kept(more.last().unwrap(), seq_len) >= 2 && !repeats {
+                    prop_assert!(crate::sft_rows::pack(&more, seq_len).len() > rows, "the next example would have fit");
                 }
             }
         }

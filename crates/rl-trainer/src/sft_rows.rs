@@ -41,7 +41,7 @@ pub fn fit(examples: &[SftExample], seq_len: usize) -> Fit {
 }
 
 /// The tokens of `ex` that a row holds (at most `seq_len`; fewer than two train nothing).
-fn kept(ex: &SftExample, seq_len: usize) -> usize {
+pub(crate) fn kept(ex: &SftExample, seq_len: usize) -> usize {
     ex.ids.len().min(seq_len)
 }
 

@@ -254,13 +254,7 @@ fn balanced_groups_follow_their_losses_and_resume_exactly() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(crate::stdout(&o).contains("in 2 groups (sort_by=first: 32, sort_by=last: 32)"), "{}", crate::stdout(&o));
     assert!(crate::stdout(&o).contains("data groups re-weighed: sort_by=first loss"), "{}", crate::stdout(&o));
-    let read = || -> Vec<serde_json::Value> {
-        std::fs::read_to_string(tmp.path().join("balanced/metrics.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
+    let read = || metrics_rows(&tmp.path().join("balanced/metrics.jsonl"));
     let rows = read();
     assert_eq!(rows.len(), 12);
     let (first, last) = ("group/sort_by=first", "group/sort_by=last");
@@ -399,4 +393,45 @@ fn sft_reads_a_hugging_face_dataset_from_the_hub_cache() {
     let o = sft("org/missing");
     assert!(!o.status.success());
     assert!(stderr(&o).contains("hf download org/missing --repo-type dataset"), "{}", stderr(&o));
+}
+
+/// `batch_rows` (prime-rl's `data.batch_size`): each step takes the examples that fill its packed
+/// rows, counted in the metrics, and a resume starts where the uninterrupted run's step started.
+#[test]
+fn batch_rows_fill_packed_rows_and_resume_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("tiny");
+    assert!(rl(&["model", "init", "--out", base.to_str().unwrap()]).status.success());
+    let out = tmp.path().to_str().unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["sft", "--output-dir", out, "--model.path", base.to_str().unwrap(), "--run.name", "rows"];
+        a.extend(["--max-steps", "6", "--batch-rows", "2", "--seq-len", "160", "--ckpt", r#"{"interval": 3}"#]);
+        a.extend(["--data", r#"{"task": "reverse-text", "num_examples": 64}"#]);
+        a.extend_from_slice(extra);
+        a
+    };
+    let o = rl(&args(&[]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = || metrics_rows(&tmp.path().join("rows/metrics.jsonl"));
+    let rows = read();
+    assert_eq!(rows.len(), 6);
+    for row in &rows {
+        let (samples, tokens) = (row["samples"].as_u64().unwrap(), row["tokens"].as_u64().unwrap());
+        assert!(samples >= 2 && tokens <= 2 * 160, "two rows of 160 tokens hold several examples: {row}");
+    }
+    let o = rl(&args(&["--resume.step", "3"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = read();
+    assert_eq!(again.len(), 6);
+    for (a, b) in rows.iter().zip(&again) {
+        assert_eq!((&a["loss"], &a["samples"]), (&b["loss"], &b["samples"]), "step {}", a["step"]);
+    }
+    // Two ways of sizing a step at once are refused.
+    let both = rl(&["sft", "--batch-size", "4", "--batch-rows", "2", "--dry-run"]);
+    assert!(!both.status.success() && stderr(&both).contains("batch_rows"), "{}", stderr(&both));
+}
+
+/// The rows of a run's `metrics.jsonl`.
+fn metrics_rows(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }

@@ -343,7 +343,7 @@ mod tests {
     const SFT: PrimeRlLayout = PrimeRlLayout { monitors: true, trainer_at: Some(&[]), sft: true, inference_at: None };
 
     #[test]
-    fn an_sft_configs_data_keys_move_where_ours_are_and_its_batch_size_is_refused() {
+    fn an_sft_configs_data_keys_move_where_ours_are() {
         let mut tree = json!({"data": {
             "type": "sft", "name": "org/data", "seq_len": 4096, "seed": 3, "shuffle": true, "micro_batch_size": 1,
             "loss_mask": {"system": false, "assistant": true},
@@ -353,11 +353,14 @@ mod tests {
             tree,
             json!({"data": {"name": "org/data"}, "seq_len": 4096, "seed": 3, "loss_mask": {"system": false, "assistant": true}})
         );
+        // prime-rl's data.batch_size counts packed rows: our batch_rows.
+        let mut tree = json!({"data": {"name": "d", "batch_size": 32, "seq_len": 4096}});
+        translate_tree(&mut tree, None, SFT, "s.toml").unwrap();
+        assert_eq!(tree, json!({"data": {"name": "d"}, "batch_rows": 32, "seq_len": 4096}));
         let refused = |data: Value| {
             let mut tree = json!({ "data": data });
             message(translate_tree(&mut tree, None, SFT, "s.toml").unwrap_err()).0
         };
-        assert_eq!(refused(json!({"name": "d", "batch_size": 32})), "data.batch_size");
         assert_eq!(refused(json!({"name": "d", "micro_batch_size": 2})), "data.micro_batch_size");
         assert_eq!(refused(json!({"name": "d", "shuffle": false})), "data.shuffle");
     }

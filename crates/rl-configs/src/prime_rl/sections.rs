@@ -60,9 +60,9 @@ pub(super) fn monitors(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
 }
 
 /// prime-rl's SFT `[data]` table (`type = "sft"`) holds keys our top level holds: `seq_len` (tokens
-/// per packed row), `loss_mask` and `seed` move there; its default `shuffle`, `micro_batch_size`
-/// and `num_workers` are how this trainer works anyway. Its `batch_size` counts packed rows, ours
-/// samples: refused with that said, not converted.
+/// per packed row), `loss_mask` and `seed` move there, and its `batch_size` (packed rows a step)
+/// is our `batch_rows`; its default `shuffle`, `micro_batch_size` and `num_workers` are how this
+/// trainer works anyway.
 pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
     let Value::Object(top) = root else { return Ok(()) };
     let Some(Value::Object(data)) = top.get_mut("data") else { return Ok(()) };
@@ -92,11 +92,9 @@ pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
             None => {}
         }
     }
-    if data.contains_key("batch_size") {
-        return Err(ConfigError::invalid(
-            "data.batch_size",
-            "is prime-rl's count of packed rows a step; here the top-level `batch_size` counts samples a step: set that",
-        ));
+    if let Some(rows) = data.remove("batch_size") {
+        // prime-rl counts packed rows of `seq_len` tokens a step: our `batch_rows`.
+        moved.push(("batch_rows", rows));
     }
     for (field, value) in moved {
         if top.contains_key(field) {
