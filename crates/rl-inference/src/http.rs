@@ -150,7 +150,8 @@ async fn chat(State(s): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> 
 /// OpenAI's Responses API: the request read as the chat completion it amounts to, answered as a
 /// response object or its typed events (`responses/`).
 async fn responses(State(s): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response> {
-    let (req, echo) = crate::responses::chat_request(body)?;
+    let (req, mut echo) = crate::responses::chat_request(body)?;
+    echo.model.clone_from(&s.limits.model_name);
     Ok(match crate::chat::chat_reply(&s, req).await? {
         crate::chat::ChatReply::Whole(chat) => Json(crate::responses::response_object(&chat, &echo)).into_response(),
         crate::chat::ChatReply::Stream(events) => crate::responses::events(events, echo),

@@ -67,7 +67,6 @@ pub(crate) fn events(chat: Response, echo: Echo) -> Response {
 pub(super) struct Translator {
     echo: Echo,
     sequence: u64,
-    model: Value,
     text: String,
     /// The output index of the open message item.
     message_at: Option<usize>,
@@ -85,7 +84,6 @@ impl Translator {
         Translator {
             echo,
             sequence: 0,
-            model: Value::Null,
             text: String::new(),
             message_at: None,
             thought: String::new(),
@@ -106,7 +104,7 @@ impl Translator {
     }
 
     fn response(&self, status: &str) -> Value {
-        let mut body = base(&self.echo, status, &self.model);
+        let mut body = base(&self.echo, status);
         body["output"] = Value::Array(self.output.clone());
         body["usage"] = self.usage.clone();
         body
@@ -124,9 +122,6 @@ impl Translator {
     /// The events of one chat chunk.
     pub(super) fn chunk(&mut self, chunk: &Value) -> Vec<Value> {
         let mut out = Vec::new();
-        if self.model.is_null() {
-            self.model = chunk["model"].clone();
-        }
         if let Some(error) = chunk.get("error") {
             self.ended = true;
             let mut response = self.response("failed");

@@ -20,6 +20,8 @@ use serde_json::{Map, Value};
 pub(crate) struct Echo {
     /// `resp_<n>`.
     pub(crate) id: String,
+    /// The served model's name.
+    pub(crate) model: String,
     /// The request's fields a response object carries back (`instructions`, `tools`,
     /// `tool_choice`, `temperature`, `top_p`, `max_output_tokens`, `parallel_tool_calls`, `text`,
     /// `metadata`), as sent.

@@ -23,7 +23,7 @@ pub(crate) fn response_object(chat: &Value, echo: &Echo) -> Value {
     for call in &calls {
         output.push(function_call_item(call, "completed"));
     }
-    let mut body = base(echo, status(choice["finish_reason"].as_str()), &chat["model"]);
+    let mut body = base(echo, status(choice["finish_reason"].as_str()));
     body["output"] = Value::Array(output);
     body["usage"] = usage(&chat["usage"]);
     body
@@ -31,13 +31,13 @@ pub(crate) fn response_object(chat: &Value, echo: &Echo) -> Value {
 
 /// The response object's fields that are not its output: id, status, model and what the request
 /// set (`in_progress` for the stream's first events).
-pub(super) fn base(echo: &Echo, status: &str, model: &Value) -> Value {
+pub(super) fn base(echo: &Echo, status: &str) -> Value {
     let mut body = json!({
         "id": echo.id,
         "object": "response",
         "created_at": now(),
         "status": status,
-        "model": model,
+        "model": echo.model,
         "output": [],
         "error": null,
         "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },

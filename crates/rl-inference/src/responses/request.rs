@@ -63,7 +63,10 @@ pub(crate) fn chat_request(body: Value) -> Result<(ChatRequest, Echo)> {
     if let Some(choice) = chat.remove("tool_choice") {
         chat.insert(String::from("tool_choice"), chat_tool_choice(choice)?);
     }
-    if let Some(max) = chat.remove("max_output_tokens") {
+    if let Some(max) = chat.remove("max_output_tokens").filter(|m| !m.is_null()) {
+        if max.as_u64().is_none_or(|m| m == 0 || m > u64::from(u32::MAX)) {
+            return Err(Error::BadRequest(format!("`max_output_tokens` must be a positive integer, got {max}")));
+        }
         chat.insert(String::from("max_tokens"), max);
     }
     if let Some(text) = chat.remove("text")
@@ -81,7 +84,8 @@ pub(crate) fn chat_request(body: Value) -> Result<(ChatRequest, Echo)> {
     let req: ChatRequest = serde_json::from_value(Value::Object(chat))
         .map_err(|e| Error::BadRequest(format!("the response request, read as a chat completion: {e}")))?;
     static NEXT: AtomicU64 = AtomicU64::new(1);
-    Ok((req, Echo { id: format!("resp_{}", NEXT.fetch_add(1, Ordering::Relaxed)), fields }))
+    let id = format!("resp_{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    Ok((req, Echo { id, model: String::new(), fields }))
 }
 
 /// Input items as chat messages: consecutive `function_call`s are one assistant message's calls

@@ -65,11 +65,12 @@ fn what_this_server_cannot_do_is_refused_by_name() {
     );
     assert!(refused(json!({"input": [{"type": "item_reference", "id": "x"}]})).contains("item_reference"));
     assert!(refused(json!({"instructions": "x"})).contains("`input` is required"));
+    assert!(refused(json!({"input": "hi", "max_output_tokens": -1})).contains("`max_output_tokens` must be"));
     assert_eq!(refused(json!({"input": "hi", "store": false, "reasoning": {"effort": "low"}})), "accepted");
 }
 
 fn echo() -> Echo {
-    Echo { id: String::from("resp_7"), fields: serde_json::Map::new() }
+    Echo { id: String::from("resp_7"), model: String::from("m"), fields: serde_json::Map::new() }
 }
 
 #[test]
