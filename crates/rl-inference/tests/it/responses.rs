@@ -24,7 +24,7 @@ async fn a_response_is_the_chat_reply_to_the_same_conversation() {
         json!({"instructions": "Be brief.", "input": "Reverse: abc", "temperature": 0.0, "max_output_tokens": 12});
     let (status, r) = srv.post("/v1/responses", request.clone()).await;
     assert_eq!(status, 200, "{r}");
-    assert_eq!(r["object"], "response");
+    assert_eq!((&r["object"], &r["model"]), (&json!("response"), &json!("tiny")));
     let text = r["output"][0]["content"][0]["text"].as_str().unwrap();
     assert_eq!(text, chat["choices"][0]["message"]["content"].as_str().unwrap());
     assert_eq!(r["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
@@ -44,6 +44,7 @@ async fn a_response_is_the_chat_reply_to_the_same_conversation() {
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(names, kinds, "each event is named by its type");
     assert_eq!(kinds.first(), Some(&"response.created"));
+    assert_eq!(events[0]["response"]["model"], "tiny", "the model is known from the first event");
     assert_eq!(kinds.last(), Some(&format!("response.{expected}").as_str()));
     let deltas: String = events
         .iter()
