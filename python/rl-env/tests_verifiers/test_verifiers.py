@@ -654,6 +654,31 @@ class Training(unittest.TestCase):
         self.assertEqual(len(evals), 2, "prime-rl evaluates on start, and here after step 2")
         self.assertTrue(all(r["eval/reverse-held-out/examples"] == 16 for r in evals), "num_examples = -1: all")
 
+    def test_prime_rl_eval_config(self):
+        # prime-rl's `eval @ eval.toml` shape (the endpoint in `[eval.client]`, eval sources), run
+        # by `rl eval`, which starts the source's env server itself.
+        config = WORK / "prime-eval.toml"
+        config.write_text(
+            f"[model]\nname = {json.dumps(MODEL.name)}\npath = {json.dumps(str(MODEL))}\n"
+            f"[eval]\nnum_examples = 4\n[eval.client]\nbase_url = [{json.dumps(BASE_URL)}]\n"
+            '[[eval.source]]\nname = "reverse"\n[eval.source.env.taskset]\nid = "rlt_reverse"\n'
+            '[eval.source.env.agent]\nharness = { id = "null" }\nruntime = { type = "subprocess" }\nmax_turns = 1\n'
+            "[eval.sampling]\nmax_completion_tokens = 8\n"
+        )
+        out = WORK / "prime-eval"
+        run = subprocess.run(
+            [RL, "eval", "@", str(config), "--output-dir", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")},
+        )
+        self.assertEqual(run.returncode, 0, run.stdout[-3000:] + run.stderr[-3000:])
+        self.assertIn("`eval.client` (prime-rl's spelling)", run.stderr)
+        result = json.loads((out / "eval.json").read_text())
+        self.assertEqual(result["eval/reverse/examples"], 4, result)
+        self.assertIn("eval/reverse/avg@1", result)
+
     def test_tools(self):
         self.train("tool_lookup.toml")
 

@@ -77,6 +77,25 @@ pub(crate) fn translate_tree(
     let Some(Value::Object(orch)) = orch_at.iter().try_fold(&mut *root, |node, k| node.get_mut(*k)) else {
         return Ok(notes.out);
     };
+    // prime-rl's eval entrypoint (`eval @ eval.toml`, our `rl eval`) names the model's endpoint
+    // in `[eval.client]`: the model's `client`, read below.
+    let eval_client = match orch.get_mut("eval") {
+        Some(Value::Object(eval)) => eval.remove("client"),
+        _ => None,
+    };
+    if let Some(client) = eval_client {
+        let model = orch.entry("model").or_insert_with(|| json!({}));
+        if let Some(model) = model.as_object_mut() {
+            if model.contains_key("client") {
+                return Err(ConfigError::invalid(
+                    join(&prefix, "eval.client"),
+                    format!("and `{}` both name the model's endpoint: set one", join(&prefix, "model.client")),
+                ));
+            }
+            model.insert(String::from("client"), client);
+            notes.push(join(&prefix, "eval.client"), &join(&prefix, "model.client"));
+        }
+    }
     if let Some(Value::Object(model)) = orch.get_mut("model") {
         sections::orchestrator_model(model, &join(&prefix, "model"), trainer_lora.as_ref(), &mut notes)?;
     }
@@ -458,5 +477,19 @@ mod tests {
         );
         let err = message(translated(json!({"weight_broadcast": {"type": "nccl"}})).unwrap_err());
         assert_eq!(err.0, "weight_broadcast");
+    }
+    #[test]
+    fn prime_rls_eval_config_names_the_model_endpoint_in_eval_client() {
+        let orch: Option<&[&str]> = Some(&[]);
+        let layout = PrimeRlLayout { monitors: false, trainer_at: None, sft: false, inference_at: None };
+        let mut tree = json!({
+            "model": {"name": "Qwen/Qwen3-0.6B"},
+            "eval": {"client": {"base_url": ["http://h:8000/v1"]}, "num_examples": -1,
+                     "source": [{"env": {"taskset": {"id": "gsm8k"}}}]},
+        });
+        translate_tree(&mut tree, orch, layout, "eval.toml").unwrap();
+        assert_eq!(tree["model"], json!({"name": "Qwen/Qwen3-0.6B", "base_url": ["http://h:8000/v1"]}));
+        assert_eq!(tree["eval"]["env"][0]["args"]["env"]["taskset"]["id"], "gsm8k");
+        assert!(tree["eval"].get("client").is_none() && tree["eval"].get("num_examples").is_none());
     }
 }
