@@ -5,6 +5,8 @@
 //! training of step n whenever the async level allows it. Checkpoints, resume and online
 //! evaluation hang off the loop.
 
+mod rounds;
+
 use std::time::{Duration, Instant};
 
 use rl_configs::{OrchestratorConfig, POLICY_KEY, Temperature};
@@ -22,7 +24,7 @@ use crate::eval::evaluate;
 use crate::metrics::StepTally;
 use crate::models::Models;
 use crate::policy::PolicyVersion;
-use crate::rollout::{Group, Rollout, mean_clean_reward};
+use crate::rollout::{Group, Rollout};
 use crate::sampler::{EnvShape, Sampler};
 use crate::seq_len::check_trainable_within;
 use crate::sink::{TrainingSample, pack, samples};
@@ -35,21 +37,6 @@ pub struct StepSummary {
     pub step: u64,
     /// Its metrics row.
     pub metrics: MetricsRow,
-}
-
-/// What a step's refill rounds did (`orchestrator.max_refill_rounds`).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Refill {
-    /// Extra rounds sampled.
-    rounds: u32,
-    /// Their groups that joined the step.
-    kept: u32,
-    /// Their groups left out: uniform, or past the missing rollouts.
-    discarded: u32,
-    /// Mean reward of the planned round's clean rollouts: the sampled reward as without refills
-    /// (the step's `reward/mean` covers the kept refills too, which are never uniform, so it
-    /// leaves out exactly the solved and hopeless tasks a refill replaced).
-    planned_reward: Option<f64>,
 }
 
 /// The orchestrator of one run.
@@ -249,37 +236,10 @@ impl Orchestrator {
         Ok(MetricsRow { step, rollouts: Some(rollouts), keyed: keyed.into_iter().collect() })
     }
 
-    /// Samples the step's tasks and runs their groups; with `max_refill_rounds`, replaces the
-    /// rollouts of uniform groups with those of fresh tasks. Returns the groups, what dispatch saw
-    /// and the refill metrics.
-    async fn rollouts(&mut self, step: u64) -> Result<(Vec<Group>, Collected, Refill)> {
-        let (mut groups, mut collected) = self.round(step, self.cfg.batch_size).await?;
-        let mut refill = Refill { planned_reward: mean_clean_reward(&groups), ..Refill::default() };
-        let teaching =
-            |gs: &[Group]| gs.iter().filter(|g| !g.is_uniform()).map(|g| g.rollouts.len() as u32).sum::<u32>();
-        let mut missing = self.cfg.batch_size.saturating_sub(teaching(&groups));
-        while missing > 0 && refill.rounds < self.cfg.max_refill_rounds {
-            refill.rounds += 1;
-            let (extra, seen) = self.round(step, missing).await?;
-            collected.absorb(seen);
-            for g in extra {
-                let size = g.rollouts.len() as u32;
-                if g.is_uniform() || missing == 0 {
-                    refill.discarded += 1;
-                } else {
-                    missing = missing.saturating_sub(size);
-                    refill.kept += 1;
-                    groups.push(g);
-                }
-            }
-        }
-        Ok((groups, collected, refill))
-    }
-
     /// One round: tasks holding at least `rollouts` rollouts, run, their truncated rollouts zeroed
     /// when configured. Curricula observe every group, a discarded refill too: each says how hard
     /// its task is.
-    async fn round(&mut self, step: u64, rollouts: u32) -> Result<(Vec<Group>, Collected)> {
+    pub(super) async fn round(&mut self, step: u64, rollouts: u32) -> Result<(Vec<Group>, Collected)> {
         let shapes: Vec<EnvShape<'_>> = self
             .envs
             .iter()
