@@ -115,22 +115,12 @@ impl ConfigFile for EnvServerConfig {
 }
 
 impl ConfigFile for SftConfig {
-    /// `batch_size` and `batch_rows` are two ways to size a step: one only.
-    fn prepare(raw: &mut Value) -> Result<()> {
-        if raw.get("batch_size").is_some() && raw.get("batch_rows").is_some_and(|r| !r.is_null()) {
-            return Err(crate::ConfigError::invalid(
-                "batch_rows",
-                "and `batch_size` both size a step (packed rows, samples): set one",
-            ));
-        }
-        Ok(())
-    }
-
     const PRIME_RL: PrimeRlLayout =
         PrimeRlLayout { monitors: true, trainer_at: Some(&[]), sft: true, inference_at: None };
     const MODELS_AT: &'static [&'static [&'static str]] = &[&["model"]];
 
     fn finish(&mut self) -> Result<()> {
+        self.resolve();
         if self.run.name.is_none() {
             self.run.name = Some(String::from("sft"));
         }

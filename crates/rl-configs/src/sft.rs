@@ -26,8 +26,9 @@ pub struct SftConfig {
     pub val: Option<SftValConfig>,
     /// Which message roles are trained.
     pub loss_mask: LossMaskConfig,
-    /// Samples per step.
-    pub batch_size: u32,
+    /// Samples per step (16 unless `batch_rows` sizes the steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
     /// Instead of `batch_size`: packed rows of `seq_len` tokens a step (prime-rl's
     /// `data.batch_size`); each step takes the next examples that fill at most this many rows
     /// (at least one example).
@@ -83,7 +84,7 @@ impl Default for SftConfig {
             data: SftDataConfig::default(),
             val: None,
             loss_mask: LossMaskConfig::default(),
-            batch_size: 16,
+            batch_size: None,
             batch_rows: None,
             seq_len: 512,
             lora: None,
@@ -327,6 +328,20 @@ impl Default for LossMaskConfig {
 }
 
 impl SftConfig {
+    /// Samples a step when `batch_rows` does not size the steps.
+    pub const DEFAULT_BATCH_SIZE: u32 = 16;
+
+    /// The samples of a step (`batch_size`, 16 by default); with `batch_rows` not used.
+    pub fn batch_size(&self) -> u32 {
+        self.batch_size.unwrap_or(Self::DEFAULT_BATCH_SIZE)
+    }
+
+    /// Fills the step size a resolved config states: `batch_size` unless `batch_rows` is set.
+    pub fn resolve(&mut self) {
+        if self.batch_rows.is_none() {
+            self.batch_size.get_or_insert(Self::DEFAULT_BATCH_SIZE);
+        }
+    }
     /// Checks every rule of the SFT config; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
@@ -336,7 +351,13 @@ impl SftConfig {
         if self.batch_rows == Some(0) {
             return Err(ConfigError::invalid(k("batch_rows"), "must be at least 1, got 0"));
         }
-        if self.batch_size == 0 {
+        if self.batch_rows.is_some() && self.batch_size.is_some() {
+            return Err(ConfigError::invalid(
+                k("batch_rows"),
+                "and `batch_size` both size a step (packed rows, samples): set one",
+            ));
+        }
+        if self.batch_size == Some(0) {
             return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));
         }
         if self.seq_len < 8 {

@@ -289,7 +289,7 @@ impl SftTrainer {
         };
         let group_val_rows: Vec<Vec<MicroBatch>> = train.iter().map(|g| pack(&g.val, seq_len)).collect();
         let mut shares = self.resumed_shares(&run, train)?;
-        let bs = self.cfg.batch_size as usize;
+        let bs = self.cfg.batch_size() as usize;
         let mut picker = Picker::new(train, self.cfg.seed);
         // With `batch_rows` a step's examples are those that fill its rows, so where the next
         // step starts depends on the steps before it (their counts are in the metrics).

@@ -372,6 +372,11 @@ mod tests {
             tree,
             json!({"data": {"name": "org/data"}, "seq_len": 4096, "seed": 3, "loss_mask": {"system": false, "assistant": true}})
         );
+        // Our task generator's own seed stays where it is.
+        let mut ours = json!({"data": {"type": "task", "task": "reverse-text", "seed": 3}, "seed": 1});
+        let before = ours.clone();
+        translate_tree(&mut ours, None, SFT, "s.toml").unwrap();
+        assert_eq!(ours, before);
         // prime-rl's data.batch_size counts packed rows: our batch_rows.
         let mut tree = json!({"data": {"name": "d", "batch_size": 32, "seq_len": 4096}});
         translate_tree(&mut tree, None, SFT, "s.toml").unwrap();

@@ -70,10 +70,22 @@ pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
         data.remove("type");
         notes.said(String::from("data.type = \"sft\""), String::from("a dataset by `data.name`"));
     }
+    // A dataset by name (prime-rl's, or ours of type `hf`) has no `seed` of its own; our task
+    // generator's `seed` (`type = "task"`) is its own key, not prime-rl's.
+    let by_name = match data.get("type").and_then(Value::as_str) {
+        Some(t) => t == "sft" || t == "hf",
+        None => data.contains_key("name"),
+    };
+    // prime-rl's `batch_size` counts packed rows of `seq_len` tokens a step: our `batch_rows`.
     let mut moved = Vec::new();
-    for field in ["seq_len", "loss_mask", "seed"] {
+    for (field, ours) in
+        [("seq_len", "seq_len"), ("loss_mask", "loss_mask"), ("seed", "seed"), ("batch_size", "batch_rows")]
+    {
+        if field == "seed" && !by_name {
+            continue;
+        }
         if let Some(value) = data.remove(field) {
-            moved.push((field, value));
+            moved.push((field, ours, value));
         }
     }
     for (field, default) in [("shuffle", json!(true)), ("micro_batch_size", json!(1)), ("num_workers", json!(1))] {
@@ -92,19 +104,15 @@ pub(super) fn sft_data(root: &mut Value, notes: &mut Notes<'_>) -> Result<()> {
             None => {}
         }
     }
-    if let Some(rows) = data.remove("batch_size") {
-        // prime-rl counts packed rows of `seq_len` tokens a step: our `batch_rows`.
-        moved.push(("batch_rows", rows));
-    }
-    for (field, value) in moved {
-        if top.contains_key(field) {
+    for (field, ours, value) in moved {
+        if top.contains_key(ours) {
             return Err(ConfigError::invalid(
                 format!("data.{field}"),
-                format!("and `{field}` are the same key: set one"),
+                format!("and `{ours}` are the same key: set one"),
             ));
         }
-        top.insert(field.to_owned(), value);
-        notes.push(format!("data.{field}"), field);
+        top.insert(ours.to_owned(), value);
+        notes.push(format!("data.{field}"), ours);
     }
     Ok(())
 }

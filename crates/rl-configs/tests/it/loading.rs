@@ -389,3 +389,17 @@ alpha = 16
     assert_eq!(eval.env[0].args["env"]["taskset"]["split"], json!("test"));
     assert_eq!(eval.env[0].args["renderer"], json!({"name": "prime-qwen3"}));
 }
+
+#[test]
+fn sft_steps_are_sized_by_batch_size_or_batch_rows_and_resolve_to_one() {
+    let f = Files::new();
+    let rows = load_args::<SftConfig>(&["--batch-rows", "2"]).unwrap().config;
+    assert_eq!((rows.batch_rows, rows.batch_size), (Some(2), None));
+    // The resolved config loads back as it was (it states one way of sizing a step).
+    let resolved = f.write("sft.json", &rl_configs::to_json(&rows).to_string());
+    assert_eq!(load_args::<SftConfig>(&["@", &resolved]).unwrap().config, rows);
+    let plain = load_args::<SftConfig>(&[]).unwrap().config;
+    assert_eq!((plain.batch_rows, plain.batch_size), (None, Some(16)));
+    let err = load_args::<SftConfig>(&["--batch-rows", "2", "--batch-size", "8"]).unwrap_err().to_string();
+    assert!(err.contains("batch_rows") && err.contains("set one"), "{err}");
+}

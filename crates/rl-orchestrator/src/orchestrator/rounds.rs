@@ -49,5 +49,4 @@ impl Orchestrator {
         }
         Ok((groups, collected, refill))
     }
-
 }
