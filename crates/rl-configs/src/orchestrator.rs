@@ -29,8 +29,14 @@ pub struct OrchestratorConfig {
     pub train: TrainConfig,
     /// Algorithms applied to every env that does not set its own list.
     pub algorithms: Vec<AlgorithmConfig>,
-    /// Rollouts per training step (a multiple of every env's group size).
+    /// Rollouts per training step (a multiple of every env's group size); with
+    /// `token_batch_size`, the rollouts of a step's first round.
     pub batch_size: u32,
+    /// A step's rollouts hold at least this many tokens (each trained branch's prompt and
+    /// completion; prime-rl's `token_batch_size`): after the first round of `batch_size`
+    /// rollouts, rounds sized by the tokens a rollout took so far until they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_batch_size: Option<u64>,
     /// Rollouts per example (the group), unless an env sets its own.
     pub group_size: u32,
     /// Maximum tokens per packed training row.
@@ -97,6 +103,7 @@ impl Default for OrchestratorConfig {
             train: TrainConfig::default(),
             algorithms: vec![AlgorithmConfig::from_id("grpo")],
             batch_size: 16,
+            token_batch_size: None,
             group_size: 4,
             seq_len: 2048,
             max_steps: None,
@@ -269,6 +276,17 @@ impl OrchestratorConfig {
         }
         if self.batch_size == 0 {
             return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));
+        }
+        match self.token_batch_size {
+            Some(0) => return Err(ConfigError::invalid(k("token_batch_size"), "must be at least 1, got 0")),
+            Some(_) if self.max_refill_rounds > 0 => {
+                return Err(ConfigError::invalid(
+                    k("token_batch_size"),
+                    "and max_refill_rounds both add rounds to a step (to a token count, to batch_size rollouts \
+                     that teach): use one",
+                ));
+            }
+            _ => {}
         }
         if self.group_size == 0 {
             return Err(ConfigError::invalid(k("group_size"), "must be at least 1, got 0"));

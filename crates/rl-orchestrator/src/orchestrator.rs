@@ -225,6 +225,10 @@ impl Orchestrator {
         }
         keyed.extend(dispatched.retried.into_iter().map(|(k, n)| (format!("errors/{k}"), json!(n))));
         keyed.extend(dispatched.dropped.into_iter().map(|(k, n)| (format!("groups_dropped/{k}"), json!(n))));
+        if let Some(tokens) = refill.tokens {
+            keyed.insert(String::from("token_batch/tokens"), json!(tokens));
+            keyed.insert(String::from("token_batch/rounds"), json!(refill.rounds + 1));
+        }
         if self.cfg.max_refill_rounds > 0 {
             keyed.insert(String::from("refill/rounds"), json!(refill.rounds));
             keyed.insert(String::from("refill/groups_kept"), json!(refill.kept));

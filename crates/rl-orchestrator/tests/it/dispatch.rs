@@ -842,3 +842,46 @@ async fn failing_reward_functions_stop_the_run_past_their_budget() {
     let named = traces.lines().filter(|l| l.contains(r#""reward_errors":[{"name":"exact""#)).count();
     assert!(named > 0 && traces.lines().all(|l| l.contains("\"reward_errors\"")), "{traces}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_batch_fills_each_step_to_its_token_count_in_rounds() {
+    // Replies of uneven length (the seed decides the chatter), so a step's rollout count varies;
+    // odd seeds leave the tags out (a group's rewards differ: something trains).
+    let model = FakeModel::start(|r: &FakeRequest| {
+        let rev: String = r.last_user().chars().rev().collect();
+        let seed = r.body["seed"].as_u64().unwrap_or(0);
+        let chatter = " more".repeat((seed % 7) as usize);
+        FakeReply::Text(if seed.is_multiple_of(2) {
+            format!("<reversed_text>{rev}</reversed_text>{chatter}")
+        } else {
+            rev
+        })
+    })
+    .await;
+    let args = serde_json::json!({"num_examples": 200, "min_len": 3, "max_len": 12});
+    let tmp = tempfile::tempdir().unwrap();
+    let address = env_server("reverse-text", args).await;
+    let steps = 3;
+    let trainer = fake_trainer(tmp.path(), 1..=steps, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address, steps);
+    let budget = 2500;
+    cfg.token_batch_size = Some(budget);
+    let summaries = run(&cfg).await;
+    let batches = trainer.await.unwrap();
+    let rows: Vec<serde_json::Value> = summaries.iter().map(row).collect();
+    for (m, b) in rows.iter().zip(&batches) {
+        let tokens = m["token_batch/tokens"].as_u64().unwrap();
+        // A first round of 8 rollouts holds far fewer tokens: more rounds follow, then stop.
+        assert!(tokens >= budget && m["token_batch/rounds"].as_u64().unwrap() >= 2, "{m}");
+        assert!(m["rollouts"].as_u64().unwrap() > 8, "{m}");
+        let trained: u64 = b.micro_batches.iter().map(|mb| mb.input_ids.len() as u64).sum();
+        assert!(trained <= tokens, "packed rows hold at most the rollouts' tokens: {trained} of {tokens}");
+    }
+    assert!(batches.iter().any(|b| !b.micro_batches.is_empty()), "groups that teach were trained");
+    // Rounds are sized from the tokens a rollout took: a step passes its count by less than the
+    // last round's share, not by whole batches.
+    assert!(rows.iter().all(|m| m["token_batch/tokens"].as_u64().unwrap() < 2 * budget), "{rows:?}");
+    // Refill rounds and a token count both add rounds: one at a time.
+    cfg.max_refill_rounds = 2;
+    assert!(cfg.validate("").unwrap_err().to_string().contains("token_batch_size"));
+}
