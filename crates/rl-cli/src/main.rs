@@ -37,12 +37,19 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match commands::run(&args) {
         Ok(()) => ExitCode::SUCCESS,
+        // `rl --help | head`: the reader has all it wanted, nothing failed.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let mut err = std::io::stderr().lock();
             let _ = writeln!(err, "error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether the error is writing to a pipe whose reader has gone.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// The error and its causes on one line, each said once: library errors often include their
@@ -64,6 +71,13 @@ fn error_text(e: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_closed_pipe_is_not_a_failure() {
+        let pipe = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "Broken pipe (os error 32)");
+        assert!(super::closed_pipe(&anyhow::Error::new(pipe).context("printing help")));
+        assert!(!super::closed_pipe(&anyhow::anyhow!("no such file")));
+    }
+
     #[test]
     fn causes_already_in_the_message_are_not_repeated() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory (os error 2)");
