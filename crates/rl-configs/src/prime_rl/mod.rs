@@ -1,10 +1,13 @@
-//! prime-rl's current config spellings, read as this schema's, so a prime-rl `rl.toml` whose envs
-//! are verifiers tasksets runs unchanged: its sources (`[[orchestrator.train.source]]`,
-//! `[[orchestrator.eval.source]]`, prime-rl #3150: a verifiers `[env]` table each) become
-//! `verifiers` envs, `[orchestrator.algo]` the algorithm list, `[orchestrator.renderer]` those envs'
-//! renderer, `[monitors.wandb]` the `[wandb]` section, `[trainer.model.lora]` `[trainer.lora]`,
-//! `extra_body` the sampling's `extra`. Each translation is reported as a note; a prime-rl key with
-//! no counterpart here is refused with what it would need, never dropped.
+//! prime-rl's current config spellings, read as this schema's, so a prime-rl `rl.toml` (or its
+//! SFT, inference or eval config) whose envs are verifiers tasksets runs unchanged: its sources
+//! (`[[orchestrator.train.source]]`, `[[orchestrator.eval.source]]`, prime-rl #3150: a verifiers
+//! `[env]` table each) become `verifiers` envs (`sources.rs`), `[orchestrator.algo]` the algorithm
+//! list, `[orchestrator.renderer]` those envs' renderer, the orchestrator's model `client` and
+//! `lora` our endpoint fields (here and `sections.rs`), and the sections outside the orchestrator
+//! (`[monitors]`, the trainer's `model`, `optim` and `loss`, SFT `[data]`, `[inference.server]`,
+//! `[inference.vllm]`) ours (`sections.rs`). Each translation is reported as a note (the full list
+//! is in docs/configuration.md, "prime-rl configs"); a prime-rl key with no counterpart here is
+//! refused with what it would need, never dropped; none of it touches a key of our own schema.
 
 mod sections;
 mod shared;
