@@ -23,6 +23,7 @@ mod launcher;
 mod load;
 mod lora;
 mod orchestrator;
+mod orchestrator_algorithms;
 mod prime_rl;
 mod removed;
 mod rl;

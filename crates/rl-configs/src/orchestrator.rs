@@ -64,6 +64,11 @@ pub struct OrchestratorConfig {
     pub max_refill_rounds: u32,
     /// Seed of the task sampler.
     pub seed: u64,
+    /// At most this many groups start a minute, training and eval alike (prime-rl's: a minute's
+    /// allowance at once, then one every `60 / tasks_per_minute` s), for rate-limited endpoints;
+    /// unset: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_per_minute: Option<u32>,
     /// Timeout of one rollout group request, in seconds.
     pub rollout_timeout_s: f64,
     /// How long to wait for env servers and the model endpoint to become healthy, in seconds.
@@ -113,6 +118,7 @@ impl Default for OrchestratorConfig {
             zero_truncated_completions: false,
             max_refill_rounds: 0,
             seed: 0,
+            tasks_per_minute: None,
             rollout_timeout_s: 600.0,
             wait_for_ready_s: 300.0,
             trainer_timeout_s: 1800.0,
@@ -277,6 +283,9 @@ impl OrchestratorConfig {
         if self.batch_size == 0 {
             return Err(ConfigError::invalid(k("batch_size"), "must be at least 1, got 0"));
         }
+        if self.tasks_per_minute == Some(0) {
+            return Err(ConfigError::invalid(k("tasks_per_minute"), "must be at least 1, got 0"));
+        }
         match self.token_batch_size {
             Some(0) => return Err(ConfigError::invalid(k("token_batch_size"), "must be at least 1, got 0")),
             Some(_) if self.max_refill_rounds > 0 => {
@@ -387,71 +396,6 @@ impl OrchestratorConfig {
         Ok(())
     }
 
-    fn validate_algorithms(&self, key: &str, algos: &[AlgorithmConfig]) -> Result<()> {
-        if algos.is_empty() {
-            return Err(ConfigError::invalid(key, "select at least one algorithm (e.g. [\"grpo\"])"));
-        }
-        let mut seen = BTreeSet::new();
-        for (i, a) in algos.iter().enumerate() {
-            let ak = format!("{key}.{i}");
-            a.validate(&ak)?;
-            if !seen.insert(a.id()) {
-                return Err(ConfigError::invalid(ak, format!("algorithm `{}` is selected twice", a.id())));
-            }
-            if let Some(model) = a.model_key() {
-                if model != POLICY_KEY && !self.models.contains_key(model) {
-                    return Err(ConfigError::invalid(
-                        format!("{ak}.model"),
-                        format!(
-                            "`{}` scores with model `{model}`, which is not configured ({})",
-                            a.id(),
-                            self.model_keys()
-                        ),
-                    ));
-                }
-                if let Some(m) = self.models.get(model)
-                    && !m.tokens
-                {
-                    return Err(ConfigError::invalid(
-                        format!("{ak}.model"),
-                        format!(
-                            "`{}` needs token-level scoring, but model `{model}` does not set `tokens = true`",
-                            a.id()
-                        ),
-                    ));
-                }
-            }
-            let is_sft = a.imitates_frozen_actor();
-            if !is_sft && matches!(a, AlgorithmConfig::Builtin(_)) && self.actor != POLICY_KEY {
-                return Err(ConfigError::invalid(
-                    ak,
-                    format!(
-                        "`{}` trains the policy on its own samples, but `orchestrator.actor` is `{}`: \
-                         use `sft` to imitate a frozen actor, or set actor = \"policy\"",
-                        a.id(),
-                        self.actor
-                    ),
-                ));
-            }
-            if is_sft && self.actor == POLICY_KEY {
-                return Err(ConfigError::invalid(
-                    ak,
-                    "`sft` trains on a frozen actor's tokens: set `orchestrator.actor` to a key of `orchestrator.models`",
-                ));
-            }
-            if is_sft && self.models.get(&self.actor).is_some_and(|m| !m.tokens) {
-                return Err(ConfigError::invalid(
-                    format!("models.{}.tokens", self.actor),
-                    format!(
-                        "`sft` trains on the token ids the actor returns, but model `{}` does not set `tokens = true`",
-                        self.actor
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn validate_eval(&self, key: &str, eval: &EvalConfig) -> Result<()> {
         if eval.interval == 0 {
             return Err(ConfigError::invalid(format!("{key}.interval"), "must be at least 1, got 0"));
@@ -484,7 +428,7 @@ impl OrchestratorConfig {
         Ok(())
     }
 
-    fn model_keys(&self) -> String {
+    pub(crate) fn model_keys(&self) -> String {
         let mut keys = vec![POLICY_KEY.to_owned()];
         keys.extend(self.models.keys().cloned());
         format!("configured: {}", keys.join(", "))

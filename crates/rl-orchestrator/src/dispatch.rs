@@ -57,6 +57,8 @@ pub(crate) struct Dispatch<'a> {
     /// A non-retryable rollout error fails the whole call (training) instead of dropping its group
     /// (evaluation).
     pub fatal_errors: bool,
+    /// `tasks_per_minute`: each group run waits for its start.
+    pub rate: Option<&'a crate::task_rate::TaskRate>,
 }
 
 /// The traces of each job (in job order), the policy version each was sampled with, and the
@@ -146,6 +148,9 @@ impl Dispatch<'_> {
     }
 
     async fn attempt(&self, job: &GroupJob<'_>, version: u64, policy_url: &str) -> Result<Attempt> {
+        if let Some(rate) = self.rate {
+            rate.acquire().await;
+        }
         let resp = match job.client.run_group(self.request(job, version, policy_url)?).await {
             Ok(resp) => resp,
             // The env server itself failed (down, overloaded, timed out) after the client's own retries.

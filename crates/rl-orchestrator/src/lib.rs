@@ -21,6 +21,7 @@ mod rollout;
 mod sampler;
 mod seq_len;
 mod sink;
+mod task_rate;
 mod writer;
 
 pub use algorithms::{

@@ -28,6 +28,7 @@ use crate::rollout::{Group, Rollout};
 use crate::sampler::{EnvShape, Sampler};
 use crate::seq_len::check_trainable_within;
 use crate::sink::{TrainingSample, pack, samples};
+use crate::task_rate::TaskRate;
 use crate::writer::{write_batch, write_traces};
 
 /// What one step produced.
@@ -53,6 +54,8 @@ pub struct Orchestrator {
     resumed: Option<u64>,
     /// The latest checkpoint step (`training_context.ckpt_step`).
     ckpt_step: u64,
+    /// `tasks_per_minute`: the rate group runs start at, training and eval alike.
+    rate: Option<TaskRate>,
 }
 
 impl Orchestrator {
@@ -106,6 +109,7 @@ impl Orchestrator {
             sampler: Sampler::new(cfg.seed),
             resumed: None,
             ckpt_step: 0,
+            rate: cfg.tasks_per_minute.map(TaskRate::new),
         })
     }
 
@@ -285,6 +289,7 @@ impl Orchestrator {
             trainer_timeout: self.trainer_timeout(),
             ready_timeout: Duration::from_secs_f64(self.cfg.wait_for_ready_s),
             fatal_errors: true,
+            rate: self.rate.as_ref(),
         };
         let mut collected = dispatch.run(&jobs, &mut self.policy).await?;
         // Dropped groups (retryable failures past their runs) leave the step smaller, within budget.
@@ -454,6 +459,7 @@ impl Orchestrator {
             trainer_timeout: self.trainer_timeout(),
             ready_timeout: Duration::from_secs_f64(self.cfg.wait_for_ready_s),
             fatal_errors: false,
+            rate: self.rate.as_ref(),
         };
         evaluate(&envs, dispatch, &mut self.policy).await
     }

@@ -885,3 +885,23 @@ async fn a_token_batch_fills_each_step_to_its_token_count_in_rounds() {
     cfg.max_refill_rounds = 2;
     assert!(cfg.validate("").unwrap_err().to_string().contains("token_batch_size"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_per_minute_spaces_group_starts_past_a_minutes_allowance() {
+    let model = reverse_text_model().await;
+    let args = serde_json::json!({"num_examples": 300, "min_len": 3, "max_len": 8});
+    let tmp = tempfile::tempdir().unwrap();
+    let address = env_server("reverse-text", args).await;
+    let trainer = fake_trainer(tmp.path(), 1..=1, Duration::ZERO);
+    let mut cfg = config(tmp.path(), &model, address, 1);
+    // 128 groups of one at 120 a minute: 120 start at once, the other 8 half a second apart.
+    (cfg.batch_size, cfg.group_size, cfg.tasks_per_minute) = (128, 1, Some(120));
+    cfg.train.env[0].group_size = Some(1);
+    let started = std::time::Instant::now();
+    let summaries = run(&cfg).await;
+    let waited = started.elapsed();
+    trainer.await.unwrap();
+    assert_eq!(row(&summaries[0])["rollouts"], 128);
+    assert!(waited >= Duration::from_millis(3500), "the last 8 starts were spaced: {waited:?}");
+    assert_eq!(model.requests().len(), 128);
+}
