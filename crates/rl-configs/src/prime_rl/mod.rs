@@ -102,6 +102,14 @@ pub(crate) fn translate_tree(
     if let Some(Value::Object(model)) = orch.get_mut("model") {
         sections::orchestrator_model(model, &join(&prefix, "model"), trainer_lora.as_ref(), &mut notes)?;
     }
+    if orch.contains_key("concurrency") {
+        return Err(ConfigError::invalid(
+            join(&prefix, "concurrency"),
+            "is prime-rl's adaptive limit on episodes in flight, with no counterpart here: each env \
+             server's `serve.max_concurrent` and the inference server's queue (`max_pending_requests`) \
+             bound the load; remove it",
+        ));
+    }
     if let Some(algo) = orch.remove("algo") {
         let key = join(&prefix, "algo");
         orch.insert(String::from("algorithms"), json!([algorithm(algo, &key)?]));
@@ -430,6 +438,9 @@ mod tests {
         );
         let refused = |trainer: Value| message(translated(json!({ "trainer": trainer })).unwrap_err()).0;
         assert_eq!(refused(json!({"model": {"impl": "hf"}})), "trainer.model.impl");
+        assert_eq!(refused(json!({"model": {"ac": {"freq": 1}}})), "trainer.model.ac");
+        let busy = json!({"orchestrator": {"concurrency": {"max_inflight": 64}}});
+        assert_eq!(message(translated(busy).unwrap_err()).0, "orchestrator.concurrency");
         assert_eq!(refused(json!({"loss": {"type": "ipo"}})), "trainer.loss.type");
         assert_eq!(refused(json!({"model": {"lora": {}}, "lora": {}})), "trainer.model.lora");
     }

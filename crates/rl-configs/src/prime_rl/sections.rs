@@ -200,6 +200,26 @@ pub(super) fn inference(section: &mut Map<String, Value>, at: &str, notes: &mut 
     Ok(())
 }
 
+/// prime-rl's trainer `model` keys that tune PyTorch itself.
+const TORCH_MODEL_KEYS: &[&str] = &[
+    "ac",
+    "ac_offloading",
+    "compile",
+    "fsdp_cpu_offload",
+    "optim_cpu_offload",
+    "full_offload",
+    "reshard_after_forward",
+    "dp_replicate",
+    "ep",
+    "cp",
+    "cp_style",
+    "optimization_dtype",
+    "reduce_dtype",
+    "moe_router_dtype",
+    "fused_lm_head_token_chunk_size",
+    "quantization",
+];
+
 /// prime-rl's trainer spellings in the trainer's table `at`: `model.lora` is our `lora`; its
 /// `model.impl` / `model.attn` = "auto" is the one implementation here; AdamW's `betas1` /
 /// `betas2` are our `betas`, `max_norm = None` our 0 (no clipping); the default loss's
@@ -223,6 +243,14 @@ pub(super) fn trainer(section: &mut Map<String, Value>, at: &str, notes: &mut No
                 }
                 None => {}
             }
+        }
+        if let Some(field) = model.keys().find(|k| TORCH_MODEL_KEYS.contains(&k.as_str())) {
+            return Err(ConfigError::invalid(
+                join(&model_at, field),
+                "is a setting of prime-rl's PyTorch trainer (activation checkpointing, compilation, FSDP, \
+                 parallelism, precision) with no counterpart here: this trainer's fused kernels keep what \
+                 their backward needs and run on one device; remove it",
+            ));
         }
         let lora = model.remove("lora");
         if model.is_empty() {
