@@ -107,8 +107,9 @@ become one token each, so a small model reads and copies them as single symbols)
   --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
                            alphabet-sort, wiki-nav; 2000 training examples with the task's default args)
   --tokenizer-corpus FILE  train the BPE on FILE: conversations (`messages` or prompt/completion
-                           rows, as `rl sft` reads them) when it ends in .jsonl, .json (either
-                           optionally .gz) or .parquet, otherwise plain text, one document per line
+                           rows, as `rl sft` reads them) when it ends in .jsonl, .json, .csv, .tsv
+                           (optionally .gz), .parquet or .arrow, otherwise plain text, one document
+                           per line
   --vocab-size N           the BPE's vocabulary, special tokens and characters included; default 512
                            (init says when the BPE fills it with pieces still repeating)
   --bpe-pieces KIND        what the BPE merges within: isolated (words, digit runs, punctuation
@@ -227,7 +228,7 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
 enum Corpus {
     /// A built-in task's SFT conversations.
     Task(String),
-    /// A data file of conversations (JSONL, JSON, Parquet), or plain text.
+    /// A data file of conversations (JSONL, JSON, Parquet, CSV, Arrow), or plain text.
     File(std::path::PathBuf),
 }
 

@@ -1,4 +1,4 @@
-//! SFT data from dataset rows (JSONL, JSON or Parquet files, Hugging Face dataset directories;
+//! SFT data from dataset rows (JSONL, JSON, Parquet, CSV or Arrow files, Hugging Face dataset directories;
 //! read by `rl-data`): `{"messages": [...]}` rows (tool calls kept) or prompt/completion rows
 //! (`{"prompt": ..., "completion": ...}`, each a string or a message list; only the completion is
 //! trained), with their tools as prime-rl takes them. Errors name the file, the row and the field.
@@ -18,7 +18,7 @@ pub(crate) struct SftConversation {
     pub(crate) tools: Vec<Value>,
 }
 
-/// Every row of a data file (JSONL, JSON or Parquet).
+/// Every row of a data file (JSONL, JSON, Parquet, CSV or Arrow).
 pub(crate) fn read_file(path: &Path) -> anyhow::Result<Vec<SftConversation>> {
     conversations(rl_data::read_file(path)?)
 }

@@ -139,8 +139,9 @@ pub enum SftDataConfig {
     /// or `{"prompt": ..., "completion": ...}` (each a string or a message list; only the
     /// completion is trained); either with `"tools": [...]` (OpenAI function tools, or their JSON
     /// text, rendered into the prompt by the chat template, as an env's tools are in RL; verifiers'
-    /// `tool_defs` too). JSON Lines, or by its extension a JSON array (`.json`) or Parquet
-    /// (`.parquet`). The last `val.num_examples` rows validate.
+    /// `tool_defs` too). JSON Lines, or by its extension a JSON array (`.json`), Parquet
+    /// (`.parquet`), CSV (`.csv`, `.tsv`) or Arrow (`.arrow`, `datasets`' own). The last
+    /// `val.num_examples` rows validate.
     Jsonl {
         /// The file.
         path: PathBuf,
@@ -148,8 +149,9 @@ pub enum SftDataConfig {
     /// A Hugging Face dataset of such rows, as prime-rl's `data.name` names one: a hub id read
     /// from the local hub cache (`hf download <id> --repo-type dataset` puts it there; nothing is
     /// downloaded at run time), a dataset directory (`hf download ... --local-dir`), or one data
-    /// file. A directory's Parquet, JSONL and JSON files are sorted into splits by their names as
-    /// the `datasets` library does (`data/train-00000-of-00001.parquet` is `train`).
+    /// file. A directory's data files are sorted into splits by their names as the `datasets`
+    /// library does (`data/train-00000-of-00001.parquet` is `train`); a `save_to_disk` directory
+    /// (`datasets`' Arrow format) is read as `load_from_disk` reads it.
     Hf {
         /// Hub id (`org/name`, optionally `@revision`: a branch, tag or commit) or path.
         name: String,

@@ -17,9 +17,19 @@ pub enum Error {
     /// A Parquet file could not be decoded.
     #[error("{path}: cannot read Parquet: {message}")]
     Parquet { path: PathBuf, message: String },
+    /// An Arrow file could not be decoded.
+    #[error("{path}: cannot read Arrow: {message}")]
+    Arrow { path: PathBuf, message: String },
+    /// A CSV line could not be read.
+    #[error("{at}: cannot read CSV: {message}")]
+    Csv { at: String, message: String },
+    /// A `save_to_disk` directory that does not hold what was asked.
+    #[error("{root} (a `datasets` save_to_disk directory): {message}")]
+    Saved { root: PathBuf, message: String },
     /// A file of a kind this crate does not read.
     #[error(
-        "{path}: not a data file this reads (expected .parquet, .jsonl, .ndjson or .json, the JSON ones optionally .gz)"
+        "{path}: not a data file this reads (expected .parquet, .arrow, .jsonl, .ndjson, .json, .csv or .tsv, the \
+         text ones optionally .gz)"
     )]
     Unsupported { path: PathBuf },
     /// A data file without rows.

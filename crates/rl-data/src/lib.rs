@@ -1,35 +1,42 @@
-//! Dataset files as users hold them: rows of JSONL, JSON and Parquet files, and Hugging Face
-//! dataset repositories on disk (a `hf download --local-dir` directory, or the hub cache that
+//! Dataset files as users hold them: rows of JSONL, JSON, Parquet, CSV and Arrow files, Hugging
+//! Face dataset repositories on disk (a `hf download --local-dir` directory, or the hub cache that
 //! `huggingface_hub` fills), with their subsets and splits picked from file names the way the
-//! `datasets` library does; and model hub ids looked up in the same cache. Nothing is downloaded:
+//! `datasets` library does, and `datasets`' own `save_to_disk` directories; and model hub ids looked up in the same cache. Nothing is downloaded:
 //! a hub id is looked up in the local cache and its absence is an error that says how to fetch it.
 //!
 //! One owner for "dataset on disk -> JSON rows": `rl sft`'s `type = "hf"` data and the `dataset`
 //! env read through here, and every error names the file (and the line or row).
 
+mod arrow_column;
+mod arrow_rows;
+mod calendar;
+mod csv_rows;
 mod error;
 mod hub;
 mod parquet_rows;
 mod row;
 mod rows;
+mod saved;
 mod splits;
 
 use std::path::{Path, PathBuf};
 
+pub use calendar::civil_from_days;
 pub use error::{Error, Result};
 pub use hub::{cached_model, cached_model_in, hub_cache_dir, locate, locate_in};
 pub use row::Row;
 pub use rows::read_file;
 pub use splits::split_files;
 
-/// Whether `path` names a data file this crate reads (`.parquet`, `.jsonl`, `.ndjson`, `.json`,
-/// the JSON ones optionally gzipped), by its name.
+/// Whether `path` names a data file this crate reads (`.parquet`, `.arrow`, `.jsonl`, `.ndjson`,
+/// `.json`, `.csv`, `.tsv`, the text ones optionally gzipped), by its name.
 pub fn is_data_file(path: &Path) -> bool {
     rows::format_of(path).is_some()
 }
 
 /// Every row of `splits` (in order; each split's files in path order) of the dataset `name`: a
-/// data file, a dataset directory, or a hub id (`org/name`) in the local hub cache. `subsets`
+/// data file, a dataset directory (a repository's files, or a `save_to_disk` directory), or a hub
+/// id (`org/name`) in the local hub cache. `subsets`
 /// (the `datasets` library's configs) narrow a directory to the files under a folder of one of
 /// those names; empty: every file.
 pub fn load(name: &str, subsets: &[String], splits: &[String]) -> Result<Vec<Row>> {
@@ -57,6 +64,9 @@ pub fn files_of(root: &Path, subsets: &[String], splits: &[String]) -> Result<Ve
                 .collect::<Vec<_>>()
                 .join(", "),
         });
+    }
+    if let Some(files) = saved::files(root, subsets, splits)? {
+        return Ok(files);
     }
     let mut files = Vec::new();
     for split in splits {

@@ -1,5 +1,6 @@
 //! Rows of one data file, by its extension: JSON Lines, a JSON array of objects (or JSON Lines
-//! named `.json`, as `datasets` also takes), either gzipped (`.jsonl.gz`), or Parquet.
+//! named `.json`, as `datasets` also takes), CSV or TSV, any of them gzipped (`.jsonl.gz`);
+//! Parquet; Arrow (`datasets`' own files).
 
 use std::path::Path;
 
@@ -14,8 +15,11 @@ pub(crate) fn format_of(path: &Path) -> Option<(&'static str, bool)> {
     let (name, gz) = name.strip_suffix(".gz").map_or((name.as_str(), false), |n| (n, true));
     let format = match name.rsplit_once('.')?.1 {
         "parquet" if !gz => "parquet",
+        "arrow" if !gz => "arrow",
         "jsonl" | "ndjson" => "jsonl",
         "json" => "json",
+        "csv" => "csv",
+        "tsv" => "tsv",
         _ => return None,
     };
     Some((format, gz))
@@ -26,7 +30,10 @@ pub fn read_file(path: &Path) -> Result<Vec<Row>> {
     let Some((format, gz)) = format_of(path) else { return Err(Error::Unsupported { path: path.to_path_buf() }) };
     let rows = match format {
         "parquet" => crate::parquet_rows::read(path)?,
+        "arrow" => crate::arrow_rows::read(path)?,
         "jsonl" => json_lines(path, &read_text(path, gz)?)?,
+        "csv" => crate::csv_rows::read(path, &read_text(path, gz)?, b',')?,
+        "tsv" => crate::csv_rows::read(path, &read_text(path, gz)?, b'\t')?,
         _ => json_file(path, &read_text(path, gz)?)?,
     };
     if rows.is_empty() {
@@ -131,14 +138,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = read_file(&write(dir.path(), "a.jsonl", "\n\n")).unwrap_err().to_string();
         assert!(err.contains("has no rows"), "{err}");
-        let err = read_file(&write(dir.path(), "a.csv", "x\n1\n")).unwrap_err().to_string();
-        assert!(err.contains("a.csv: not a data file"), "{err}");
+        let err = read_file(&write(dir.path(), "a.xlsx", "x\n1\n")).unwrap_err().to_string();
+        assert!(err.contains("a.xlsx: not a data file"), "{err}");
         let err = read_file(&write(dir.path(), "a.parquet.gz", "x")).unwrap_err().to_string();
         assert!(err.contains("not a data file"), "{err}");
         let err = read_file(&write(dir.path(), "b.jsonl.gz", "not gzip")).unwrap_err().to_string();
         assert!(err.contains("cannot read") && err.contains("b.jsonl.gz"), "{err}");
-        let err = read_file(&write(dir.path(), "a.csv", "x\n1\n")).unwrap_err().to_string();
-        assert!(err.contains("a.csv: not a data file"), "{err}");
+        let err = read_file(&write(dir.path(), "a.csv", "x\n")).unwrap_err().to_string();
+        assert!(err.contains("a.csv has no rows"), "{err}");
+        let err = read_file(&write(dir.path(), "a.arrow", "not arrow")).unwrap_err().to_string();
+        assert!(err.contains("a.arrow: cannot read Arrow: not an Arrow IPC stream or file"), "{err}");
         let err = read_file(&dir.path().join("missing.jsonl")).unwrap_err().to_string();
         assert!(err.contains("cannot read") && err.contains("missing.jsonl"), "{err}");
     }

@@ -39,38 +39,18 @@ pub fn split_files(root: &Path, subsets: &[String], split: &str) -> Result<Vec<P
     }
     if picked.is_empty() {
         let shown: Vec<&str> = all.iter().take(20).map(String::as_str).collect();
-        let arrow = if all.is_empty() && has_arrow(root) {
-            " (Arrow files are there: `datasets`' save_to_disk / cache format, which this does not read; write the \
-             dataset with `ds.to_parquet(...)` or `ds.to_json(...)`, or give the hub id)"
-        } else {
-            ""
-        };
         return Err(Error::NoSplit {
             root: root.to_path_buf(),
             split: split.to_owned(),
             subsets: if subsets.is_empty() { String::new() } else { format!(" in subsets {}", subsets.join(", ")) },
             found: if shown.is_empty() {
-                format!("none{arrow}")
+                String::from("none")
             } else {
                 format!("{}{}", shown.join(", "), if all.len() > 20 { ", ..." } else { "" })
             },
         });
     }
     Ok(picked.into_iter().map(|rel| root.join(rel)).collect())
-}
-
-/// Whether an `.arrow` file lies directly in `root` or one level down (a `save_to_disk` directory
-/// or a `DatasetDict`'s split folders).
-fn has_arrow(root: &Path) -> bool {
-    let arrow_in = |dir: &Path| {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "arrow"))
-    };
-    arrow_in(root)
-        || std::fs::read_dir(root).into_iter().flatten().flatten().any(|e| e.path().is_dir() && arrow_in(&e.path()))
 }
 
 /// The split of a shard `push_to_hub` wrote (`data/<split>-00000-of-00003.parquet`, or
@@ -125,7 +105,9 @@ fn walk(root: &Path, dir: &Path, seen: &mut std::collections::HashSet<PathBuf>, 
             walk(root, &path, seen, out)?;
             continue;
         }
-        if crate::rows::format_of(&path).is_some() && !METADATA.contains(&name.as_str()) {
+        // `cache-<fingerprint>.arrow`: a `map` result `datasets` cached, not the dataset's rows.
+        let map_cache = name.starts_with("cache-") && name.ends_with(".arrow");
+        if crate::rows::format_of(&path).is_some() && !METADATA.contains(&name.as_str()) && !map_cache {
             let rel = path.strip_prefix(root).unwrap_or(&path);
             out.push(rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"));
         }
@@ -214,11 +196,17 @@ mod tests {
         assert!(err.contains("in subsets other"), "{err}");
     }
 
+    /// `datasets`' cache of a prepared dataset: a file per split, and `map` results beside them.
     #[test]
-    fn a_save_to_disk_directory_is_named_as_such() {
-        let d = dataset(&["train/data-00000-of-00001.arrow", "train/dataset_info.json", "train/state.json"]);
-        let err = split_files(d.path(), &[], "train").unwrap_err().to_string();
-        assert!(err.contains("none (Arrow files are there") && err.contains("to_parquet"), "{err}");
+    fn a_datasets_cache_folder_reads_by_split_without_map_caches() {
+        let d = dataset(&[
+            "gsm8k/main/0.0.0/abc123/gsm8k-train.arrow",
+            "gsm8k/main/0.0.0/abc123/gsm8k-test.arrow",
+            "gsm8k/main/0.0.0/abc123/cache-9f86d081884c7d65.arrow",
+            "gsm8k/main/0.0.0/abc123/dataset_info.json",
+        ]);
+        assert_eq!(picked(&d, &[], "train"), ["gsm8k/main/0.0.0/abc123/gsm8k-train.arrow"]);
+        assert_eq!(picked(&d, &[], "test"), ["gsm8k/main/0.0.0/abc123/gsm8k-test.arrow"]);
     }
 
     #[cfg(unix)]

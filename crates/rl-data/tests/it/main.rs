@@ -1,6 +1,8 @@
 //! rl-data against files the `datasets` library and pyarrow wrote (`tests/fixtures/make_fixtures.py`):
 //! a dataset's shards as `to_parquet` writes them (nested columns, several row groups, its
-//! features in the metadata), every codec, a hub-cache layout.
+//! features in the metadata), every codec, a hub-cache layout; `datasets_lib` its own formats.
+
+mod datasets_lib;
 
 use std::path::{Path, PathBuf};
 

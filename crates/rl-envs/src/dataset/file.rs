@@ -1,4 +1,4 @@
-//! Task rows from a data file (JSONL, JSON or Parquet) or a Hugging Face dataset's split, read by
+//! Task rows from a data file (JSONL, JSON, Parquet, CSV or Arrow) or a Hugging Face dataset's split, read by
 //! `rl-data`, with errors naming the env argument, the file, the row and the field.
 
 use std::path::Path;

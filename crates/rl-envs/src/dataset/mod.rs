@@ -1,4 +1,4 @@
-//! `dataset`: a single-turn environment whose tasks come from data files (JSONL, JSON, Parquet) or
+//! `dataset`: a single-turn environment whose tasks come from data files (JSONL, JSON, Parquet, CSV, Arrow) or
 //! a Hugging Face dataset's splits — a prompt field, an answer field, an optional system prompt and few-shot turns — scored by one of the built-in
 //! matchers (`exact`, `normalized`, `difflib`, `regex`, `boxed`, `numeric`).
 
@@ -34,7 +34,7 @@ pub struct FileDataset {
 }
 
 impl FileDataset {
-    /// Builds the env from its args: `path` (a JSONL, JSON or Parquet file) and `eval_path`, or
+    /// Builds the env from its args: `path` (a JSONL, JSON, Parquet, CSV or Arrow file) and `eval_path`, or
     /// `name` (a Hugging Face dataset: a hub id in the local hub cache, or a directory) with
     /// `subsets`, `split` (default `train`) and `eval_split`; else `eval_fraction` (with `seed`)
     /// holds tasks out; `prompt_field` (default `question`; a text, or a list of chat messages),
@@ -111,7 +111,7 @@ impl FileDataset {
             (None, None) => {
                 return Err(Error::bad_request(
                     "env.args.path",
-                    "the dataset env needs `path` (a JSONL, JSON or Parquet file of tasks) or `name` (a Hugging Face dataset)",
+                    "the dataset env needs `path` (a JSONL, JSON, Parquet, CSV or Arrow file of tasks) or `name` (a Hugging Face dataset)",
                 ));
             }
         };

@@ -143,6 +143,24 @@ async fn a_hugging_face_dataset_gives_the_splits() {
     assert!(e.contains("env.args.name") && e.contains("no data files for split `validation`"), "{e}");
 }
 
+/// `datasets`' own formats: a `save_to_disk` DatasetDict (conversational prompts, Arrow shards)
+/// gives its splits, and a CSV file its rows, typed as pandas types them (a number answer scores
+/// as its text).
+#[tokio::test]
+async fn a_saved_dataset_dict_and_a_csv_file_give_tasks() {
+    let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/../rl-data/tests/datasets_lib");
+    let args =
+        json!({"name": format!("{lib}/dict"), "eval_split": "test", "prompt_field": "prompt", "reward": "exact"});
+    let h = serve("dataset", args).await;
+    let info = h.client.info().await.unwrap();
+    let sizes: Vec<(String, u64)> = info.splits.iter().map(|s| (s.name.clone(), s.size)).collect();
+    assert_eq!(sizes, [(String::from("train"), 4), (String::from("test"), 1)]);
+    let args = json!({"path": format!("{lib}/rows.csv"), "reward": "exact"});
+    let h = serve("dataset", args).await;
+    let info = h.client.info().await.unwrap();
+    assert_eq!(info.splits.iter().map(|s| s.size).sum::<u64>(), 3);
+}
+
 /// A conversational prompt (a list of chat messages, as verifiers and TRL datasets hold them) is
 /// the prompt as given; its own system message comes first and wins over `system_prompt`, and
 /// few-shot turns follow the system message.

@@ -183,7 +183,7 @@ const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday",
 /// `secs` since the epoch (UTC) formatted with the C/Python directives templates use.
 pub(crate) fn strftime(secs: i64, format: &str) -> Result<String, Error> {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = rl_data::civil_from_days(days);
     let weekday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday
     let (h, m, s) = (rem / 3600, rem / 60 % 60, rem % 60);
     let mut out = String::new();
@@ -215,19 +215,6 @@ pub(crate) fn strftime(secs: i64, format: &str) -> Result<String, Error> {
         }
     }
     Ok(out)
-}
-
-/// (year, month 1-12, day 1-31) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]
