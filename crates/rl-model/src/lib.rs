@@ -10,6 +10,7 @@ mod chat;
 mod config;
 mod device;
 mod error;
+mod frozen_base;
 mod init;
 mod layout;
 mod lora;

@@ -298,6 +298,9 @@ impl CausalLm {
         };
         for (i, l) in self.layers.iter().enumerate() {
             let w = match &l.flat {
+                // Frozen weights held in bf16 go as they are: the layer op widens them itself,
+                // one layer at a time, instead of the pass holding an f32 copy of every layer.
+                Some(flat) if flat.dtype() == DType::BF16 && !flat.track_op() => flat.clone(),
                 Some(flat) => self.at(flat)?,
                 None => l.map(|w| self.at(w))?.weights().flat()?,
             };

@@ -193,7 +193,8 @@ pub struct Trainable {
 }
 
 /// Frozen base weights under adapters: each layer's weights are one flat tensor, as the fused
-/// layer op takes them (built once, not at every forward), and the HF-named tensors are views of it.
+/// layer op takes them (built once, not at every forward; on the CPU in bf16 when its values all
+/// are bf16 values, see `frozen_base`), and the HF-named tensors are views of it.
 #[derive(Debug, Clone)]
 struct Frozen {
     lora: Lora,
@@ -275,7 +276,7 @@ impl Trainable {
                 }
                 parts.push(t.flatten_all()?);
             }
-            let flat = Tensor::cat(&parts, 0)?;
+            let flat = crate::frozen_base::narrowest_exact(Tensor::cat(&parts, 0)?)?;
             drop(parts);
             let mut offset = 0;
             for (name, shape) in shapes {
@@ -294,7 +295,10 @@ impl Trainable {
             None => self.tensors(),
             Some(f) => {
                 let adapters: HashMap<String, Tensor> = self.tensors().into_iter().collect();
-                crate::lora::merge_adapters(cfg, &f.lora, &f.base, &adapters)?.into_iter().collect()
+                // Merged in f32 (a bf16-held base widens exactly), as the trained weights are.
+                let base =
+                    f.base.iter().map(|(n, t)| Ok((n.clone(), t.to_dtype(DType::F32)?))).collect::<Result<_>>()?;
+                crate::lora::merge_adapters(cfg, &f.lora, &base, &adapters)?.into_iter().collect()
             }
         };
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -304,6 +308,15 @@ impl Trainable {
     /// The adapters, when these are adapters over frozen weights.
     pub fn lora(&self) -> Option<&Lora> {
         self.frozen.as_ref().map(|f| &f.lora)
+    }
+
+    /// The frozen decoder-layer weights' bytes and the dtype they are held in (bf16 on the CPU
+    /// when the base's values all are bf16 values), when these are adapters over frozen weights.
+    pub fn frozen_layers(&self) -> Option<(usize, DType)> {
+        let f = self.frozen.as_ref()?;
+        let bytes = f.layers.iter().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum();
+        let dtype = f.layers.first().map_or(DType::F32, Tensor::dtype);
+        Some((bytes, dtype))
     }
 
     /// Every HF weight and the variable elements that hold it, in [`weight_names`] order.
@@ -339,7 +352,9 @@ impl Trainable {
     /// adapters, the frozen base weights carrying them.
     pub fn model(&self, cfg: &ModelConfig, device: &Device) -> Result<CausalLm> {
         if let Some(f) = &self.frozen {
-            let mut model = CausalLm::new(cfg, &VarBuilder::from_tensors(f.base.clone(), DType::F32, device))?;
+            // As held: bf16 layer weights are not copied to f32 (the model casts where it uses them).
+            let held = Box::new(crate::frozen_base::AsHeld(f.base.clone()));
+            let mut model = CausalLm::new(cfg, &VarBuilder::from_backend(held, DType::F32, device.clone()))?;
             for ((layer, &v), flat) in model.layers.iter_mut().zip(&self.layers).zip(&f.layers) {
                 layer.lora = Some(self.vars[v].1.as_tensor().clone());
                 layer.flat = Some(flat.clone());
@@ -418,6 +433,47 @@ pub fn write_model_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A LoRA base whose values all are bf16 values is held in bf16 (half the bytes) and gives the
+    /// logits and adapter gradients the same base held in f32 gives, to the bit.
+    #[test]
+    fn a_bf16_held_base_computes_what_the_f32_one_does_to_the_bit() {
+        let cfg = crate::micro_config_of(crate::Family::Qwen3, 40);
+        let base: HashMap<String, Tensor> = crate::scaled_random_weights(&cfg, 5, 10.0, DType::BF16)
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap()))
+            .collect();
+        let lora = Lora::from_config(&rl_configs::LoraConfig { rank: 4, alpha: 8.0, ..Default::default() });
+        let mut adapters = crate::init_adapters(&cfg, &lora, 1, &Device::Cpu).unwrap();
+        for (name, t) in adapters.iter_mut() {
+            if name.contains("lora_B") {
+                *t = (t.ones_like().unwrap() * 0.02).unwrap();
+            }
+        }
+        let held = Trainable::with_adapters(&cfg, base, &lora, &adapters).unwrap();
+        let (bytes, dtype) = held.frozen_layers().unwrap();
+        assert_eq!(dtype, DType::BF16);
+        let mut wide = held.clone();
+        let f = wide.frozen.as_mut().unwrap();
+        f.layers = f.layers.iter().map(|t| t.to_dtype(DType::F32).unwrap()).collect();
+        f.base = f.base.iter().map(|(n, t)| (n.clone(), t.to_dtype(DType::F32).unwrap())).collect();
+        assert_eq!(wide.frozen_layers().unwrap(), (2 * bytes, DType::F32));
+
+        let run = |t: &Trainable| {
+            let model = t.model(&cfg, &Device::Cpu).unwrap();
+            let ids = [3u32, 17, 5, 30, 9, 22, 11, 2];
+            let logits = model.forward_packed(&[ids.to_vec()], &[(0..8).collect()]).unwrap();
+            let loss = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1).unwrap().mean_all().unwrap();
+            let grads = loss.backward().unwrap();
+            let grad = |v: &Var| grads.get(v.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let flat = logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            (flat, t.vars.iter().map(|(_, v)| grad(v)).collect::<Vec<_>>())
+        };
+        let (a, b) = (run(&held), run(&wide));
+        assert!(a.1.iter().flatten().any(|g| *g != 0.0), "the adapters get gradients");
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn an_adapter_directory_is_named_as_one_with_its_base_and_merged_model() {

@@ -1,7 +1,8 @@
 //! `cargo xtask bench train-0.6b`: the Qwen3-0.6B shape's full and LoRA (r = 16, every
 //! projection) train steps, ours next to PyTorch and PyTorch + PEFT measured in the same run, with
-//! each side's peak memory; then our LoRA step against our full step; then greedy decode at batch 1
-//! and 8 next to HF `generate`.
+//! each side's peak memory (and our LoRA step over a bf16 checkpoint's values, whose base the
+//! trainer holds in bf16, next to PEFT's f32 step); then our LoRA step against our full step; then
+//! greedy decode at batch 1 and 8 next to HF `generate`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use super::reference::{json_lines, print_out};
 pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
     // Each case in its own process, so each peak is its own (a process keeps freed blocks).
     let mut lines = Vec::new();
-    for mode in ["full", "lora"] {
+    for mode in ["full", "lora", "lora-bf16"] {
         let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo")));
         cargo.args(["bench", "--locked", "-p", "rl-trainer", "--bench", "train_step", "--", "qwen3-0.6b", mode]);
         lines.extend(json_lines(&mut cargo, "our benchmark")?);
@@ -32,15 +33,16 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
         "\ntrain step, qwen3-0.6b shape (f32, one 512-token row of 4 samples; LoRA r=16 alpha 32 on q/k/v/o/gate/up/down)\n",
     );
     out.push_str(&format!(
-        "{:<6} {:>10} {:>12} {:>7} {:>11} {:>13} {:>7}\n",
+        "{:<9} {:>10} {:>12} {:>7} {:>11} {:>13} {:>7}\n",
         "case", "ours tok/s", "torch tok/s", "ratio", "ours peak", "torch peak", "ratio"
     ));
-    let name = |m: &str| if m == "lora" { "LoRA (PyTorch + PEFT)" } else { "full (PyTorch)" };
+    let name = |m: &str| if m == "full" { "full (PyTorch)" } else { "LoRA (PyTorch + PEFT, f32)" };
     for (mode, (tps, mb)) in &ours {
-        let (rtps, rmb) = theirs.get(mode).copied().unwrap_or((0.0, 0.0));
+        // A bf16 checkpoint's values in f32 are PEFT's LoRA case as it is.
+        let (rtps, rmb) = theirs.get(mode.trim_end_matches("-bf16")).copied().unwrap_or((0.0, 0.0));
         let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { String::from("-") };
         out.push_str(&format!(
-            "{mode:<6} {tps:>10.1} {rtps:>12.1} {:>7} {:>8.0} MB {:>10.0} MB {:>7}   vs {}\n",
+            "{mode:<9} {tps:>10.1} {rtps:>12.1} {:>7} {:>8.0} MB {:>10.0} MB {:>7}   vs {}\n",
             ratio(*tps, rtps),
             mb,
             rmb,
@@ -52,6 +54,12 @@ pub(crate) fn run(python: Option<&PathBuf>) -> anyhow::Result<()> {
         out.push_str(&format!(
             "ours, LoRA vs full: {:.2}x the speed, {:.0}% of the peak memory\n",
             lora / full,
+            100.0 * lora_mb / full_mb
+        ));
+    }
+    if let (Some((_, full_mb)), Some((lora, lora_mb))) = (ours.get("full"), ours.get("lora-bf16")) {
+        out.push_str(&format!(
+            "ours, LoRA over a bf16 checkpoint (base held in bf16): {lora:.1} tok/s, {:.0}% of the full step's peak memory\n",
             100.0 * lora_mb / full_mb
         ));
     }

@@ -1,11 +1,15 @@
 //! A whole decoder layer as one differentiable candle op over the input `[T, hidden]` and the
 //! layer's weights flattened into one vector ([`LayerWeights::flat`]). On CPU (f32/f64) it runs
 //! `cpu::layer`; elsewhere the same math composed of candle ops (`composed::decoder_layer`).
+//! Frozen weights may be held in bf16 (half the bytes of a LoRA base from a bf16 checkpoint):
+//! the op widens them to the input's dtype for the layer's forward and again for its backward,
+//! exactly, so a pass holds one layer's wide copy at a time.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, WithDType};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, WithDType};
 
 use super::access::{CpuKernel, cpu_dispatch, on_cpu, op_error, slice, tensor};
 use super::adapters::LayerAdapters;
@@ -162,6 +166,16 @@ impl DecoderLayer {
             .ok_or_else(|| op_error(LAYER, "backward before forward"))?;
         let dy = dy.contiguous()?;
         let (cos, sin) = self.rope.tables();
+        let wide;
+        let w = if w.dtype() == DType::BF16 && x.dtype() != DType::BF16 {
+            if w.track_op() {
+                return Err(op_error(LAYER, "bf16 weights must be frozen (trained weights are f32)"));
+            }
+            wide = w.to_dtype(x.dtype())?;
+            &wide
+        } else {
+            w
+        };
         let mut inputs = vec![x, w, &dy, cos, sin];
         inputs.extend(a);
         on_cpu(LAYER, &inputs, K { op: self, saved, x, w, a })
@@ -170,6 +184,18 @@ impl DecoderLayer {
 
 /// The input's, the weights' and the adapters' gradients.
 type Grads = (Tensor, Option<Tensor>, Option<Tensor>);
+
+/// The layer's flat weights as `T`: borrowed, or widened from bf16 (frozen weights held in bf16;
+/// every bf16 value is exactly an f32 one).
+fn weights<'a, T: Real + WithDType>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<Cow<'a, [T]>> {
+    match s {
+        CpuStorage::BF16(values) => {
+            let (a, b) = l.contiguous_offsets().ok_or_else(|| op_error(LAYER, "inputs must be contiguous"))?;
+            Ok(Cow::Owned(values[a..b].iter().map(|v| T::of(f64::from(v.to_f32()))).collect()))
+        }
+        _ => Ok(Cow::Borrowed(slice::<T>(LAYER, s, l)?)),
+    }
+}
 
 impl CustomOp2 for DecoderLayer {
     fn name(&self) -> &'static str {
@@ -183,9 +209,7 @@ impl CustomOp2 for DecoderLayer {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        cpu_dispatch!(LAYER, s1, |T| {
-            self.forward(slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?, None, l1.shape())
-        })
+        cpu_dispatch!(LAYER, s1, |T| self.forward(slice::<T>(LAYER, s1, l1)?, &weights::<T>(s2, l2)?, None, l1.shape()))
     }
 
     fn bwd(
@@ -216,7 +240,7 @@ impl CustomOp3 for DecoderLayer {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         cpu_dispatch!(LAYER, s1, |T| {
             let a = slice::<T>(LAYER, s3, l3)?;
-            self.forward(slice::<T>(LAYER, s1, l1)?, slice::<T>(LAYER, s2, l2)?, Some(a), l1.shape())
+            self.forward(slice::<T>(LAYER, s1, l1)?, &weights::<T>(s2, l2)?, Some(a), l1.shape())
         })
     }
 
@@ -262,6 +286,8 @@ pub fn decoder_layer_adapted(
     scale: f64,
 ) -> candle_core::Result<Tensor> {
     if !super::runs_fused(x) {
+        // The composed layer computes in x's dtype throughout.
+        let w = &w.to_dtype(x.dtype())?;
         return decoder_layer_recomputed(x, w, adapters, layout, positions, rope, shape, scale);
     }
     let (lora, dropout) = (adapters.map(|a| a.shape), adapters.and_then(|a| a.dropout));
