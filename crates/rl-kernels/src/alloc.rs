@@ -18,7 +18,10 @@
 //! the step in the kernel (perf, 2-core machine); with the blocks kept, ~30 faults a step. The
 //! kept blocks are bounded by a byte budget (a third of the machine's memory, or
 //! `RL_ALLOC_CACHE_MB`; the oldest go first) and by age (a block not reused within 5 minutes is
-//! released at the next free). Every block stays a genuine mimalloc block, so `mi_free`,
+//! released at the next free), and all of them go when the process says its loading is done
+//! ([`release_kept_blocks`]: a model load's buffers, the file's bytes and each tensor's conversions,
+//! are never asked for again, and would otherwise stay counted in the process's memory for
+//! minutes). Every block stays a genuine mimalloc block, so `mi_free`,
 //! `mi_realloc_aligned` and `mi_usable_size` stay valid on it. Binaries opt in with
 //! `#[global_allocator]`; `GlobalAlloc` is an `unsafe` trait, so this file is one of the few that
 //! hold `unsafe` code.
@@ -28,7 +31,7 @@ use std::alloc::{GlobalAlloc, Layout};
 
 use mimalloc::MiMalloc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Blocks at least this large are kept on free.
@@ -55,6 +58,16 @@ const MAX_AGE_S: u64 = 300;
 /// A kept block serves requests down to this fraction of its size (so a block is not spent on
 /// a much smaller request while it fits a later one exactly).
 const MIN_FILL_EIGHTHS: usize = 7;
+
+/// How many times [`release_kept_blocks`] was called: a cache that has seen fewer releases its
+/// blocks at its next free, and serves none until then.
+static RELEASES: AtomicU64 = AtomicU64::new(0);
+
+/// Asks every [`LargeBlockCache`] to hand its kept blocks back (at its next free of a large
+/// block): for after a phase whose large buffers will not be asked for again (loading a model).
+pub fn release_kept_blocks() {
+    RELEASES.fetch_add(1, Ordering::Relaxed);
+}
 
 /// A freed large block: its address and usable size (`mi_usable_size`, at least what was asked).
 #[derive(Clone, Copy)]
@@ -94,6 +107,8 @@ pub struct LargeBlockCache {
     budget: AtomicUsize,
     /// Requests served from kept blocks (a statistic for tests and benchmarks).
     hits: AtomicUsize,
+    /// The [`RELEASES`] this cache has acted on.
+    released: AtomicU64,
 }
 
 // SAFETY: the cells are only touched while `lock` is held (see `with_lock`).
@@ -114,6 +129,7 @@ impl LargeBlockCache {
             bytes: std::cell::UnsafeCell::new((0, 0)),
             budget: AtomicUsize::new(usize::MAX),
             hits: AtomicUsize::new(0),
+            released: AtomicU64::new(0),
         }
     }
 
@@ -159,6 +175,15 @@ impl LargeBlockCache {
     /// A kept block that fits `size` (the smallest such; of equal ones the most recently
     /// freed, whose pages are likeliest still in the caches), taken out of the cache.
     fn take(&self, size: usize, align: usize) -> Option<*mut u8> {
+        self.take_after(size, align, RELEASES.load(Ordering::Relaxed))
+    }
+
+    /// [`LargeBlockCache::take`] when [`release_kept_blocks`] has been called `releases` times.
+    fn take_after(&self, size: usize, align: usize, releases: u64) -> Option<*mut u8> {
+        if self.released.load(Ordering::Relaxed) != releases {
+            // Released at the next free, not reused meanwhile.
+            return None;
+        }
         let found = self.with_lock(|kept, bytes| {
             let best = (0..SLOTS)
                 .filter_map(|i| kept[i].map(|k| (i, k)))
@@ -178,17 +203,19 @@ impl LargeBlockCache {
     /// those kept longer than [`MAX_AGE_S`], the oldest ones evicted to make room, or `ptr`
     /// itself.
     fn keep(&self, ptr: *mut u8, size: usize) -> [Option<usize>; SLOTS + 1] {
-        self.keep_at(ptr, size, clock())
+        self.keep_at(ptr, size, clock(), RELEASES.load(Ordering::Relaxed))
     }
 
-    /// [`LargeBlockCache::keep`] at time `now` (seconds of [`clock`]).
-    fn keep_at(&self, ptr: *mut u8, size: usize, now: u64) -> [Option<usize>; SLOTS + 1] {
+    /// [`LargeBlockCache::keep`] at time `now` (seconds of [`clock`]), when
+    /// [`release_kept_blocks`] has been called `releases` times.
+    fn keep_at(&self, ptr: *mut u8, size: usize, now: u64, releases: u64) -> [Option<usize>; SLOTS + 1] {
         let budget = self.budget();
         let mut evicted = [None; SLOTS + 1];
         if size > budget {
             evicted[0] = Some(ptr as usize);
             return evicted;
         }
+        let release_all = self.released.swap(releases, Ordering::Relaxed) != releases;
         self.with_lock(|kept, bytes| {
             let mut n = 0;
             let mut evict = |slot: &mut Option<Kept>, bytes: &mut (usize, u64)| {
@@ -198,7 +225,7 @@ impl LargeBlockCache {
                 n += 1;
             };
             for slot in kept.iter_mut() {
-                if slot.is_some_and(|k| now.saturating_sub(k.at_s) > MAX_AGE_S) {
+                if slot.is_some_and(|k| release_all || now.saturating_sub(k.at_s) > MAX_AGE_S) {
                     evict(slot, bytes);
                 }
             }
@@ -372,13 +399,38 @@ mod tests {
         // SAFETY: blocks from mimalloc of one layout, handed to the cache under test once each.
         unsafe {
             let (a, b) = (MiMalloc.alloc(big), MiMalloc.alloc(big));
-            assert!(cache.keep_at(a, usable_size(a), 10).iter().all(Option::is_none));
-            assert!(cache.keep_at(b, usable_size(b), 10 + MAX_AGE_S).iter().all(Option::is_none), "not yet stale");
+            assert!(cache.keep_at(a, usable_size(a), 10, 0).iter().all(Option::is_none));
+            assert!(cache.keep_at(b, usable_size(b), 10 + MAX_AGE_S, 0).iter().all(Option::is_none), "not yet stale");
             let c = MiMalloc.alloc(big);
-            let released = cache.keep_at(c, usable_size(c), 11 + MAX_AGE_S);
+            let released = cache.keep_at(c, usable_size(c), 11 + MAX_AGE_S, 0);
             assert_eq!(released.iter().flatten().collect::<Vec<_>>(), vec![&(a as usize)]);
             MiMalloc.dealloc(a, big);
             assert_eq!(cache.kept_bytes(), usable_size(b) + usable_size(c));
+        }
+    }
+
+    /// After a release (a model loaded), kept blocks are not reused and all go at the next free.
+    #[test]
+    fn a_release_hands_every_kept_block_back_at_the_next_free() {
+        let cache = LargeBlockCache::new();
+        let big = Layout::from_size_align(LARGE_BLOCK, 16).unwrap();
+        // SAFETY: blocks from mimalloc of one layout, handed to the cache under test once each.
+        unsafe {
+            let (a, b, c) = (MiMalloc.alloc(big), MiMalloc.alloc(big), MiMalloc.alloc(big));
+            assert!(cache.keep_at(a, usable_size(a), 0, 0).iter().all(Option::is_none));
+            assert!(cache.keep_at(b, usable_size(b), 0, 0).iter().all(Option::is_none));
+            assert_eq!(cache.take_after(big.size(), 16, 1), None, "a release is pending: nothing is reused");
+            let released = cache.keep_at(c, usable_size(c), 0, 1);
+            let mut freed: Vec<usize> = released.iter().flatten().copied().collect();
+            freed.sort_unstable();
+            let mut expected = vec![a as usize, b as usize];
+            expected.sort_unstable();
+            assert_eq!(freed, expected, "the blocks kept before the release");
+            assert_eq!(cache.kept_bytes(), usable_size(c), "the block freed after it is kept");
+            assert_eq!(cache.take_after(big.size(), 16, 1), Some(c), "and reused");
+            MiMalloc.dealloc(a, big);
+            MiMalloc.dealloc(b, big);
+            MiMalloc.dealloc(c, big);
         }
     }
 }

@@ -23,7 +23,7 @@ pub mod ops;
 mod pool;
 mod process;
 
-pub use alloc::{LARGE_BLOCK, LargeBlockCache};
+pub use alloc::{LARGE_BLOCK, LargeBlockCache, release_kept_blocks};
 pub use cpu::adamw::AdamW;
 pub use cpu::attention::AttnShape;
 pub use cpu::dropout::Dropout;

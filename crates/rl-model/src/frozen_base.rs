@@ -11,6 +11,18 @@ use candle_nn::var_builder::SimpleBackend;
 
 use crate::error::Result;
 
+/// One layer's weights (flattened, in [`crate::layout::layer_part_shapes`] order) as one flat
+/// tensor: bf16 when they are bf16 on the CPU (as read from a bf16 checkpoint) or f32 tensors
+/// whose every value is a bf16 value, f32 otherwise.
+pub(crate) fn layer_flat(parts: &[Tensor]) -> Result<Tensor> {
+    let cpu = parts.iter().all(|t| t.device().is_cpu());
+    if cpu && parts.iter().all(|t| t.dtype() == DType::BF16) {
+        return Ok(Tensor::cat(parts, 0)?);
+    }
+    let wide = parts.iter().map(|t| t.to_dtype(DType::F32)).collect::<candle_core::Result<Vec<_>>>()?;
+    narrowest_exact(Tensor::cat(&wide, 0)?)
+}
+
 /// `flat` in bf16 when it lies on the CPU in f32 and every value is exactly a bf16 value
 /// (lossless); unchanged otherwise.
 pub(crate) fn narrowest_exact(flat: Tensor) -> Result<Tensor> {

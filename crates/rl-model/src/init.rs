@@ -120,6 +120,12 @@ pub fn scaled_random_weights(
 
 /// Random weights for `cfg`: N(0, 0.02) matrices and biases, ones for norms.
 pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Result<Vec<(String, Tensor)>> {
+    random_weights_as(cfg, seed, DType::F32)
+}
+
+/// [`random_weights`] with each weight converted to `dtype` as it is drawn (a bf16 checkpoint's
+/// values, without the f32 weights all in memory at once).
+pub fn random_weights_as(cfg: &ModelConfig, seed: u64, dtype: DType) -> Result<Vec<(String, Tensor)>> {
     let device = Device::Cpu;
     let mut rng = Normal(SplitMix64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678));
     let mut out = Vec::new();
@@ -130,7 +136,7 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Result<Vec<(String, Tenso
             let data: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.next() * 0.02).collect();
             Tensor::from_vec(data, shape, &device)?
         };
-        out.push((name, t));
+        out.push((name, t.to_dtype(dtype)?));
     }
     Ok(out)
 }

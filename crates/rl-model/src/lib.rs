@@ -30,7 +30,8 @@ pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{
-    NewTokenizer, init_model, init_model_with, micro_config, micro_config_of, random_weights, scaled_random_weights,
+    NewTokenizer, init_model, init_model_with, micro_config, micro_config_of, random_weights, random_weights_as,
+    scaled_random_weights,
 };
 pub use layout::{
     EMBED, FINAL_NORM, LM_HEAD, LayerWeight, layer_part_shapes, layer_shape, module_path, weight_names, weight_shapes,
@@ -49,5 +50,5 @@ pub use token_bytes::TokenBytes;
 pub use tokenizer::{BpePieces, Offsets, SPECIAL_TOKENS, Tok, write_bpe_tokenizer, write_char_tokenizer};
 pub use weights::{
     MODEL_WEIGHTS, Part, Trainable, load_model, load_model_or_adapter, load_trainable, load_weights_for,
-    model_from_weights, read_config, read_weights, write_model_dir,
+    model_from_weights, read_config, read_stored_weights, read_weights, write_model_dir,
 };

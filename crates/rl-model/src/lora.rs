@@ -230,12 +230,24 @@ pub fn read_adapter_dir(cfg: &ModelConfig, dir: &Path, device: &Device) -> Resul
 }
 
 /// `base` with every adapted projection replaced by `W + alpha / r * B A` (the function the
-/// trainer computes unmerged).
+/// trainer computes unmerged), each in its base weight's dtype.
 pub fn merge_adapters(
     cfg: &ModelConfig,
     lora: &Lora,
     base: &HashMap<String, Tensor>,
     adapters: &HashMap<String, Tensor>,
+) -> Result<HashMap<String, Tensor>> {
+    merge_adapters_as(cfg, lora, base, adapters, None)
+}
+
+/// [`merge_adapters`] with every weight in `dtype` when given (each base weight converted on its
+/// own, not a converted copy of the whole base first).
+pub(crate) fn merge_adapters_as(
+    cfg: &ModelConfig,
+    lora: &Lora,
+    base: &HashMap<String, Tensor>,
+    adapters: &HashMap<String, Tensor>,
+    dtype: Option<DType>,
 ) -> Result<HashMap<String, Tensor>> {
     let mut out = base.clone();
     for i in 0..cfg.num_hidden_layers {
@@ -247,7 +259,12 @@ pub fn merge_adapters(
             let w = get(&weight, base)?;
             let (a, b) = (get(&adapter_name(i, p, 'A'), adapters)?, get(&adapter_name(i, p, 'B'), adapters)?);
             let delta = (b.to_dtype(DType::F32)?.matmul(&a.to_dtype(DType::F32)?)? * lora.shape.scale)?;
-            out.insert(weight, (w.to_dtype(DType::F32)? + delta)?.to_dtype(w.dtype())?);
+            out.insert(weight, (w.to_dtype(DType::F32)? + delta)?.to_dtype(dtype.unwrap_or(w.dtype()))?);
+        }
+    }
+    if let Some(dtype) = dtype {
+        for t in out.values_mut() {
+            *t = t.to_dtype(dtype)?;
         }
     }
     Ok(out)

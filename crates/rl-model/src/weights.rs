@@ -22,6 +22,18 @@ pub const MODEL_WEIGHTS: &str = "model.safetensors";
 /// Reads every tensor of `model.safetensors` (or the shards listed in
 /// `model.safetensors.index.json`) as f32 on `device`.
 pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    read_tensors(dir, device, Some(DType::F32))
+}
+
+/// [`read_weights`] with every tensor in the dtype its file stores it in (a LoRA base from a bf16
+/// checkpoint stays bf16: [`Trainable::with_adapters`] holds it so without an f32 copy).
+pub fn read_stored_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    read_tensors(dir, device, None)
+}
+
+/// Every tensor of the model directory `dir`, in `dtype` when given, each shard converted as it
+/// is read.
+fn read_tensors(dir: &Path, device: &Device, dtype: Option<DType>) -> Result<HashMap<String, Tensor>> {
     let single = dir.join(MODEL_WEIGHTS);
     let files: Vec<PathBuf> = if single.exists() {
         vec![single]
@@ -59,7 +71,13 @@ pub fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tenso
         let tensors = candle_core::safetensors::load(&file, device)
             .map_err(|e| Error::bad_dir(dir, format!("cannot read {}: {e}", file.display())))?;
         for (name, t) in tensors {
-            out.insert(name, t.to_dtype(DType::F32)?);
+            out.insert(
+                name,
+                match dtype {
+                    Some(d) => t.to_dtype(d)?,
+                    None => t,
+                },
+            );
         }
     }
     Ok(out)
@@ -263,8 +281,9 @@ impl Trainable {
             layers.push(vars.len());
             vars.push((format!("model.layers.{i}.lora"), Var::from_tensor(&Tensor::cat(&flat, 0)?)?));
         }
-        let mut base: HashMap<String, Tensor> =
-            base.into_iter().map(|(n, t)| Ok((n, t.to_dtype(DType::F32)?.detach()))).collect::<Result<_>>()?;
+        // Each layer's weights as read (bf16 from a bf16 checkpoint: never widened whole), the
+        // other weights in f32.
+        let mut base: HashMap<String, Tensor> = base.into_iter().map(|(n, t)| (n, t.detach())).collect();
         let mut flats = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let shapes = layer_part_shapes(cfg, i);
@@ -276,7 +295,7 @@ impl Trainable {
                 }
                 parts.push(t.flatten_all()?);
             }
-            let flat = crate::frozen_base::narrowest_exact(Tensor::cat(&parts, 0)?)?;
+            let flat = crate::frozen_base::layer_flat(&parts)?;
             drop(parts);
             let mut offset = 0;
             for (name, shape) in shapes {
@@ -285,6 +304,11 @@ impl Trainable {
                 offset += len;
             }
             flats.push(flat);
+        }
+        for name in [EMBED, FINAL_NORM, LM_HEAD] {
+            if let Some(t) = base.get_mut(name) {
+                *t = t.to_dtype(DType::F32)?;
+            }
         }
         Ok(Trainable { vars, parts, layers, frozen: Some(Frozen { lora: lora.clone(), base, layers: flats }) })
     }
@@ -295,10 +319,9 @@ impl Trainable {
             None => self.tensors(),
             Some(f) => {
                 let adapters: HashMap<String, Tensor> = self.tensors().into_iter().collect();
-                // Merged in f32 (a bf16-held base widens exactly), as the trained weights are.
-                let base =
-                    f.base.iter().map(|(n, t)| Ok((n.clone(), t.to_dtype(DType::F32)?))).collect::<Result<_>>()?;
-                crate::lora::merge_adapters(cfg, &f.lora, &base, &adapters)?.into_iter().collect()
+                // In f32, as the trained weights are (a bf16-held base widens exactly).
+                let merged = crate::lora::merge_adapters_as(cfg, &f.lora, &f.base, &adapters, Some(DType::F32))?;
+                merged.into_iter().collect()
             }
         };
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -434,16 +457,15 @@ pub fn write_model_dir(
 mod tests {
     use super::*;
 
-    /// A LoRA base whose values all are bf16 values is held in bf16 (half the bytes) and gives the
-    /// logits and adapter gradients the same base held in f32 gives, to the bit.
+    /// A LoRA base whose values all are bf16 values (read in bf16, or in f32) is held in bf16 (half
+    /// the bytes) and gives the logits and adapter gradients the same base held in f32 gives, to
+    /// the bit.
     #[test]
     fn a_bf16_held_base_computes_what_the_f32_one_does_to_the_bit() {
         let cfg = crate::micro_config_of(crate::Family::Qwen3, 40);
-        let base: HashMap<String, Tensor> = crate::scaled_random_weights(&cfg, 5, 10.0, DType::BF16)
-            .unwrap()
-            .into_iter()
-            .map(|(n, t)| (n, t.to_dtype(DType::F32).unwrap()))
-            .collect();
+        let stored: HashMap<String, Tensor> = crate::scaled_random_weights(&cfg, 5, 10.0, DType::BF16).unwrap();
+        let base: HashMap<String, Tensor> =
+            stored.iter().map(|(n, t)| (n.clone(), t.to_dtype(DType::F32).unwrap())).collect();
         let lora = Lora::from_config(&rl_configs::LoraConfig { rank: 4, alpha: 8.0, ..Default::default() });
         let mut adapters = crate::init_adapters(&cfg, &lora, 1, &Device::Cpu).unwrap();
         for (name, t) in adapters.iter_mut() {
@@ -473,6 +495,17 @@ mod tests {
         let (a, b) = (run(&held), run(&wide));
         assert!(a.1.iter().flatten().any(|g| *g != 0.0), "the adapters get gradients");
         assert_eq!(a, b);
+        let from_stored = Trainable::with_adapters(&cfg, stored, &lora, &adapters).unwrap();
+        assert_eq!(from_stored.frozen_layers().unwrap(), (bytes, DType::BF16));
+        assert_eq!(run(&from_stored), a);
+        // Merged in f32 either way, to the same values.
+        let values = |t: &Trainable| -> Vec<(String, DType, Vec<f32>)> {
+            let merged = t.merged(&cfg).unwrap();
+            merged.iter().map(|(n, w)| (n.clone(), w.dtype(), w.flatten_all().unwrap().to_vec1().unwrap())).collect()
+        };
+        let merged = values(&held);
+        assert!(merged.iter().all(|(_, dtype, _)| *dtype == DType::F32));
+        assert_eq!(merged, values(&wide));
     }
 
     #[test]

@@ -92,11 +92,10 @@ fn qwen3_0_6b() {
     let one = modes.into_iter().find(|m| args.iter().any(|a| a == m));
     for mode in modes.into_iter().filter(|m| one.is_none_or(|o| o == *m)) {
         reset_peak_rss();
-        let mut map: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("weights").into_iter().collect();
-        if mode == "lora-bf16" {
-            let round = |t: Tensor| t.to_dtype(DType::BF16).and_then(|t| t.to_dtype(DType::F32)).expect("rounded");
-            map = map.into_iter().map(|(n, t)| (n, round(t))).collect();
-        }
+        // The bf16 case's weights as the trainer reads a bf16 checkpoint for LoRA: in bf16.
+        let dtype = if mode == "lora-bf16" { DType::BF16 } else { DType::F32 };
+        let map: HashMap<String, Tensor> =
+            rl_model::random_weights_as(&cfg, 0, dtype).expect("weights").into_iter().collect();
         let vars = if mode == "full" {
             // The trainer drops the tensors it read once they are variables: so does this.
             let vars = Trainable::from_tensors(&cfg, &map).expect("vars");
@@ -108,6 +107,8 @@ fn qwen3_0_6b() {
             Trainable::with_adapters(&cfg, map, &lora, &adapters).expect("vars")
         };
         let model = vars.model(&cfg, &Device::Cpu).expect("model");
+        // As the trainer does once its model is loaded.
+        rl_kernels::release_kept_blocks();
         let mut opt = Optimizer::new(&OptimConfig::default());
         let tokens = 512;
         let mb = row(tokens);

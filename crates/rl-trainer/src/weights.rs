@@ -60,10 +60,14 @@ pub(crate) fn load(
                 }
                 None => rl_model::init_adapters(cfg, &lora, from.seed, device)?,
             };
-            Trainable::with_adapters(cfg, f32_weights(from.src, device)?, &lora, &adapters)?
+            // As stored: a bf16 checkpoint's layers stay bf16 (frozen, exact, half the bytes).
+            Trainable::with_adapters(cfg, rl_model::read_stored_weights(from.src, device)?, &lora, &adapters)?
         }
     };
     let model = vars.model(cfg, device)?.with_compute_dtype(rl_model::compute_dtype(compute));
+    // The file's bytes and the conversions are not asked for again: hand back what the allocator
+    // kept of them instead of carrying it through training.
+    rl_kernels::release_kept_blocks();
     Ok((vars, model))
 }
 

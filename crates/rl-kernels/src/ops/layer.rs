@@ -171,7 +171,7 @@ impl DecoderLayer {
             if w.track_op() {
                 return Err(op_error(LAYER, "bf16 weights must be frozen (trained weights are f32)"));
             }
-            wide = w.to_dtype(x.dtype())?;
+            wide = widened(w, x.dtype())?;
             &wide
         } else {
             w
@@ -186,14 +186,37 @@ impl DecoderLayer {
 type Grads = (Tensor, Option<Tensor>, Option<Tensor>);
 
 /// The layer's flat weights as `T`: borrowed, or widened from bf16 (frozen weights held in bf16;
-/// every bf16 value is exactly an f32 one).
+/// every bf16 value is exactly an f32 one), on every thread of the pool.
 fn weights<'a, T: Real + WithDType>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<Cow<'a, [T]>> {
-    match s {
-        CpuStorage::BF16(values) => {
-            let (a, b) = l.contiguous_offsets().ok_or_else(|| op_error(LAYER, "inputs must be contiguous"))?;
-            Ok(Cow::Owned(values[a..b].iter().map(|v| T::of(f64::from(v.to_f32()))).collect()))
-        }
-        _ => Ok(Cow::Borrowed(slice::<T>(LAYER, s, l)?)),
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let CpuStorage::BF16(values) = s else { return Ok(Cow::Borrowed(slice::<T>(LAYER, s, l)?)) };
+    let (a, b) = l.contiguous_offsets().ok_or_else(|| op_error(LAYER, "inputs must be contiguous"))?;
+    let src = &values[a..b];
+    let mut out = vec![T::of(0.0); src.len()];
+    // A bf16 value's bits are the high half of the f32 with the same value.
+    let wide = |bits: u16| f32::from_bits(u32::from(bits) << 16);
+    match T::as_f32_mut(&mut out) {
+        Some(out) => out.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(o, v)| {
+            o.iter_mut().zip(v).for_each(|(o, v)| *o = wide(v.to_bits()));
+        }),
+        None => out.iter_mut().zip(src).for_each(|(o, v)| *o = T::of(f64::from(wide(v.to_bits())))),
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// A frozen bf16 CPU tensor widened to `dtype` (f32 or f64) as [`weights`] widens it; any other
+/// tensor converted by candle.
+fn widened(w: &Tensor, dtype: DType) -> candle_core::Result<Tensor> {
+    if !w.device().is_cpu() || !matches!(dtype, DType::F32 | DType::F64) {
+        return w.to_dtype(dtype);
+    }
+    let (storage, layout) = w.storage_and_layout();
+    let candle_core::Storage::Cpu(s) = &*storage else { return Err(op_error(LAYER, "a CPU tensor without CPU data")) };
+    if dtype == DType::F32 {
+        tensor(weights::<f32>(s, layout)?.into_owned(), w.shape())
+    } else {
+        tensor(weights::<f64>(s, layout)?.into_owned(), w.shape())
     }
 }
 
