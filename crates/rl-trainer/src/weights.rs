@@ -65,6 +65,9 @@ pub(crate) fn load(
         }
     };
     let model = vars.model(cfg, device)?.with_compute_dtype(rl_model::compute_dtype(compute));
+    if let Some((bytes, dtype)) = vars.frozen_layers() {
+        tracing::info!(frozen_layers_mb = bytes >> 20, dtype = ?dtype, "LoRA: the base's decoder layers are frozen");
+    }
     // The file's bytes and the conversions are not asked for again: hand back what the allocator
     // kept of them instead of carrying it through training.
     rl_kernels::release_kept_blocks();
