@@ -102,6 +102,11 @@ impl Server {
         let cache_bytes = config.prefix_cache_mib as usize * 1024 * 1024;
         let engine =
             Engine::start(&model, tok.clone(), config.max_batch_size as usize, cache_bytes)?.with_base_dir(base_dir);
+        let vocab_size = model.config().vocab_size;
+        // The engine holds what it serves from (packed weights); the model read to build them, and
+        // the file's bytes, are not asked for again: hand them back rather than keep them cached.
+        drop(model);
+        rl_kernels::release_kept_blocks();
         let model_name = rl_configs::ModelConfig { path: Some(dir), name: config.model.name.clone() }.served_name();
         let tok = Arc::new(tok);
         let state = state::AppState {
@@ -113,8 +118,8 @@ impl Server {
                 max_model_len,
                 max_n: config.max_batch_size,
                 default_seed: config.seed,
-                vocab_size: model.config().vocab_size,
-                grammars: Arc::new(structured::Grammars::new(tok, model.config().vocab_size)),
+                vocab_size,
+                grammars: Arc::new(structured::Grammars::new(tok, vocab_size)),
                 defaults,
             },
             pending: Arc::new(Semaphore::new(config.max_pending_requests as usize)),

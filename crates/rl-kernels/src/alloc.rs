@@ -63,10 +63,22 @@ const MIN_FILL_EIGHTHS: usize = 7;
 /// blocks at its next free, and serves none until then.
 static RELEASES: AtomicU64 = AtomicU64::new(0);
 
-/// Asks every [`LargeBlockCache`] to hand its kept blocks back (at its next free of a large
-/// block): for after a phase whose large buffers will not be asked for again (loading a model).
+/// Hands every kept block of the process's [`LargeBlockCache`] back to the system: for after a
+/// phase whose large buffers will not be asked for again (loading a model), once they are freed.
+/// (A cache acts at its next free of a large block; this frees one, so the global allocator acts
+/// now, with mimalloc's purging on for the moment: `tune_process` turns it off, and memory
+/// mimalloc frees unpurged stays resident.)
 pub fn release_kept_blocks() {
+    use crate::process::MI_OPTION_PURGE_DELAY;
+    // SAFETY: `mi_option_get` / `mi_option_set` read and store one option value (atomically, on
+    // any thread); 0 purges at once, and the value `tune_process` set is put back after.
+    let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     RELEASES.fetch_add(1, Ordering::Relaxed);
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(LARGE_BLOCK)));
+    // SAFETY: `mi_collect` frees and purges what this thread's heap holds unused.
+    unsafe { libmimalloc_sys::mi_collect(true) };
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) };
 }
 
 /// A freed large block: its address and usable size (`mi_usable_size`, at least what was asked).
