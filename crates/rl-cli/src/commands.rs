@@ -90,7 +90,7 @@ fn hub_model(path: &str) -> Result<Option<std::path::PathBuf>, String> {
     Ok(found)
 }
 
-const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--force] \
+const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--dtype f32|bf16] [--force] \
      [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached|phrases]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
@@ -103,6 +103,9 @@ become one token each, so a small model reads and copies them as single symbols)
                            (Qwen3-0.6B's shapes and 151936-token vocabulary; the GPU benchmark's
                            model); default tiny
   --seed N                 seed of the random weights; default 0
+  --dtype f32|bf16         how model.safetensors stores the weights: f32 (default) or bf16, as
+                           released checkpoints are (half the bytes; a LoRA base stays bf16 in
+                           the trainer, and the CPU runtime packs it in bf16)
   --force                  replace an existing directory
   --tokenizer-task NAME    train the BPE on a built-in task's SFT conversations (reverse-text,
                            alphabet-sort, wiki-nav; 2000 training examples with the task's default args)
@@ -143,6 +146,7 @@ fn model_command(args: &[String]) -> anyhow::Result<()> {
 /// `rl model init`: writes a random Qwen3 model directory with a character-level tokenizer.
 fn model_init(args: &[String]) -> anyhow::Result<()> {
     let (mut out, mut preset, mut seed, mut force) = (None, rl_model::Preset::Tiny, 0u64, false);
+    let mut dtype = candle_core::DType::F32;
     let (mut corpus, mut vocab_size): (Option<Corpus>, Option<usize>) = (None, None);
     let mut pieces: Option<rl_model::BpePieces> = None;
     let mut it = args.iter();
@@ -163,6 +167,13 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
                 seed = v.parse().with_context(|| format!("--seed expects a non-negative integer, got `{v}`"))?;
             }
             "--force" => force = true,
+            "--dtype" => {
+                dtype = match value("--dtype")?.as_str() {
+                    "f32" | "float32" => candle_core::DType::F32,
+                    "bf16" | "bfloat16" => candle_core::DType::BF16,
+                    other => bail!("--dtype: unknown dtype `{other}`; expected f32 or bf16"),
+                };
+            }
             "--tokenizer-task" | "--tokenizer-corpus" => {
                 let v = value(arg)?;
                 if corpus.is_some() {
@@ -199,7 +210,7 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
             pieces: pieces.unwrap_or_default(),
         },
     };
-    let cfg = rl_model::init_model_with(&out, preset, seed, force, &tokenizer)?;
+    let cfg = rl_model::init_model_as(&out, preset, seed, force, &tokenizer, dtype)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,

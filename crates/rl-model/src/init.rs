@@ -38,6 +38,25 @@ pub fn init_model_with(
     force: bool,
     tokenizer: &NewTokenizer,
 ) -> Result<ModelConfig> {
+    init_model_as(out, preset, seed, force, tokenizer, DType::F32)
+}
+
+/// [`init_model_with`] with the weights stored in `dtype` (bf16: as released checkpoints are
+/// stored; `config.json`'s `torch_dtype` says which).
+pub fn init_model_as(
+    out: &Path,
+    preset: Preset,
+    seed: u64,
+    force: bool,
+    tokenizer: &NewTokenizer,
+    dtype: DType,
+) -> Result<ModelConfig> {
+    let torch_dtype = match dtype {
+        DType::F32 => "float32",
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        other => return Err(Error::Input(format!("weights are stored in f32, bf16 or f16, not {other:?}"))),
+    };
     if out.exists() && std::fs::read_dir(out).map_err(|e| Error::io(out, e))?.next().is_some() && !force {
         return Err(Error::bad_dir(out, "already exists and is not empty (pass --force to replace it)"));
     }
@@ -60,7 +79,8 @@ pub fn init_model_with(
             .map_err(|e| Error::io(&scratch, e))?;
         let mut cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
         cfg.eos_token_id = Some(serde_json::json!(2));
-        let tensors = random_weights(&cfg, seed)?;
+        cfg.extra.insert(String::from("torch_dtype"), serde_json::json!(torch_dtype));
+        let tensors = random_weights_as(&cfg, seed, dtype)?;
         write_model_dir(out, &cfg, &tensors, &scratch)?;
         Ok(cfg)
     })();

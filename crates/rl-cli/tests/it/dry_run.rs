@@ -156,6 +156,17 @@ fn model_init_writes_a_loadable_directory_and_refuses_to_overwrite() {
     assert!(!again.status.success() && stderr(&again).contains("--force"), "{}", stderr(&again));
     let bad = rl(&["model", "init", "--out", out_s, "--preset", "huge"]);
     assert!(stderr(&bad).contains("unknown preset"), "{}", stderr(&bad));
+    // Stored in bf16, as released checkpoints are: half the bytes, the same model read back.
+    let f32_bytes = std::fs::metadata(out.join("model.safetensors")).unwrap().len();
+    let o = rl(&["model", "init", "--out", out_s, "--seed", "3", "--dtype", "bf16", "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stored = rl_model::read_stored_weights(&out, &candle_core::Device::Cpu).unwrap();
+    assert!(stored.values().all(|t| t.dtype() == candle_core::DType::BF16));
+    assert!(std::fs::metadata(out.join("model.safetensors")).unwrap().len() < f32_bytes * 6 / 10);
+    let config = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(config.contains("\"torch_dtype\": \"bfloat16\""), "{config}");
+    let bad = rl(&["model", "init", "--out", out_s, "--dtype", "fp8", "--force"]);
+    assert!(stderr(&bad).contains("unknown dtype `fp8`"), "{}", stderr(&bad));
 }
 
 #[test]
