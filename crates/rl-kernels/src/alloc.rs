@@ -70,6 +70,9 @@ static RELEASES: AtomicU64 = AtomicU64::new(0);
 /// mimalloc frees unpurged stays resident.)
 pub fn release_kept_blocks() {
     use crate::process::MI_OPTION_PURGE_DELAY;
+    // One release at a time: two would each put back the other's 0 as the purge delay.
+    static RELEASING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = RELEASING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // SAFETY: `mi_option_get` / `mi_option_set` read and store one option value (atomically, on
     // any thread); 0 purges at once, and the value `tune_process` set is put back after.
     let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
