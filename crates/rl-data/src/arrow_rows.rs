@@ -15,6 +15,15 @@ use crate::row::Row;
 
 /// Every row of the Arrow file at `path`.
 pub(crate) fn read(path: &Path) -> Result<Vec<Row>> {
+    // arrow-ipc trusts a file's buffer offsets and panics on one that points past the body (a
+    // damaged or hand-cut shard): a bad file must be an error naming it, not a crash.
+    crate::error::unpanicked(
+        || read_unguarded(path),
+        |message| Error::Arrow { path: path.to_path_buf(), message: format!("a damaged Arrow file ({message})") },
+    )
+}
+
+fn read_unguarded(path: &Path) -> Result<Vec<Row>> {
     let fail = |message: String| Error::Arrow { path: path.to_path_buf(), message };
     let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 6];

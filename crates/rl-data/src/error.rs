@@ -67,3 +67,19 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 }
+
+/// `read()`, with a panic inside it (a third-party decoder's assertion on a damaged file) turned
+/// into the error `damaged` makes of the panic's message.
+pub(crate) fn unpanicked<T>(
+    read: impl FnOnce() -> Result<T> + std::panic::UnwindSafe,
+    damaged: impl FnOnce(String) -> Error,
+) -> Result<T> {
+    std::panic::catch_unwind(read).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| String::from("the decoder failed"));
+        Err(damaged(message))
+    })
+}

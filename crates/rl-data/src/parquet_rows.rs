@@ -12,6 +12,15 @@ use crate::row::{Row, object};
 
 /// Every row of the Parquet file at `path`.
 pub(crate) fn read(path: &Path) -> Result<Vec<Row>> {
+    // The parquet crate panics on some damaged footers (a column count that disagrees with the
+    // schema): a bad file must be an error naming it, not a crash.
+    crate::error::unpanicked(
+        || read_unguarded(path),
+        |message| Error::Parquet { path: path.to_path_buf(), message: format!("a damaged Parquet file ({message})") },
+    )
+}
+
+fn read_unguarded(path: &Path) -> Result<Vec<Row>> {
     let fail = |e: parquet::errors::ParquetError| Error::Parquet { path: path.to_path_buf(), message: e.to_string() };
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let reader = SerializedFileReader::new(file).map_err(fail)?;

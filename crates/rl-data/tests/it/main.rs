@@ -3,6 +3,7 @@
 //! features in the metadata), every codec, a hub-cache layout; `datasets_lib` its own formats.
 
 mod datasets_lib;
+mod malformed;
 
 use std::path::{Path, PathBuf};
 

@@ -3,6 +3,7 @@
 //! directories round-trip.
 
 mod chat_templates;
+mod damaged;
 mod equivalence;
 mod grads;
 mod io;
