@@ -1,12 +1,16 @@
-//! A damaged model directory (an interrupted download, a hand edit) is an error, never a panic:
-//! weights truncated anywhere or overwritten in their header, and `config.json` or
-//! `tokenizer.json` with bytes changed.
+//! A damaged model or adapter directory (an interrupted download, a hand edit) is an error, never
+//! a panic: weights truncated anywhere or overwritten in their header, and `config.json`,
+//! `tokenizer.json` or `adapter_config.json` with bytes changed.
 
 use std::path::Path;
 
 use candle_core::Device;
 use proptest::prelude::*;
-use rl_model::{ChatTemplate, Preset, Tok, init_model, load_model, load_trainable, read_stored_weights};
+use rl_configs::LoraConfig;
+use rl_model::{
+    ChatTemplate, Lora, Preset, Tok, init_adapters, init_model, load_model, load_trainable, read_adapter_dir,
+    read_config, read_stored_weights, write_adapter_dir,
+};
 
 /// Every loader a command runs on a model directory; Err is fine, a panic is not.
 fn load_everything(dir: &Path) -> Result<(), TestCaseError> {
@@ -16,6 +20,10 @@ fn load_everything(dir: &Path) -> Result<(), TestCaseError> {
         let _ = read_stored_weights(dir, &Device::Cpu);
         let _ = Tok::load(dir);
         let _ = ChatTemplate::load(dir);
+        let adapter = dir.join("adapter");
+        if let Ok(cfg) = read_config(dir) {
+            let _ = read_adapter_dir(&cfg, &adapter, &Device::Cpu);
+        }
     });
     prop_assert!(outcome.is_ok(), "a loader panicked on {}", dir.display());
     Ok(())
@@ -24,7 +32,16 @@ fn load_everything(dir: &Path) -> Result<(), TestCaseError> {
 /// A tiny model's directory.
 fn model_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    init_model(dir.path(), Preset::Tiny, 0, true).unwrap();
+    let cfg = init_model(dir.path(), Preset::Tiny, 0, true).unwrap();
+    let c = LoraConfig { rank: 4, alpha: 8.0, target_modules: vec![String::from("q_proj")], ..Default::default() };
+    let lora = Lora::from_config(&c);
+    let mut adapters: Vec<_> = init_adapters(&cfg, &lora, 0, &Device::Cpu).unwrap().into_iter().collect();
+    adapters.sort_by(|a, b| a.0.cmp(&b.0));
+    write_adapter_dir(&dir.path().join("adapter"), &lora, "base", &adapters).unwrap();
+    // Undamaged, everything loads: the damage is what the tests add.
+    read_adapter_dir(&cfg, &dir.path().join("adapter"), &Device::Cpu).unwrap();
+    load_model(dir.path(), &Device::Cpu).unwrap();
+    Tok::load(dir.path()).unwrap();
     dir
 }
 
@@ -53,14 +70,21 @@ proptest! {
 
     #[test]
     fn overwritten_bytes_in_a_model_directory_are_an_error(
-        file in prop::sample::select(vec!["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"]),
+        file in prop::sample::select(vec![
+            "model.safetensors",
+            "config.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "adapter/adapter_config.json",
+            "adapter/adapter_model.safetensors",
+        ]),
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
     ) {
         let dir = model_dir();
         let path = dir.path().join(file);
         let mut bytes = std::fs::read(&path).unwrap();
         // In the weights, the header: changed tensor values are still a model.
-        let span = if file == "model.safetensors" { header_end(&bytes) } else { bytes.len() };
+        let span = if file.ends_with(".safetensors") { header_end(&bytes) } else { bytes.len() };
         for (at, value) in edits {
             bytes[at.index(span)] = value;
         }
