@@ -44,6 +44,19 @@ pub enum ConfigError {
         /// The keys allowed at that place.
         expected: Vec<String>,
     },
+    /// A key of another variant of a tagged section than the one its tag (`type`, or an
+    /// algorithm's `id`) chose.
+    #[error("`{key}` (from {origin}) is a key of {variants}: set `{tag_key}`, or remove `{key}`")]
+    OtherVariant {
+        /// Full dotted path of the key.
+        key: String,
+        /// Where it came from.
+        origin: String,
+        /// The tag's full path (`data.type`).
+        tag_key: String,
+        /// The variants that have the key and the one chosen, in words.
+        variants: String,
+    },
     /// A key this schema once had and dropped.
     #[error("`{key}` (from {origin}) was removed: {why}; delete it")]
     Removed {

@@ -69,7 +69,7 @@ pub fn load<T: ConfigFile>(args: &[String]) -> Result<Loaded<T>> {
 /// `Qwen/Qwen3-0.6B`).
 pub fn load_resolving<T: ConfigFile>(args: &[String], models: ModelResolver<'_>) -> Result<Loaded<T>> {
     let (raw, origins, warnings) = merged_tree::<T>(args, models)?;
-    let mut config = typed::<T>(raw, &origins)?;
+    let mut config = typed::<T>(&raw, &origins)?;
     config.finish()?;
     Ok(Loaded { config, warnings })
 }
@@ -198,12 +198,34 @@ fn read_file(path: &Path) -> Result<Value> {
 }
 
 /// Types the tree; errors name the full key path and where it came from.
-fn typed<T: DeserializeOwned>(raw: Value, origins: &Origins) -> Result<T> {
+fn typed<T: ConfigFile>(raw: &Value, origins: &Origins) -> Result<T> {
     serde_path_to_error::deserialize::<_, T>(raw).map_err(|e| {
         let path = dotted(e.path());
         let message = e.inner().to_string();
-        typed_error(&path, &message, origins)
+        match typed_error(&path, &message, origins) {
+            ConfigError::UnknownKey { key, origin, .. } if let Some(other) = of_another_variant::<T>(raw, &key) => {
+                let (tag_key, variants) = other;
+                ConfigError::OtherVariant { key, origin, tag_key, variants }
+            }
+            error => error,
+        }
     })
+}
+
+/// For a key that a tagged section (`type = ...`) refuses but another of its variants has: the
+/// tag's full path and, in words, the variants that have the key and the one chosen.
+fn of_another_variant<T: ConfigFile>(raw: &Value, key: &str) -> Option<(String, String)> {
+    let parts: Vec<String> = key.split('.').map(str::to_owned).collect();
+    let (field, section) = parts.split_last()?;
+    let schema = schemars::schema_for!(T).to_value();
+    let (tag, tags) = SchemaNav::new(&schema).tags_holding(section, field)?;
+    // A JSON pointer walks lists by index too (`algorithms.0`).
+    let pointer: String = section.iter().map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1"))).collect();
+    let current = raw.pointer(&pointer).and_then(|s| s.get(tag)).and_then(Value::as_str);
+    let section = section.join(".");
+    let holding = tags.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(" or ");
+    let chosen = current.map_or_else(|| format!("the default (`{tag}` unset)"), |c| format!("`{tag} = \"{c}\"`"));
+    Some((format!("{section}.{tag}"), format!("`{section}.{tag}` = {holding}, and this `{section}` is {chosen}")))
 }
 
 fn dotted(path: &serde_path_to_error::Path) -> String {

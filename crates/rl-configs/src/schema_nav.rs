@@ -128,6 +128,23 @@ impl<'a> SchemaNav<'a> {
         out
     }
 
+    /// The tag key (`type`, or `id` for algorithms) and the tags of the variants of the tagged
+    /// section at `section` that have the key `field` (`type`, `["jsonl"]` for `data` and
+    /// `path`); `None` where the section is not tagged or no variant has the key.
+    pub(crate) fn tags_holding(&self, section: &[String], field: &str) -> Option<(&'static str, Vec<String>)> {
+        let Lookup::Known(s) = self.lookup(section) else { return None };
+        let holding: Vec<&Value> =
+            self.variants(s).into_iter().filter(|v| v.get("properties").and_then(|p| p.get(field)).is_some()).collect();
+        ["type", "id"].into_iter().find_map(|tag| {
+            let tags: Vec<String> = holding
+                .iter()
+                .filter_map(|v| v.pointer(&format!("/properties/{tag}/const")).and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            (!tags.is_empty()).then_some((tag, tags))
+        })
+    }
+
     /// The schema of a list's items.
     pub(crate) fn items(&self, s: &'a Value) -> Option<&'a Value> {
         self.variants(s).into_iter().find_map(|v| v.get("items"))

@@ -107,7 +107,8 @@ impl Default for SftConfig {
 }
 
 /// SFT data (`type = "task"` for a built-in generator, `"jsonl"` for a file, `"hf"` for a Hugging
-/// Face dataset; without `type`: `hf` when `name` is set, as prime-rl's `data.name`, else `task`).
+/// Face dataset; without `type`: `hf` when `name` is set, as prime-rl's `data.name`, `jsonl` when
+/// `path` is, else `task`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SftDataConfig {
@@ -255,7 +256,15 @@ fn default_num_examples() -> u32 {
 }
 
 fn data_default_tag<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SftDataConfig, D::Error> {
-    with_default_tag_by(d, |table| if table.contains_key("name") { "hf" } else { "task" })
+    with_default_tag_by(d, |table| {
+        if table.contains_key("name") {
+            "hf"
+        } else if table.contains_key("path") {
+            "jsonl"
+        } else {
+            "task"
+        }
+    })
 }
 
 /// Built-in SFT task generators.

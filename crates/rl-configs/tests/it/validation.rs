@@ -140,6 +140,38 @@ fn sft_data_by_name_is_a_hugging_face_dataset() {
     assert!(ok.is_ok(), "{ok:?}");
     let err = load_args::<SftConfig>(&["--data.name", "org/chat", "--data.num-examples", "3"]).unwrap_err();
     assert!(err.to_string().contains("num_examples"), "a task's key on a dataset is named: {err}");
+    let cfg = load_args::<SftConfig>(&["--data.path", "rows.jsonl"]).unwrap().config;
+    assert!(
+        matches!(&cfg.data, SftDataConfig::Jsonl { path } if path == "rows.jsonl"),
+        "a path: a file, {:?}",
+        cfg.data
+    );
+}
+
+#[test]
+fn a_key_of_another_variant_names_the_variant_that_has_it() {
+    let err = load_args::<SftConfig>(&["--data.type", "task", "--data.path", "rows.jsonl"]).unwrap_err().to_string();
+    assert!(
+        err.contains("`data.path` (from the command line) is a key of `data.type` = \"jsonl\", and this `data` is `type = \"task\"`"),
+        "{err}"
+    );
+    // Unset, the default variant: a linear or cosine schedule's key on the constant one.
+    let err = rl_with(&["--trainer.scheduler.min-lr", "1e-5"]).unwrap_err().to_string();
+    assert!(
+        err.contains("is a key of `trainer.scheduler.type` = \"linear\" or \"cosine\"")
+            && err.contains("the default (`type` unset)"),
+        "{err}"
+    );
+    // Algorithms are tagged by `id`.
+    let algs = r#"[{"id": "grpo", "alpha": 0.5}]"#;
+    let err = load_args::<OrchestratorConfig>(&["--algorithms", algs]).unwrap_err().to_string();
+    assert!(
+        err.contains("is a key of `algorithms.0.id` = \"echo\", and this `algorithms.0` is `id = \"grpo\"`"),
+        "{err}"
+    );
+    // A key no variant has stays an unknown key with its suggestion.
+    let err = load_args::<SftConfig>(&["--data.type", "task", "--data.pth", "x"]).unwrap_err();
+    assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
 }
 
 #[test]
