@@ -240,13 +240,15 @@ impl WithSimd for Panels<'_, '_> {
                 let xs = &x[r0 * k..];
                 let ys = &mut rows[r0..r0 + n];
                 // Each tile prefetches its share of the next panel's lines, so the memory bus
-                // keeps streaming while a tile computes from cache. Where a product of f32
-                // weights is one row pass, its reads already stream at the bus's rate and the
-                // hardware prefetcher does better alone (batch-1 decode at the 0.6B shape, 2-core
-                // AMD EPYC: 8.9 -> 7.6 tok/s with it; bf16 weights 14 -> 16-20, 8 rows of f32
-                // 38-43 -> 44-48, runs alternated).
+                // keeps streaming while a tile computes from cache. A single row of f32 weights
+                // streams at the bus's rate and the hardware prefetcher does better alone
+                // (batch-1 decode at the 0.6B shape, 2-core AMD EPYC: 8.9 -> 7.6 tok/s with it);
+                // every tile that computes more per byte needs it: bf16 weights (14 -> 16-20
+                // tok/s), 8 f32 rows in two AVX2 passes (38-43 -> 44-48), and one AVX-512 pass
+                // of 2-12 f32 rows (the 28 layers' products, 2-core Intel Xeon: 8 rows 108 -> 87
+                // ms, 4 rows 88 -> 80-85, 2 rows 74 -> 67-69; `cargo bench --bench packed`).
                 let passes = m.div_ceil(mr);
-                let ahead = (passes > 1 || w.is_bf16()) && p + 1 < last;
+                let ahead = (m > 1 || w.is_bf16()) && p + 1 < last;
                 let pre = Ahead { passes, pass: r0 / mr };
                 match &w.panels {
                     Values::F32(all) => {
