@@ -4,6 +4,7 @@ mod admin;
 mod echo;
 mod generate;
 mod generation;
+mod hostile;
 mod reasoning;
 mod responses;
 mod structured;
