@@ -96,6 +96,28 @@ fn resolve_models(root: &mut Value, at: &[&[&str]], models: ModelResolver<'_>) -
     Ok(())
 }
 
+/// `--key @ file` merges a file into `key`, which must be a section: after a flag like `--clean`
+/// the `@ file` a user meant for the whole config would otherwise be read as the flag's value.
+fn file_fits_key(schema: &Value, at: &[String], path: &Path) -> Result<()> {
+    let nav = SchemaNav::new(schema);
+    let Lookup::Known(s) = nav.lookup(at) else { return Ok(()) };
+    let mut types = nav.types(s);
+    types.retain(|t| *t != "null");
+    if types.iter().any(|t| matches!(*t, "object" | "any" | "array")) {
+        return Ok(());
+    }
+    let key = at.join(".");
+    Err(ConfigError::Cli {
+        arg: format!("--{key}"),
+        message: format!(
+            "`--{key} @ {}` merges that file into `{key}`, which is a {}, not a section: to layer the file on the whole config put `@ {}` before `--{key}`, or give `--{key}` its value",
+            path.display(),
+            types.join(" or "),
+            path.display()
+        ),
+    })
+}
+
 /// Builds the merged raw tree from the arguments, with the origin of every key.
 fn merged_tree<T: ConfigFile>(
     args: &[String],
@@ -109,6 +131,10 @@ fn merged_tree<T: ConfigFile>(
     for op in ops {
         match op {
             Op::File { path, at } => {
+                if !at.is_empty() {
+                    let schema = schema.get_or_insert_with(|| schemars::schema_for!(T).to_value());
+                    file_fits_key(schema, &at, &path)?;
+                }
                 let origin = path.display().to_string();
                 let mut tree = nest(&at, read_file(&path)?);
                 push_unique(

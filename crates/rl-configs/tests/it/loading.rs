@@ -97,6 +97,19 @@ fn a_file_can_be_loaded_into_a_section() {
 }
 
 #[test]
+fn a_file_after_a_flag_is_not_read_as_the_flags_value() {
+    let f = Files::new();
+    let rl = f.write("rl.toml", MINIMAL_RL);
+    let layer = f.write("layer.toml", "max_steps = 3\n");
+    let err = load_args::<RlConfig>(&["@", &rl, "--clean", "@", &layer]).unwrap_err();
+    let ConfigError::Cli { arg, message } = &err else { panic!("{err}") };
+    assert_eq!(arg, "--clean");
+    assert!(message.contains("boolean, not a section") && message.contains("before `--clean`"), "{message}");
+    let c = load_args::<RlConfig>(&["@", &rl, "@", &layer, "--clean"]).unwrap().config;
+    assert_eq!((c.max_steps, c.clean), (Some(3), true));
+}
+
+#[test]
 fn tagged_sections_keep_the_default_variant_when_type_is_omitted() {
     let c = load_args::<TrainerConfig>(&["--optim.lr", "0.5", "--optim.max-norm", "0"]).unwrap().config;
     assert!(matches!(c.optim, OptimConfig::Adamw { lr, .. } if lr == 0.5));
