@@ -613,10 +613,12 @@ impl<R: Runtime> EngineLoop<R> {
 fn non_finite(constrained: bool) -> Error {
     if constrained {
         // Every token the constraint allows was masked otherwise (`min_tokens` holding back the
-        // end of a complete match, a `logit_bias` of -100 on each allowed token), or NaN logits.
+        // end of a complete match, a `logit_bias` of -100 on each allowed token), the constraint
+        // needs text the vocabulary cannot spell, or NaN logits.
         return Error::BadRequest(String::from(
             "no token can be sampled: the structured-output constraint allows none that the other settings \
-             (min_tokens, logit_bias, stop_token_ids) leave, or the model produced non-finite logits",
+             (min_tokens, logit_bias, stop_token_ids) leave, or needs text no token of this model's vocabulary \
+             spells, or the model produced non-finite logits",
         ));
     }
     Error::Engine(String::from("the model produced non-finite logits (NaN or infinity) for this request"))

@@ -303,10 +303,19 @@ impl TokenizerEnv for TokenizerBytes {
         &self.trie
     }
 
+    /// llguidance turns the bytes a constraint forces into these tokens, so they must spell
+    /// `s` exactly: a vocabulary without byte tokens encodes a char it lacks as `<unk>`, which
+    /// spells something else. Then the trie's greedy spelling is used where it spells `s`; where
+    /// nothing does, the tokenizer's answer stands and [`Guide::advance`] refuses the token.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.trie.tokenize_with_greedy_fallback(s, |text| {
+        let encoded = self.trie.tokenize_with_greedy_fallback(s, |text| {
             self.tok.encode(text).unwrap_or_else(|_| self.trie.greedy_tokenize(text.as_bytes()))
-        })
+        });
+        if self.trie.decode_raw(&encoded) == s {
+            return encoded;
+        }
+        let greedy = self.trie.greedy_tokenize(s);
+        if self.trie.decode_raw(&greedy) == s { greedy } else { encoded }
     }
 }
 
@@ -406,8 +415,14 @@ impl Guide {
     /// Sets the logits of tokens that cannot come next to -inf. `ends` (the end-of-sequence and
     /// stop token ids) may come only where the constraint is complete.
     pub(crate) fn mask(&mut self, logits: &mut [f32], ends: &[u32]) -> Result<()> {
-        let allowed =
-            self.matcher.compute_mask_or_eos().map_err(|e| Error::Engine(format!("structured output: {e}")))?;
+        let allowed = self.matcher.compute_mask_or_eos().map_err(|e| {
+            // llguidance stops with `NoExtensionBias` where no token continues the match (text
+            // no token of the vocabulary starts); its matcher keeps only the message.
+            if e.to_string().starts_with("NoExtensionBias") {
+                return unspellable();
+            }
+            Error::Engine(format!("structured output: {e}"))
+        })?;
         let may_end = allowed.is_allowed(self.eos);
         // The end ids' logits before masking (the grammar knows one of them as its end).
         let kept: Vec<(usize, f32)> =
@@ -428,8 +443,24 @@ impl Guide {
         if ends.contains(&id) {
             return Ok(());
         }
+        // The mask allows only tokens the grammar accepts, except where the constraint forces
+        // text no token spells (see `TokenizerBytes::tokenize_bytes`): that request cannot be
+        // served by this model, and is told so.
+        let accepted =
+            self.matcher.validate_tokens(&[id]).map_err(|e| Error::Engine(format!("structured output: {e}")))?;
+        if accepted == 0 {
+            return Err(unspellable());
+        }
         self.matcher.consume_token(id).map_err(|e| Error::Engine(format!("structured output: {e}")))
     }
+}
+
+/// A constraint this model cannot meet: what it requires next, no token spells.
+fn unspellable() -> Error {
+    Error::BadRequest(String::from(
+        "no token can be sampled: the structured-output constraint requires text that no token of this model's \
+         vocabulary spells",
+    ))
 }
 
 #[cfg(test)]

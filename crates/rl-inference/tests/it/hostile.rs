@@ -131,6 +131,10 @@ const WORDS: &[&str] = &[
     "start: \"a\"+",
     "start: start",
     "(a|aa)*b",
+    "[\u{a1}\u{a2}]",
+    "ok|\u{a1}",
+    "[^a-z]{2,}",
+    "\\d{3}",
     "[",
     "\\",
     "🙂漢é",
@@ -290,7 +294,9 @@ fn hostile_bodies_get_client_errors_and_the_server_keeps_serving() {
     // A short context bounds every accepted request's work.
     let srv = rt.block_on(crate::start(|c| c.max_model_len = Some(64)));
     let plain = json!({"prompt": "hi", "max_tokens": 1});
-    let config = ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() };
+    // 512 in CI; `PROPTEST_CASES` (proptest's own variable) asks for a longer search.
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512);
+    let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };
     proptest!(config, |((path, body) in route(), edits in prop::collection::vec(edit(), 1..4))| {
         let mut body = body;
         for e in &edits {

@@ -189,6 +189,23 @@ async fn bad_constraints_are_400s_naming_them() {
     let (s, v) = srv.post("/v1/chat/completions", chat(&json!({"guided_choice": ["ok"], "min_tokens": 5}))).await;
     assert_eq!(s, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("min_tokens"), "{v}");
+    // Text no token of the vocabulary spells (the test tokenizer has no `¡`): nothing can be
+    // sampled, on either route, and the server says so instead of failing inside.
+    // Forced text (one choice) and text no token starts (a class) alike.
+    for constraint in [json!({"guided_choice": ["\u{a1}"]}), json!({"guided_regex": "ok[\u{a1}\u{a2}]"})] {
+        for path in ["/v1/chat/completions", "/v1/completions"] {
+            let body = if path == "/v1/completions" {
+                let mut body = json!({"prompt": "hi", "max_tokens": 4});
+                body.as_object_mut().unwrap().extend(constraint.as_object().unwrap().clone());
+                body
+            } else {
+                chat(&constraint)
+            };
+            let (s, v) = srv.post(path, body).await;
+            assert_eq!(s, 400, "{path} {constraint}: {v}");
+            assert!(v["error"]["message"].as_str().unwrap().contains("no token"), "{path} {constraint}: {v}");
+        }
+    }
 }
 
 fn tools() -> Value {
