@@ -37,7 +37,20 @@ impl Tok {
     /// Loads `tokenizer.json` from a model directory.
     pub fn load(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");
-        let inner = Tokenizer::from_file(&path).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let bad = |what: String| Error::Tokenizer(format!("{}: {what}", path.display()));
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        // `tokenizers` panics (an `expect`) on some malformed sections instead of failing, so
+        // the text is checked as JSON first and the parse runs where a panic is caught.
+        serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let parsed = std::panic::catch_unwind(|| text.parse::<Tokenizer>());
+        let inner = match parsed {
+            Ok(parsed) => parsed.map_err(|e| bad(e.to_string()))?,
+            Err(_) => {
+                return Err(bad(String::from(
+                    "not a tokenizer the `tokenizers` library can read (a malformed section)",
+                )));
+            }
+        };
         let mut stop_ids = eos_ids(dir, &inner);
         if stop_ids.is_empty() {
             stop_ids = ["<|im_end|>", "<|endoftext|>"].iter().filter_map(|t| inner.token_to_id(t)).collect();

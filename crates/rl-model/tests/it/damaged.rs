@@ -65,6 +65,27 @@ fn truncated_weights_are_an_error() {
     }
 }
 
+/// `tokenizers` panics on some malformed sections (an `expect` in its decoder's reader): a key
+/// that is not a string (found by the test below), or a decoder of neither known shape.
+#[test]
+fn malformed_tokenizer_sections_are_errors_naming_the_file() {
+    let dir = model_dir();
+    let path = dir.path().join("tokenizer.json");
+    let good = std::fs::read_to_string(&path).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    assert!(!v["decoder"].is_null(), "the tiny tokenizer has a decoder: {}", v["decoder"]);
+    let at = good.find("\"decoder\"").unwrap();
+    let open = at + good[at..].find('{').unwrap();
+    let broken_key = format!("{}{{0{}", &good[..open], &good[open + 1..]);
+    let mut odd_decoder = v.clone();
+    odd_decoder["decoder"] = serde_json::json!({"type": 5, "x": [1]});
+    for text in [broken_key, odd_decoder.to_string()] {
+        std::fs::write(&path, text).unwrap();
+        let err = Tok::load(dir.path()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("tokenizer.json"), "{err}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
