@@ -123,6 +123,9 @@ struct Gen {
     /// episode, by first name with probability `first_share`.
     by_first: Option<bool>,
     first_share: f64,
+    /// `sort_by = "given"`: the names repeated in the order the prompt lists them (a copy task
+    /// with the same names and format, for a curriculum).
+    given: bool,
 }
 
 /// The sort key: the part before (by first name) or from (by last name) the first capital after index 0.
@@ -148,14 +151,30 @@ fn episode(rng: &mut Rng, g: Gen) -> Value {
     let drawn = if g.first_share == 0.5 { draw & 1 == 1 } else { unit_interval(draw) < g.first_share };
     let by_first = g.by_first.unwrap_or(drawn);
     let which = if by_first { "FIRST" } else { "LAST" };
+    let (ask, ask_all) = if g.given {
+        (
+            String::from("Repeat these names in the order given"),
+            String::from("Now repeat ALL of these names in the order given"),
+        )
+    } else {
+        (
+            format!("Sort these names in alphabetical order by {which} name"),
+            format!("Now sort ALL of these names alphabetically by {which} name"),
+        )
+    };
     let mut user_turns = Vec::new();
     let mut truths: Vec<Vec<String>> = Vec::new();
     let mut seen = 0;
     for (t, &count) in counts.iter().enumerate() {
         let turn_names = &names[seen..seen + count];
         let cumulative = &names[..seen + count];
-        let mut sorted: Vec<&String> = cumulative.iter().collect();
-        sorted.sort_by(|a, b| sort_key(a, by_first).cmp(sort_key(b, by_first)));
+        let mut shown = if t == 0 { turn_names.to_vec() } else { cumulative.to_vec() };
+        rng.shuffle(&mut shown);
+        // Sorted from the names' drawn order (ties keep it), as datasets have always been.
+        let mut sorted: Vec<&String> = if g.given { shown.iter().collect() } else { cumulative.iter().collect() };
+        if !g.given {
+            sorted.sort_by(|a, b| sort_key(a, by_first).cmp(sort_key(b, by_first)));
+        }
         truths.push(
             sorted
                 .iter()
@@ -163,20 +182,16 @@ fn episode(rng: &mut Rng, g: Gen) -> Value {
                 .collect(),
         );
         if t == 0 {
-            let mut shown = turn_names.to_vec();
-            rng.shuffle(&mut shown);
             let k = rng.range(g.min_names, g.max_names);
             let lines: Vec<String> = (1..=k).map(|j| format!("Name{j}")).collect();
             user_turns.push(format!(
-                "Sort these names in alphabetical order by {which} name: {}\n\nUse exactly this format:\n<alphabetical_sorted>\n{}\n</alphabetical_sorted>",
+                "{ask}: {}\n\nUse exactly this format:\n<alphabetical_sorted>\n{}\n</alphabetical_sorted>",
                 shown.join(", "),
                 lines.join("\n")
             ));
         } else {
-            let mut shown = cumulative.to_vec();
-            rng.shuffle(&mut shown);
             let mut prompt = format!(
-                "Now sort ALL of these names alphabetically by {which} name: {}\n\nThese are in addition to the prior list. Mark any NEW names (that weren't in the prior list) with `// new name!` at the end.",
+                "{ask_all}: {}\n\nThese are in addition to the prior list. Mark any NEW names (that weren't in the prior list) with `// new name!` at the end.",
                 shown.join(", ")
             );
             if t == 1 {
@@ -306,7 +321,8 @@ fn first_model_turn(task: &Task, gold_history: bool) -> usize {
 impl AlphabetSort {
     /// Builds the env from its args: `num_examples`, `test_examples`, `min_turns`, `max_turns`,
     /// `min_names`, `max_names`, `power`, `power_per_turn`, `seed`, `sort_by` (`"either"`, drawn
-    /// per episode; `"first"` or `"last"` name for every episode), `first_share` (with `"either"`,
+    /// per episode; `"first"` or `"last"` name for every episode; `"given"`: no sorting, the names
+    /// repeated in the order listed, a copy task for a curriculum), `first_share` (with `"either"`,
     /// the share of episodes sorted by first name, 0.5 by default), `history` (`"model"`: the model
     /// answers every turn; `"gold"`: earlier turns come answered with their ground truth and the
     /// model answers, and is scored on, the last turn only).
@@ -314,7 +330,8 @@ impl AlphabetSort {
         let mut a = Args::new("alphabet-sort", args);
         let num = a.u64("num_examples", 1000)?;
         let test_num = a.u64("test_examples", 100)?;
-        let by_first = match a.choice("sort_by", "either", &["either", "first", "last"])?.as_str() {
+        let sort_by = a.choice("sort_by", "either", &["either", "first", "last", "given"])?;
+        let by_first = match sort_by.as_str() {
             "first" => Some(true),
             "last" => Some(false),
             _ => None,
@@ -326,7 +343,7 @@ impl AlphabetSort {
                 format!("first_share is a share of episodes in [0, 1], got {first_share}"),
             ));
         }
-        if by_first.is_some() && first_share != 0.5 {
+        if sort_by != "either" && first_share != 0.5 {
             return Err(Error::bad_request(
                 "env.args.first_share",
                 "first_share applies to sort_by = \"either\"; a fixed sort_by sets every episode's key",
@@ -339,6 +356,7 @@ impl AlphabetSort {
             max_names: a.u64("max_names", 5)?,
             by_first,
             first_share,
+            given: sort_by == "given",
         };
         let power = a.f64("power", 4.0)?;
         let per_turn = a.bool("power_per_turn", true)?;
@@ -544,6 +562,44 @@ mod tests {
         }
         let bad = AlphabetSort::new(json!({"sort_by": "middle"}).as_object().unwrap()).unwrap_err().to_string();
         assert!(bad.contains("env.args.sort_by") && bad.contains("either, first, last"), "{bad}");
+    }
+
+    #[test]
+    fn given_order_repeats_each_turns_list_with_the_same_names() {
+        let load = |sort_by: &str| {
+            let args = json!({"num_examples": 40, "sort_by": sort_by, "seed": 3, "max_turns": 3});
+            AlphabetSort::new(args.as_object().unwrap()).unwrap().data.train
+        };
+        let (either, given) = (load("either"), load("given"));
+        let listed = |turn: &str| -> Vec<String> {
+            let list = turn.split_once(": ").unwrap().1.split("\n\n").next().unwrap();
+            list.split(", ").map(str::to_owned).collect()
+        };
+        for (e, g) in either.iter().zip(&given) {
+            let turns: Vec<&str> = g["user_turns"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            assert!(turns[0].starts_with("Repeat these names in the order given: "), "{}", turns[0]);
+            for (t, turn) in turns.iter().enumerate() {
+                let truth: Vec<String> = g["ground_truths"][t]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_str().unwrap().trim_end_matches(NEW_MARK).to_owned())
+                    .collect();
+                assert_eq!(truth, listed(turn), "turn {t}: the names as listed");
+                let mut sorted_truth = truth.clone();
+                sorted_truth.sort();
+                let mut drawn: Vec<String> = e["ground_truths"][t]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_str().unwrap().trim_end_matches(NEW_MARK).to_owned())
+                    .collect();
+                drawn.sort();
+                assert_eq!(sorted_truth, drawn, "turn {t}: the same names as the sorting episode");
+            }
+        }
+        let bad = AlphabetSort::new(json!({"sort_by": "given", "first_share": 0.7}).as_object().unwrap());
+        assert!(bad.unwrap_err().to_string().contains("env.args.first_share"));
     }
 
     #[test]
