@@ -77,7 +77,7 @@ fn malformed_tokenizer_sections_are_errors_naming_the_file() {
     let at = good.find("\"decoder\"").unwrap();
     let open = at + good[at..].find('{').unwrap();
     let broken_key = format!("{}{{0{}", &good[..open], &good[open + 1..]);
-    let mut odd_decoder = v.clone();
+    let mut odd_decoder = v;
     odd_decoder["decoder"] = serde_json::json!({"type": 5, "x": [1]});
     for text in [broken_key, odd_decoder.to_string()] {
         std::fs::write(&path, text).unwrap();
