@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, Result};
-use crate::shared::{Device, Dtype, LogConfig, ModelConfig, positive};
+use crate::shared::{Device, Dtype, LogConfig, ModelConfig, seconds};
 
 /// The embedded inference server (candle), OpenAI-compatible with the vLLM extensions the env server uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -150,8 +150,8 @@ impl InferenceConfig {
         if self.max_request_bytes < 1024 {
             return Err(ConfigError::invalid(k("max_request_bytes"), "must be at least 1024"));
         }
-        positive(&k("request_timeout_s"), self.request_timeout_s)?;
-        positive(&k("stuck_after_s"), self.stuck_after_s)?;
+        seconds(&k("request_timeout_s"), self.request_timeout_s)?;
+        seconds(&k("stuck_after_s"), self.stuck_after_s)?;
         if !TOOL_CALL_PARSERS.contains(&self.tool_call_parser.as_str()) {
             return Err(ConfigError::invalid(
                 k("tool_call_parser"),

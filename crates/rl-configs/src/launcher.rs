@@ -37,7 +37,7 @@ impl Default for LauncherConfig {
 impl LauncherConfig {
     /// Checks ranges; `key` is the dotted path of this section.
     pub fn validate(&self, key: &str) -> Result<()> {
-        crate::shared::positive(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)?;
+        crate::shared::seconds(&format!("{key}.stall_timeout_s"), self.stall_timeout_s)?;
         if !(1..=MAX_INFERENCE_SERVERS).contains(&self.inference_servers) {
             return Err(ConfigError::invalid(
                 format!("{key}.inference_servers"),

@@ -56,8 +56,8 @@ pub use rl::{EnvServerPart, RlConfig, RlParts, RunConfig};
 pub use rng::SplitMix64;
 pub use sft::{BalanceSignal, LossMaskConfig, SftBalanceConfig, SftConfig, SftDataConfig, SftTask, SftValConfig};
 pub use shared::{
-    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, ModelConfig, RESERVED_REQUEST_FIELDS,
-    ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, secret_from_env,
+    CkptConfig, DEFAULT_KEEP_LAST, Device, Dtype, LogConfig, LogLevel, MAX_SECONDS, ModelConfig,
+    RESERVED_REQUEST_FIELDS, ResumeConfig, SamplingConfig, SamplingOverride, ServeConfig, Table, secret_from_env,
 };
 pub use temperature::Temperature;
 pub use tracking::{TensorboardConfig, WandbConfig, WandbMode};

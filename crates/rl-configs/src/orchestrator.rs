@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::algorithms::AlgorithmConfig;
 use crate::env_config::{EvalConfig, TrainConfig, TrainEnvConfig};
 use crate::error::{ConfigError, Result};
-use crate::shared::{CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, http_url, positive};
+use crate::shared::{CkptConfig, LogConfig, ResumeConfig, SamplingConfig, SamplingOverride, http_url, seconds};
 
 /// Runtime key of the trained model. It cannot be used under `orchestrator.models`.
 pub const POLICY_KEY: &str = "policy";
@@ -244,7 +244,7 @@ impl OrchestratorConfig {
     pub fn validate(&self, key: &str) -> Result<()> {
         let k = |s: &str| if key.is_empty() { s.to_owned() } else { format!("{key}.{s}") };
         self.model.base_url.validate(&k("model.base_url"))?;
-        positive(&k("model.timeout_s"), self.model.timeout_s)?;
+        seconds(&k("model.timeout_s"), self.model.timeout_s)?;
         if let Some(lora) = &self.model.lora_name {
             if lora.trim().is_empty() || lora.chars().any(char::is_whitespace) {
                 return Err(ConfigError::invalid(k("model.lora_name"), "must be a name without spaces"));
@@ -265,7 +265,7 @@ impl OrchestratorConfig {
                 ));
             }
             http_url(&k(&format!("models.{name}.base_url")), &m.base_url)?;
-            positive(&k(&format!("models.{name}.timeout_s")), m.timeout_s)?;
+            seconds(&k(&format!("models.{name}.timeout_s")), m.timeout_s)?;
             if m.name.trim().is_empty() {
                 return Err(ConfigError::invalid(k(&format!("models.{name}.name")), "must not be empty"));
             }
@@ -306,9 +306,9 @@ impl OrchestratorConfig {
         if self.max_steps == Some(0) {
             return Err(ConfigError::invalid(k("max_steps"), "must be at least 1 (or unset), got 0"));
         }
-        positive(&k("rollout_timeout_s"), self.rollout_timeout_s)?;
-        positive(&k("wait_for_ready_s"), self.wait_for_ready_s)?;
-        positive(&k("trainer_timeout_s"), self.trainer_timeout_s)?;
+        seconds(&k("rollout_timeout_s"), self.rollout_timeout_s)?;
+        seconds(&k("wait_for_ready_s"), self.wait_for_ready_s)?;
+        seconds(&k("trainer_timeout_s"), self.trainer_timeout_s)?;
         if !(0.0..=1.0).contains(&self.max_dropped_group_fraction) {
             return Err(ConfigError::invalid(
                 k("max_dropped_group_fraction"),

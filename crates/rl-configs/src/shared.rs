@@ -342,7 +342,7 @@ impl ServeConfig {
                 format!("must be at least 1024, got {}", self.max_message_bytes),
             ));
         }
-        positive(&format!("{key}.request_timeout_s"), self.request_timeout_s)
+        seconds(&format!("{key}.request_timeout_s"), self.request_timeout_s)
     }
 }
 
@@ -352,6 +352,19 @@ pub fn secret_from_env(key: &str, var: &str) -> Result<String> {
     match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
         _ => Err(ConfigError::invalid(key, format!("names the environment variable {var}, which is not set or empty"))),
+    }
+}
+
+/// The longest duration a config or request may give in seconds (a week): longer is a mistake,
+/// and past ~1.8e19 seconds a duration does not exist at all.
+pub const MAX_SECONDS: f64 = 604_800.0;
+
+/// Checks that a float is a duration in seconds: finite, > 0 and at most [`MAX_SECONDS`].
+pub(crate) fn seconds(key: &str, v: f64) -> Result<()> {
+    if v > 0.0 && v <= MAX_SECONDS {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(key, format!("must be a number of seconds in (0, {MAX_SECONDS}], got {v}")))
     }
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{ConfigError, Result};
 use crate::lora::LoraConfig;
-use crate::shared::{CkptConfig, Device, Dtype, LogConfig, ResumeConfig, positive};
+use crate::shared::{CkptConfig, Device, Dtype, LogConfig, ResumeConfig, positive, seconds};
 use crate::tagged::with_default_tag;
 
 /// Trainer: waits for each step's batch, computes the RL loss, updates and broadcasts weights.
@@ -365,7 +365,7 @@ impl TrainerConfig {
         if self.max_steps == Some(0) {
             return Err(ConfigError::invalid(k("max_steps"), "must be at least 1 (or unset), got 0"));
         }
-        positive(&k("batch_timeout_s"), self.batch_timeout_s)?;
+        seconds(&k("batch_timeout_s"), self.batch_timeout_s)?;
         if let Some(c) = &self.ckpt {
             c.validate(&k("ckpt"))?;
         }

@@ -382,8 +382,16 @@ impl ModelRuntime {
                 "is a field the env server sets itself",
             ));
         }
-        if !(m.timeout_s >= 0.0 && m.timeout_s.is_finite()) {
-            return Err(Error::bad_request(format!("{field}.timeout_s"), "must be >= 0"));
+        // The configs' bound on any duration (past ~1.8e19 s a `Duration` does not exist).
+        let max = rl_configs::MAX_SECONDS;
+        if !(0.0..=max).contains(&m.timeout_s) {
+            return Err(Error::bad_request(
+                format!("{field}.timeout_s"),
+                format!(
+                    "must be in [0, {max}] seconds (0: the default, {DEFAULT_MODEL_TIMEOUT:?}), got {}",
+                    m.timeout_s
+                ),
+            ));
         }
         Ok(ModelRuntime {
             base_url: m.base_url.trim_end_matches('/').to_owned(),

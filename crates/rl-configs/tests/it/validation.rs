@@ -210,6 +210,27 @@ fn non_finite_numbers_are_refused_naming_their_key() {
     assert!(err.contains("trainer.optim.lr") && !err.contains("null"), "{err}");
 }
 
+/// A duration past a week is a mistake, and past ~1.8e19 s no `Duration` holds it (the server
+/// panicked on one before this bound).
+#[test]
+fn durations_are_bounded_to_a_week_naming_their_key() {
+    for key in [
+        "orchestrator.trainer_timeout_s",
+        "orchestrator.model.timeout_s",
+        "orchestrator.rollout_timeout_s",
+        "trainer.batch_timeout_s",
+        "inference.request_timeout_s",
+        "launcher.stall_timeout_s",
+    ] {
+        for bad in ["1e30", "604800.5", "0", "-1"] {
+            let err = rl_with(&[&format!("--{key}"), bad]).unwrap_err();
+            let text = err.to_string();
+            assert_eq!(invalid_key(err), key, "{key} = {bad}: {text}");
+            assert!(text.contains("seconds in (0, 604800]"), "{key} = {bad}: {text}");
+        }
+        rl_with(&[&format!("--{key}"), "604800"]).unwrap_or_else(|e| panic!("{key} = a week: {e}"));
+    }
+}
 #[test]
 fn difficulty_pools_must_be_ordered_named_and_weighted() {
     let f = Files::new();

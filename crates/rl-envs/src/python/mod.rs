@@ -68,8 +68,11 @@ impl PythonEnv {
             return Err(Error::bad_request("env.args.args", "must be a table (keyword arguments of load_environment)"));
         }
         for (key, value) in [("call_timeout_s", call_timeout), ("start_timeout_s", start_timeout)] {
-            if value <= 0.0 {
-                return Err(Error::bad_request(format!("env.args.{key}"), "must be > 0"));
+            if !(value > 0.0 && value <= rl_configs::MAX_SECONDS) {
+                return Err(Error::bad_request(
+                    format!("env.args.{key}"),
+                    format!("must be a number of seconds in (0, {}], got {value}", rl_configs::MAX_SECONDS),
+                ));
             }
         }
         argv.extend(["--args".into(), env_args.to_string().into()]);

@@ -3,6 +3,7 @@
 
 mod algorithms;
 mod errors;
+mod hostile;
 mod https;
 mod judge;
 mod training_context;
