@@ -91,6 +91,7 @@ fn hub_model(path: &str) -> Result<Option<std::path::PathBuf>, String> {
 }
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--dtype f32|bf16] [--force] \
+     [--hidden-size N] [--intermediate-size N] [--num-layers N] [--num-heads N] [--num-kv-heads N] [--head-dim N] \
      [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached|phrases]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
@@ -102,6 +103,10 @@ become one token each, so a small model reads and copies them as single symbols)
   --preset NAME            tiny (0.8M params, the recipes' model), small (4.8M), or qwen3-0.6b
                            (Qwen3-0.6B's shapes and 151936-token vocabulary; the GPU benchmark's
                            model); default tiny
+  --hidden-size N, --intermediate-size N, --num-layers N, --num-heads N, --num-kv-heads N, --head-dim N
+                           change the preset's shape (config.json's hidden_size, intermediate_size,
+                           num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim);
+                           the heads must be a multiple of the key/value heads, head_dim even
   --seed N                 seed of the random weights; default 0
   --dtype f32|bf16         how model.safetensors stores the weights: f32 (default) or bf16, as
                            released checkpoints are (half the bytes; a LoRA base stays bf16 in
@@ -149,6 +154,7 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
     let mut dtype = candle_core::DType::F32;
     let (mut corpus, mut vocab_size): (Option<Corpus>, Option<usize>) = (None, None);
     let mut pieces: Option<rl_model::BpePieces> = None;
+    let mut shape = rl_model::ShapeOverrides::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -167,6 +173,28 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
                 seed = v.parse().with_context(|| format!("--seed expects a non-negative integer, got `{v}`"))?;
             }
             "--force" => force = true,
+            "--hidden-size"
+            | "--intermediate-size"
+            | "--num-layers"
+            | "--num-heads"
+            | "--num-kv-heads"
+            | "--head-dim" => {
+                let v = value(arg)?;
+                let n: usize = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("{arg} expects a positive integer, got `{v}`"))?;
+                let field = match arg.as_str() {
+                    "--hidden-size" => &mut shape.hidden_size,
+                    "--intermediate-size" => &mut shape.intermediate_size,
+                    "--num-layers" => &mut shape.num_hidden_layers,
+                    "--num-heads" => &mut shape.num_attention_heads,
+                    "--num-kv-heads" => &mut shape.num_key_value_heads,
+                    _ => &mut shape.head_dim,
+                };
+                *field = Some(n);
+            }
             "--dtype" => {
                 dtype = match value("--dtype")?.as_str() {
                     "f32" | "float32" => candle_core::DType::F32,
@@ -210,14 +238,17 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
             pieces: pieces.unwrap_or_default(),
         },
     };
-    let cfg = rl_model::init_model_as(&out, preset, seed, force, &tokenizer, dtype)?;
+    let cfg = rl_model::init_model_as(&out, preset, &shape, seed, force, &tokenizer, dtype)?;
     let mut stdout = std::io::stdout().lock();
     writeln!(
         stdout,
-        "wrote a random Qwen3 model ({} params, hidden {}, {} layers, vocab {}) to {}",
+        "wrote a random Qwen3 model ({} params, hidden {}, {} layers, {}/{} heads of {}, vocab {}) to {}",
         cfg.num_params(),
         cfg.hidden_size,
         cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
         cfg.vocab_size,
         out.display()
     )?;

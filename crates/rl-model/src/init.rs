@@ -38,14 +38,48 @@ pub fn init_model_with(
     force: bool,
     tokenizer: &NewTokenizer,
 ) -> Result<ModelConfig> {
-    init_model_as(out, preset, seed, force, tokenizer, DType::F32)
+    init_model_as(out, preset, &ShapeOverrides::default(), seed, force, tokenizer, DType::F32)
+}
+
+/// Shape fields set over a preset's (`rl model init --preset tiny --layers 6`): a model of the
+/// size an experiment needs without a preset for each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShapeOverrides {
+    pub hidden_size: Option<usize>,
+    pub intermediate_size: Option<usize>,
+    pub num_hidden_layers: Option<usize>,
+    pub num_attention_heads: Option<usize>,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+}
+
+impl ShapeOverrides {
+    /// Sets the given fields on `cfg` and checks the result's shape relations.
+    pub fn apply(&self, cfg: &mut ModelConfig) -> Result<()> {
+        let fields = [
+            (&mut cfg.hidden_size, self.hidden_size),
+            (&mut cfg.intermediate_size, self.intermediate_size),
+            (&mut cfg.num_hidden_layers, self.num_hidden_layers),
+            (&mut cfg.num_attention_heads, self.num_attention_heads),
+            (&mut cfg.num_key_value_heads, self.num_key_value_heads),
+            (&mut cfg.head_dim, self.head_dim),
+        ];
+        for (field, value) in fields {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        cfg.extra.insert(String::from("max_window_layers"), serde_json::json!(cfg.num_hidden_layers));
+        cfg.check().map_err(|e| Error::Input(format!("model shape: {e}")))
+    }
 }
 
 /// [`init_model_with`] with the weights stored in `dtype` (bf16: as released checkpoints are
-/// stored; `config.json`'s `torch_dtype` says which).
+/// stored; `config.json`'s `torch_dtype` says which) and the preset's shape changed by `shape`.
 pub fn init_model_as(
     out: &Path,
     preset: Preset,
+    shape: &ShapeOverrides,
     seed: u64,
     force: bool,
     tokenizer: &NewTokenizer,
@@ -79,6 +113,7 @@ pub fn init_model_as(
             .map_err(|e| Error::io(&scratch, e))?;
         let mut cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
         cfg.eos_token_id = Some(serde_json::json!(2));
+        shape.apply(&mut cfg)?;
         cfg.extra.insert(String::from("torch_dtype"), serde_json::json!(torch_dtype));
         let tensors = random_weights_as(&cfg, seed, dtype)?;
         write_model_dir(out, &cfg, &tensors, &scratch)?;

@@ -30,8 +30,8 @@ pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{
-    NewTokenizer, init_model, init_model_as, init_model_with, micro_config, micro_config_of, random_weights,
-    random_weights_as, scaled_random_weights,
+    NewTokenizer, ShapeOverrides, init_model, init_model_as, init_model_with, micro_config, micro_config_of,
+    random_weights, random_weights_as, scaled_random_weights,
 };
 pub use layout::{
     EMBED, FINAL_NORM, LM_HEAD, LayerWeight, layer_part_shapes, layer_shape, module_path, weight_names, weight_shapes,

@@ -170,6 +170,34 @@ fn model_init_writes_a_loadable_directory_and_refuses_to_overwrite() {
 }
 
 #[test]
+fn model_init_changes_the_presets_shape_and_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("shaped");
+    let out_s = out.to_str().unwrap();
+    let shape = ["--num-layers", "2", "--num-heads", "8", "--num-kv-heads", "4", "--head-dim", "16"];
+    let o = rl(&[&["model", "init", "--out", out_s][..], &shape].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("2 layers, 8/4 heads of 16"), "{}", stdout(&o));
+    let cfg = rl_model::ModelConfig::load(&out.join("config.json")).unwrap();
+    let got = (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+    assert_eq!(got, (128, 2, 8, 4, 16), "the tiny preset's hidden size, the rest as given");
+    assert_eq!(cfg.extra["max_window_layers"], 2);
+    let weights = rl_model::read_stored_weights(&out, &candle_core::Device::Cpu).unwrap();
+    assert_eq!(weights["model.layers.1.self_attn.q_proj.weight"].dims(), [8 * 16, 128]);
+    assert!(!weights.contains_key("model.layers.2.self_attn.q_proj.weight"));
+    rl_model::load_model(&out, &candle_core::Device::Cpu).unwrap();
+    for (args, expected) in [
+        (&["--num-heads", "3"][..], "num_attention_heads (3) must be a multiple of num_key_value_heads (2)"),
+        (&["--head-dim", "15"][..], "head_dim (15) must be even"),
+        (&["--num-layers", "0"][..], "--num-layers expects a positive integer, got `0`"),
+        (&["--hidden-size", "x"][..], "--hidden-size expects a positive integer, got `x`"),
+    ] {
+        let o = rl(&[&["model", "init", "--out", out_s, "--force"][..], args].concat());
+        assert!(!o.status.success() && stderr(&o).contains(expected), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus.txt");
