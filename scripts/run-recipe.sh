@@ -2,12 +2,13 @@
 # Runs a recipe from nothing to a trained model on CPU:
 #   rl model init (tiny preset) -> rl sft @ configs/<dir>/sft.toml -> rl rl @ configs/<dir>/rl.toml.
 # Usage: run-recipe.sh <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND]
-#        [--vocab-size N]] [--clean] [--seed N] [--lora] [--variant V]
+#        [--vocab-size N]] [--init-std X] [--clean] [--seed N] [--lora] [--variant V]
 # Outputs land under ./outputs; --clean starts over; --seed N changes the model's initialisation,
 # the SFT order and the RL task order (the data and the eval set stay the same);
 # --tokenizer-task NAME gives the model a BPE trained on that task's text instead of characters
 # (--bpe-pieces KIND: what the BPE merges within, `rl model init --help`; --vocab-size N its
-# vocabulary, 512 by default);
+# vocabulary, 512 by default); --init-std X draws the initial weights at that standard deviation
+# (`rl model init --init-std`; 0.02 by default);
 # --lora trains LoRA adapters in the RL stage (configs/<dir>/lora.toml layered on rl.toml), from
 # the same SFT model, into a run named <prefix>-rl-lora-seedN; --variant V layers
 # configs/<dir>/sft_V.toml on sft.toml and configs/<dir>/rl_V.toml on rl.toml (each where it
@@ -22,6 +23,7 @@ seed=0
 tokenizer=()
 pieces=()
 vocab=()
+init_std=()
 lora=()
 suffix=""
 variant=""
@@ -32,9 +34,10 @@ while [[ $# -gt 0 ]]; do
     --tokenizer-task) tokenizer=(--tokenizer-task "$2"); shift ;;
     --bpe-pieces) pieces=(--bpe-pieces "$2"); shift ;;
     --vocab-size) vocab=(--vocab-size "$2"); shift ;;
+    --init-std) init_std=(--init-std "$2"); shift ;;
     --lora) lora=(@ "configs/$dir/lora.toml"); suffix="-lora" ;;
     --variant) variant="$2"; shift ;;
-    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND] [--vocab-size N]] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
+    *) echo "usage: $0 <config dir> <run prefix> [--tokenizer-task NAME [--bpe-pieces KIND] [--vocab-size N]] [--init-std X] [--clean] [--seed N] [--lora] [--variant V]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -47,6 +50,9 @@ if [[ ${#tokenizer[@]} -gt 0 ]]; then
 elif [[ ${#pieces[@]} -gt 0 || ${#vocab[@]} -gt 0 ]]; then
   echo "--bpe-pieces and --vocab-size shape the BPE of --tokenizer-task" >&2
   exit 2
+fi
+if [[ ${#init_std[@]} -gt 0 ]]; then
+  model=${model%-seed$seed}-std${init_std[1]}-seed$seed
 fi
 sft_layers=()
 rl_layers=()
@@ -62,7 +68,7 @@ if [[ -n $variant ]]; then
 fi
 sft=$prefix-sft$tag-seed$seed
 if [[ ${#clean[@]} -gt 0 || ! -e $model/config.json ]]; then
-  "$rl" model init --out "$model" --preset tiny --seed "$seed" --force "${tokenizer[@]}"
+  "$rl" model init --out "$model" --preset tiny --seed "$seed" --force "${tokenizer[@]}" "${init_std[@]}"
 fi
 # The SFT model is reused when it exists (a --lora run after a full one starts from the same one).
 if [[ ${#clean[@]} -gt 0 || ! -e outputs/$sft/model/config.json ]]; then

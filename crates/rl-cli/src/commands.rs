@@ -92,7 +92,7 @@ fn hub_model(path: &str) -> Result<Option<std::path::PathBuf>, String> {
 
 const MODEL_INIT_USAGE: &str = "rl model init --out DIR [--preset tiny|small|qwen3-0.6b] [--seed N] [--dtype f32|bf16] [--force] \
      [--hidden-size N] [--intermediate-size N] [--num-layers N] [--num-heads N] [--num-kv-heads N] [--head-dim N] \
-     [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached|phrases]";
+     [--init-std X] [--tokenizer-task NAME | --tokenizer-corpus FILE] [--vocab-size N] [--bpe-pieces isolated|attached|phrases]";
 
 const MODEL_INIT_HELP: &str = "Writes a Qwen3-architecture model directory with random weights (config.json,
 model.safetensors, a tokenizer and the chat template) that every command loads. The tokenizer is
@@ -107,6 +107,8 @@ become one token each, so a small model reads and copies them as single symbols)
                            change the preset's shape (config.json's hidden_size, intermediate_size,
                            num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim);
                            the heads must be a multiple of the key/value heads, head_dim even
+  --init-std X             standard deviation of the random weights (config.json's
+                           initializer_range, which HF's initialisation reads too); default 0.02
   --seed N                 seed of the random weights; default 0
   --dtype f32|bf16         how model.safetensors stores the weights: f32 (default) or bf16, as
                            released checkpoints are (half the bytes; a LoRA base stays bf16 in
@@ -154,7 +156,7 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
     let mut dtype = candle_core::DType::F32;
     let (mut corpus, mut vocab_size): (Option<Corpus>, Option<usize>) = (None, None);
     let mut pieces: Option<rl_model::BpePieces> = None;
-    let mut shape = rl_model::ShapeOverrides::default();
+    let mut shape = rl_model::PresetOverrides::default();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -194,6 +196,15 @@ fn model_init(args: &[String]) -> anyhow::Result<()> {
                     _ => &mut shape.head_dim,
                 };
                 *field = Some(n);
+            }
+            "--init-std" => {
+                let v = value("--init-std")?;
+                let std: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= 1.0)
+                    .with_context(|| format!("--init-std expects a number in (0, 1], got `{v}`"))?;
+                shape.initializer_range = Some(std);
             }
             "--dtype" => {
                 dtype = match value("--dtype")?.as_str() {

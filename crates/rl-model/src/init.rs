@@ -1,6 +1,6 @@
 //! `rl model init`: a complete HF-format directory with a random Qwen3 model, a character-level
-//! or corpus-trained BPE tokenizer and a Qwen-style chat template. Weights ~ N(0, 0.02), norms 1
-//! (HF's initialisation).
+//! or corpus-trained BPE tokenizer and a Qwen-style chat template. Weights ~ N(0, σ) with σ the
+//! config's `initializer_range` (0.02 unless set), norms 1 (HF's initialisation).
 
 use std::path::Path;
 
@@ -38,22 +38,25 @@ pub fn init_model_with(
     force: bool,
     tokenizer: &NewTokenizer,
 ) -> Result<ModelConfig> {
-    init_model_as(out, preset, &ShapeOverrides::default(), seed, force, tokenizer, DType::F32)
+    init_model_as(out, preset, &PresetOverrides::default(), seed, force, tokenizer, DType::F32)
 }
 
-/// Shape fields set over a preset's (`rl model init --preset tiny --layers 6`): a model of the
-/// size an experiment needs without a preset for each.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShapeOverrides {
+/// Fields set over a preset's (`rl model init --preset tiny --num-layers 6 --init-std 0.05`): a
+/// model of the size and initial scale an experiment needs without a preset for each.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PresetOverrides {
     pub hidden_size: Option<usize>,
     pub intermediate_size: Option<usize>,
     pub num_hidden_layers: Option<usize>,
     pub num_attention_heads: Option<usize>,
     pub num_key_value_heads: Option<usize>,
     pub head_dim: Option<usize>,
+    /// The standard deviation of the random weights, written as `initializer_range` (HF's
+    /// `_init_weights` reads the same field).
+    pub initializer_range: Option<f64>,
 }
 
-impl ShapeOverrides {
+impl PresetOverrides {
     /// Sets the given fields on `cfg` and checks the result's shape relations.
     pub fn apply(&self, cfg: &mut ModelConfig) -> Result<()> {
         let fields = [
@@ -70,16 +73,31 @@ impl ShapeOverrides {
             }
         }
         cfg.extra.insert(String::from("max_window_layers"), serde_json::json!(cfg.num_hidden_layers));
+        if let Some(std) = self.initializer_range {
+            if !(std.is_finite() && std > 0.0 && std <= 1.0) {
+                return Err(Error::Input(format!("initializer_range must be in (0, 1], got {std}")));
+            }
+            cfg.extra.insert(String::from(INITIALIZER_RANGE), serde_json::json!(std));
+        }
         cfg.check().map_err(|e| Error::Input(format!("model shape: {e}")))
     }
 }
 
+/// The config key of the weights' initial standard deviation, and its value when a config has none.
+const INITIALIZER_RANGE: &str = "initializer_range";
+const DEFAULT_INITIALIZER_RANGE: f64 = 0.02;
+
+/// The standard deviation `cfg`'s random weights are drawn with.
+fn initializer_range(cfg: &ModelConfig) -> f64 {
+    cfg.extra.get(INITIALIZER_RANGE).and_then(serde_json::Value::as_f64).unwrap_or(DEFAULT_INITIALIZER_RANGE)
+}
+
 /// [`init_model_with`] with the weights stored in `dtype` (bf16: as released checkpoints are
-/// stored; `config.json`'s `torch_dtype` says which) and the preset's shape changed by `shape`.
+/// stored; `config.json`'s `torch_dtype` says which) and the preset's fields changed by `overrides`.
 pub fn init_model_as(
     out: &Path,
     preset: Preset,
-    shape: &ShapeOverrides,
+    overrides: &PresetOverrides,
     seed: u64,
     force: bool,
     tokenizer: &NewTokenizer,
@@ -113,7 +131,7 @@ pub fn init_model_as(
             .map_err(|e| Error::io(&scratch, e))?;
         let mut cfg = ModelConfig::preset(preset, preset.vocab_size().unwrap_or(vocab.div_ceil(64) * 64));
         cfg.eos_token_id = Some(serde_json::json!(2));
-        shape.apply(&mut cfg)?;
+        overrides.apply(&mut cfg)?;
         cfg.extra.insert(String::from("torch_dtype"), serde_json::json!(torch_dtype));
         let tensors = random_weights_as(&cfg, seed, dtype)?;
         write_model_dir(out, &cfg, &tensors, &scratch)?;
@@ -173,7 +191,7 @@ pub fn scaled_random_weights(
         .collect()
 }
 
-/// Random weights for `cfg`: N(0, 0.02) matrices and biases, ones for norms.
+/// Random weights for `cfg`: N(0, `initializer_range`) matrices and biases, ones for norms.
 pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Result<Vec<(String, Tensor)>> {
     random_weights_as(cfg, seed, DType::F32)
 }
@@ -183,12 +201,13 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Result<Vec<(String, Tenso
 pub fn random_weights_as(cfg: &ModelConfig, seed: u64, dtype: DType) -> Result<Vec<(String, Tensor)>> {
     let device = Device::Cpu;
     let mut rng = Normal(SplitMix64::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234_5678));
+    let std = initializer_range(cfg) as f32;
     let mut out = Vec::new();
     for (name, shape) in weight_shapes(cfg) {
         let t = if name.ends_with("norm.weight") {
             Tensor::ones(shape, DType::F32, &device)?
         } else {
-            let data: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.next() * 0.02).collect();
+            let data: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.next() * std).collect();
             Tensor::from_vec(data, shape, &device)?
         };
         out.push((name, t.to_dtype(dtype)?));

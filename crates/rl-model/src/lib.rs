@@ -30,7 +30,7 @@ pub use config::{Family, ModelConfig, Preset, RopeScaling};
 pub use device::{compute_dtype, open_device};
 pub use error::{Error, Result};
 pub use init::{
-    NewTokenizer, ShapeOverrides, init_model, init_model_as, init_model_with, micro_config, micro_config_of,
+    NewTokenizer, PresetOverrides, init_model, init_model_as, init_model_with, micro_config, micro_config_of,
     random_weights, random_weights_as, scaled_random_weights,
 };
 pub use layout::{

@@ -198,6 +198,39 @@ fn model_init_changes_the_presets_shape_and_checks_it() {
 }
 
 #[test]
+fn model_init_draws_the_weights_at_the_given_std_and_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let std_of = |out: &std::path::Path| {
+        let weights = rl_model::read_stored_weights(out, &candle_core::Device::Cpu).unwrap();
+        let w = weights["model.layers.0.mlp.up_proj.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let n = w.len() as f64;
+        let mean = w.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        (w.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n).sqrt()
+    };
+    let (plain, wide) = (dir.path().join("plain"), dir.path().join("wide"));
+    for (out, extra) in [(&plain, &[][..]), (&wide, &["--init-std", "0.05"][..])] {
+        let o = rl(&[&["model", "init", "--out", out.to_str().unwrap()][..], extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // 49,152 draws: the sample std is within 1% of the drawn one.
+    let (a, b) = (std_of(&plain), std_of(&wide));
+    assert!((a - 0.02).abs() < 2e-4 && (b - 0.05).abs() < 5e-4, "std {a} / {b}");
+    let cfg = rl_model::ModelConfig::load(&wide.join("config.json")).unwrap();
+    assert_eq!(cfg.extra["initializer_range"], 0.05, "config.json says how the weights were drawn");
+    let norm = rl_model::read_stored_weights(&wide, &candle_core::Device::Cpu).unwrap();
+    let ones = norm["model.norm.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert!(ones.iter().all(|&x| x == 1.0), "norms stay ones");
+    for bad in ["0", "-0.1", "1.5", "nan", "x"] {
+        let o = rl(&["model", "init", "--out", wide.to_str().unwrap(), "--force", "--init-std", bad]);
+        assert!(
+            !o.status.success() && stderr(&o).contains("--init-std expects a number in (0, 1]"),
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn model_init_trains_a_bpe_on_a_corpus_and_checks_its_flags() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus.txt");
