@@ -92,9 +92,9 @@ fn the_reverse_text_recipe_runs_sft_then_rl_with_greedy_evals() {
 #[test]
 fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
     // scripts/alphabet-sort.sh: a BPE trained on the task's text; the 15-minute recipe it runs by
-    // default (`--bpe-pieces attached --variant fast`: 8 episodes a step, RL batches of 128), the
-    // 30-minute one (`--variant base`) and `--variant exact` (SFT data in FIRST / LAST groups
-    // balanced by greedy exact match).
+    // default (`--bpe-pieces attached --init-std 0.05 --variant fast`: 8 episodes a step, RL
+    // batches of 128), the 30-minute one (`--variant base`) and `--variant exact` (SFT data in
+    // FIRST / LAST groups balanced by greedy exact match).
     for (variant, pieces) in [(None, "isolated"), (Some("fast"), "attached"), (Some("exact"), "attached")] {
         let mut rl_extra =
             vec!["--orchestrator.train.sampling.max-completion-tokens", "24", "--trainer.scheduler.warmup-steps", "1"];
@@ -102,10 +102,15 @@ fn the_alphabet_sort_recipe_runs_sft_then_multi_turn_rl_with_greedy_evals() {
             // Its second greedy eval, the 512 held-out episodes, at the start and the end: 2 here.
             rl_extra.extend(["--orchestrator.eval.env.1.num-examples", "2"]);
         }
+        let mut init = vec!["--tokenizer-task", "alphabet-sort", "--bpe-pieces", pieces];
+        if variant == Some("fast") {
+            // The 15-minute recipe's initial weights are drawn at std 0.05.
+            init.extend(["--init-std", "0.05"]);
+        }
         let rows = recipe(
             "alphabet_sort",
             variant,
-            &["--tokenizer-task", "alphabet-sort", "--bpe-pieces", pieces],
+            &init,
             // The recipe generates 40,000-64,000 episodes; three steps need few.
             &["--seq-len", "512", "--data.num-examples", "64"],
             &rl_extra,
