@@ -3,8 +3,8 @@
 # two tokens, not ten characters) -> SFT warm start -> multi-turn GRPO, on CPU (see
 # scripts/run-recipe.sh). Usage: ./scripts/alphabet-sort.sh [--clean] [--seed N] [--variant V] [--init-std X]
 # By default the 15-minute recipe: the BPE's pieces attached to their spaces, the initial weights
-# drawn at std 0.05 instead of 0.02 (both sort keys' name pairings then formed in SFT from three
-# seeds of four and partly from the fourth, where 0.02 left most without one; docs/recipes.md) and the `fast` variant (configs/alphabet_sort/sft_fast.toml +
+# drawn at std 0.05 instead of 0.02 (both sort keys' name pairings then formed in SFT from four
+# seeds of six, where 0.02 left three of four without them; docs/recipes.md) and the `fast` variant (configs/alphabet_sort/sft_fast.toml +
 # rl_fast.toml layered on sft.toml + rl.toml).
 # --variant base runs sft.toml + rl.toml alone with the BPE's default isolated pieces (the 30-minute recipe of
 # 2026-11-26); --variant exact the balanced-SFT attempt. docs/recipes.md has each one's figures.
