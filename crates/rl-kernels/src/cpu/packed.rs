@@ -247,6 +247,9 @@ impl WithSimd for Panels<'_, '_> {
                 // tok/s), 8 f32 rows in two AVX2 passes (38-43 -> 44-48), and one AVX-512 pass
                 // of 2-12 f32 rows (the 28 layers' products, 2-core Intel Xeon: 8 rows 108 -> 87
                 // ms, 4 rows 88 -> 80-85, 2 rows 74 -> 67-69; `cargo bench --bench packed`).
+                // An AVX-512 panel row is two cache lines and both are fetched: fetching the
+                // first alone left half of each panel to the bus's latency (Intel Xeon, medians
+                // of eight alternated runs: f32 4 rows 103 -> 88 ms, 8 rows 115 -> 95).
                 let passes = m.div_ceil(mr);
                 let ahead = (m > 1 || w.is_bf16()) && p + 1 < last;
                 let pre = Ahead { passes, pass: r0 / mr };
@@ -301,7 +304,7 @@ fn tile<S: Simd, const MR: usize>(
     let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
     for kk in 0..k {
         if kk == due {
-            prefetch::to_l2(next, kk * 2 * S::F32_LANES);
+            prefetch::span_to_l2(next, kk * 2 * S::F32_LANES, 2 * S::F32_LANES);
             due += pre.passes;
         }
         let (w0, w1) = (w[2 * kk], w[2 * kk + 1]);
@@ -342,7 +345,7 @@ fn tile_bf16<S: Simd, const MR: usize>(
     let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
     for j in 0..k / 2 {
         if j == due {
-            prefetch::to_l2(next, j * 2 * S::F32_LANES);
+            prefetch::span_to_l2(next, j * 2 * S::F32_LANES, 2 * S::F32_LANES);
             due += pre.passes;
         }
         let ((e0, o0), (e1, o1)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
