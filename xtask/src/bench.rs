@@ -22,19 +22,15 @@ mod rl_step;
 
 /// Runs every benchmark (or the one named).
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let reference = !args.iter().any(|a| a == "--no-reference");
-    let only = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
-    const NAMES: [&str; 8] =
-        ["dry-run", "generate", "train-step", "train-0.6b", "rl-step", "env-server", "python-env", "gpu"];
-    if let Some(o) = only
-        && !NAMES.contains(&o)
-    {
-        bail!("unknown benchmark {o:?}; expected one of {}", NAMES.join(", "));
-    }
-    // The GPU benchmark runs the CUDA binary of `cargo xtask build-cuda` and only when named.
-    if only == Some("gpu") {
+    // The GPU benchmark runs the CUDA binary of `cargo xtask build-cuda`, only when named, and
+    // parses its own options.
+    if args.first().map(String::as_str) == Some("gpu") {
         return gpu::run(args);
     }
+    let Some(Selection { only, reference }) = select(args)? else {
+        print_out(&format!("{USAGE}\n"));
+        return Ok(());
+    };
     crate::workspace::cargo(&["build", "--release", "--locked", "-p", "rl-cli"])?;
     let python = if reference && only.is_none_or(|o| ["generate", "train-step", "train-0.6b", "rl-step"].contains(&o)) {
         Some(reference_python()?)
@@ -83,6 +79,43 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         crate::workspace::cargo(&["bench", "--locked", "-p", "rl-envs", "--bench", "python_env"])?;
     }
     Ok(())
+}
+
+const NAMES: [&str; 8] =
+    ["dry-run", "generate", "train-step", "train-0.6b", "rl-step", "env-server", "python-env", "gpu"];
+
+const USAGE: &str = "usage: cargo xtask bench [NAME] [--no-reference]
+  NAME: one of dry-run, generate, train-step, train-0.6b, rl-step, env-server, python-env (all but gpu when omitted),
+        or gpu [--rl PATH] [--device D] [--dtype T] [--preset P] [--tokens N]
+  --no-reference: skip the Python references (PyTorch, PEFT, HF generate, TRL)";
+
+/// Which benchmarks a command line asks for.
+#[derive(Debug, PartialEq)]
+struct Selection<'a> {
+    only: Option<&'a str>,
+    reference: bool,
+}
+
+/// Parses `[NAME] [--no-reference]`; `None` for `--help`. Anything else is an error rather than a
+/// silent run of every benchmark (an hour on a 2-core machine).
+fn select(args: &[String]) -> anyhow::Result<Option<Selection<'_>>> {
+    let mut selection = Selection { only: None, reference: true };
+    for arg in args {
+        match arg.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--no-reference" => selection.reference = false,
+            flag if flag.starts_with('-') => bail!("unknown option {flag:?}\n{USAGE}"),
+            "gpu" => bail!("the gpu benchmark is named first: `cargo xtask bench gpu [OPTIONS]`"),
+            name if NAMES.contains(&name) => {
+                if let Some(first) = selection.only {
+                    bail!("one benchmark at a time: both {first:?} and {name:?} were named");
+                }
+                selection.only = Some(name);
+            }
+            other => bail!("unknown benchmark {other:?}; expected one of {}", NAMES.join(", ")),
+        }
+    }
+    Ok(Some(selection))
 }
 
 /// A row key from the fields `keys` of a result line.
@@ -161,4 +194,37 @@ fn dry_run() -> anyhow::Result<()> {
         ms(p90)
     ));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Selection, select};
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn selects_one_benchmark_or_all() {
+        let all = args(&[]);
+        assert_eq!(select(&all).unwrap(), Some(Selection { only: None, reference: true }));
+        let one = args(&["rl-step", "--no-reference"]);
+        assert_eq!(select(&one).unwrap(), Some(Selection { only: Some("rl-step"), reference: false }));
+    }
+
+    #[test]
+    fn help_runs_nothing() {
+        assert_eq!(select(&args(&["--help"])).unwrap(), None);
+        assert_eq!(select(&args(&["generate", "-h"])).unwrap(), None);
+    }
+
+    #[test]
+    fn rejects_what_it_does_not_know() {
+        for bad in [&["--quick"][..], &["generte"], &["generate", "rl-step"], &["generate", "gpu"]] {
+            let err = select(&args(bad)).unwrap_err().to_string();
+            assert!(!err.is_empty(), "{bad:?}");
+        }
+        let err = select(&args(&["--quick"])).unwrap_err().to_string();
+        assert!(err.contains("--quick") && err.contains("usage"), "{err}");
+    }
 }
