@@ -45,7 +45,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "inference" => config_command::<InferenceConfig>(command, rest, crate::serving::inference),
         "env-server" => config_command::<EnvServerConfig>(command, rest, crate::env_server::run),
         // Evaluation runs envs against a model exactly like the orchestrator's online eval.
-        "eval" => config_command::<OrchestratorConfig>(command, rest, crate::eval::eval),
+        "eval" => checked_config_command::<OrchestratorConfig>(command, rest, crate::eval::check, crate::eval::eval),
         "model" => model_command(rest),
         other => bail!("unknown command `{other}`; run `rl --help` for the list"),
     }
@@ -54,6 +54,18 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 fn config_command<T: ConfigFile>(
     command: &str,
     args: &[String],
+    run: fn(&str, &T) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    checked_config_command(command, args, |_| Ok(()), run)
+}
+
+/// As `config_command`, with a check of what this command needs from a config type that other
+/// commands share (`rl eval` needs `[[eval.env]]`, which the orchestrator's config leaves
+/// optional): `--dry-run` fails where the run would.
+fn checked_config_command<T: ConfigFile>(
+    command: &str,
+    args: &[String],
+    check: fn(&T) -> anyhow::Result<()>,
     run: fn(&str, &T) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     if let Some(at) = args.iter().position(|a| a == "--help" || a == "-h") {
@@ -68,6 +80,7 @@ fn config_command<T: ConfigFile>(
         writeln!(err, "{}: {w}", w.label())?;
     }
     drop(err);
+    check(&loaded.config).with_context(|| format!("`rl {command}`: the config is not valid"))?;
     if dry_run {
         let (dir, files) = loaded.config.resolved_files()?;
         for (name, value) in &files {

@@ -13,6 +13,14 @@ use rl_run::{ConfigPart, RunDir, write_json_atomic};
 
 use crate::launcher::{Supervisor, start_env_servers};
 
+/// What `rl eval` needs beyond a valid orchestrator config: something to evaluate.
+pub(crate) fn check(config: &OrchestratorConfig) -> anyhow::Result<()> {
+    if config.eval.as_ref().is_none_or(|e| e.env.is_empty()) {
+        anyhow::bail!("nothing to evaluate: add [[eval.env]] entries");
+    }
+    Ok(())
+}
+
 /// Evaluates the policy endpoint once on every `[[eval.env]]`.
 pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Result<()> {
     crate::logging::init(&config.log);

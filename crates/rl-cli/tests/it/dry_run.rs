@@ -121,6 +121,10 @@ fn eval_without_eval_envs_and_unknown_commands_fail_loudly() {
     let o = rl(&["eval"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nothing to evaluate"), "{}", stderr(&o));
+    // `--dry-run` fails where the run would, without writing resolved configs.
+    let o = rl(&["eval", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("nothing to evaluate"), "{}", stderr(&o));
     let o = rl(&["frobnicate"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown command"), "{}", stderr(&o));
