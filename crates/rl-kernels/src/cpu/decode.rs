@@ -58,8 +58,10 @@ pub fn attend_shared<T: Real>(
     }
 }
 
-/// Vectors of the value tile [`attend_step`] accumulates at a time (per query row).
-const STEP_VECS: usize = 4;
+/// Vectors of the value tile [`attend_step`] accumulates at a time (per query row), the widest
+/// of these that divides the head width: 4 at the 0.6B shape's 128; 2 where a head is two
+/// vectors (width 32 under AVX-512), which otherwise fell back to a GEMM call per group.
+const STEP_VECS: [usize; 3] = [4, 2, 1];
 
 /// Keys whose value rows the value products share before moving on: every head group's share of
 /// a cache row is used while the rows are in L2 (32 rows of 4 KiB at the 0.6B shape).
@@ -71,8 +73,8 @@ const STEP_KEYS: usize = 32;
 /// every group's columns (`k[j * ld + g * d + i]`). The cache is read row by row, all groups at
 /// once (a group at a time reads 512-byte pieces 4 KiB apart at the 0.6B shape, which streams at
 /// half the rate). Returns false, writing nothing, where the head width is not a multiple of
-/// the kernel's value tile on this CPU; the caller then takes [`super::attention::attend`] per
-/// group. `s` is scratch.
+/// the CPU's SIMD width; the caller then takes [`super::attention::attend`] per group. `s` is
+/// scratch.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_step(
     q: &[f32],
@@ -112,9 +114,9 @@ impl WithSimd for Step<'_, '_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> bool {
         let Step { q, groups, rep, d, runs, ld, scale, s, out } = self;
-        if d == 0 || !d.is_multiple_of(STEP_VECS * S::F32_LANES) {
+        let Some(tile) = STEP_VECS.into_iter().find(|v| d > 0 && d.is_multiple_of(v * S::F32_LANES)) else {
             return false;
-        }
+        };
         let rows = groups * rep;
         let keys = s.len() / rows.max(1);
         // Scores, a cache row at a time: each group's keys against its query rows, two
@@ -145,7 +147,7 @@ impl WithSimd for Step<'_, '_> {
             softmax_row(&mut s[r * keys..(r + 1) * keys]);
         }
         // Values: blocks of STEP_KEYS cache rows; in each, every group's query rows two at a
-        // time, in tiles of STEP_VECS vectors of the head width.
+        // time, in tiles of `tile` vectors of the head width.
         let mut first = true;
         let mut col = 0;
         for run in runs {
@@ -154,13 +156,16 @@ impl WithSimd for Step<'_, '_> {
                 for g in 0..groups {
                     let mut r = g * rep;
                     while r < (g + 1) * rep {
-                        if (g + 1) * rep - r >= 2 {
-                            values::<S, 2>(simd, s, &block, g, r, out);
-                            r += 2;
-                        } else {
-                            values::<S, 1>(simd, s, &block, g, r, out);
-                            r += 1;
+                        let two = (g + 1) * rep - r >= 2;
+                        match (tile, two) {
+                            (4, true) => values::<S, 2, 4>(simd, s, &block, g, r, out),
+                            (4, false) => values::<S, 1, 4>(simd, s, &block, g, r, out),
+                            (2, true) => values::<S, 2, 2>(simd, s, &block, g, r, out),
+                            (2, false) => values::<S, 1, 2>(simd, s, &block, g, r, out),
+                            (_, true) => values::<S, 2, 1>(simd, s, &block, g, r, out),
+                            (_, false) => values::<S, 1, 1>(simd, s, &block, g, r, out),
                         }
+                        r += if two { 2 } else { 1 };
                     }
                 }
                 first = false;
@@ -190,12 +195,20 @@ struct Block<'a, 'r> {
     first: bool,
 }
 
-/// Query rows `r0..r0 + R` (of group `g`) of `out (+)= P V` over one block of keys.
+/// Query rows `r0..r0 + R` (of group `g`) of `out (+)= P V` over one block of keys, in tiles of
+/// `V` vectors.
 #[inline(always)]
-fn values<S: Simd, const R: usize>(simd: S, s: &[f32], b: &Block<'_, '_>, g: usize, r0: usize, out: &mut [f32]) {
-    let (w, d) = (STEP_VECS * S::F32_LANES, b.d);
+fn values<S: Simd, const R: usize, const V: usize>(
+    simd: S,
+    s: &[f32],
+    b: &Block<'_, '_>,
+    g: usize,
+    r0: usize,
+    out: &mut [f32],
+) {
+    let (w, d) = (V * S::F32_LANES, b.d);
     for c0 in (0..d).step_by(w) {
-        let mut acc = [[simd.splat_f32s(0.0); STEP_VECS]; R];
+        let mut acc = [[simd.splat_f32s(0.0); V]; R];
         if !b.first {
             for (r, a) in acc.iter_mut().enumerate() {
                 let (o, _) = S::as_simd_f32s(&out[(r0 + r) * d + c0..][..w]);
@@ -247,6 +260,10 @@ mod tests {
             (256, 3, 4, vec![130]),
             (24, 2, 2, vec![5]),
             (64, 4, 5, vec![40, 2, 31]),
+            // Two and three vectors a head under AVX-512 (tiles of 2 and 1).
+            (32, 4, 2, vec![70, 3]),
+            (48, 2, 3, vec![33]),
+            (16, 3, 2, vec![5, 40]),
         ] {
             let ld = groups * d + 8;
             let kv: Vec<(Vec<f32>, Vec<f32>)> = lens
@@ -261,7 +278,8 @@ mod tests {
             let mut got = vec![f32::NAN; rows * d];
             let took = attend_step(&q, groups, rep, d, &runs, ld, scale, &mut Vec::new(), &mut got);
             if !took {
-                assert!(!d.is_multiple_of(64), "d={d}: a width of whole tiles was refused");
+                // Every SIMD width here (16, 8, 4 or 1 lanes) divides 16.
+                assert!(!d.is_multiple_of(16), "d={d}: a width of whole vectors was refused");
                 assert!(got.iter().all(|x| x.is_nan()), "a refused step wrote");
                 continue;
             }

@@ -50,10 +50,12 @@ pub fn rope(x: &Tensor, d: usize, positions: &[u32], rope: &Rope) -> candle_core
 /// Rotates `x [T, H, d]` at `positions` (HF's rotate-half convention).
 fn rotate_half(x: &Tensor, positions: &[u32], rope: &Rope) -> candle_core::Result<Tensor> {
     let (t, _, d) = x.dims3()?;
-    let idx = Tensor::new(positions, x.device())?;
     let (cos, sin) = rope.tables();
+    // Gathered where the tables live, then moved and cast: `T` rows per call, not the whole
+    // table (`max_positions` rows, 40k for Qwen3) per layer and per pass.
+    let idx = Tensor::new(positions, cos.device())?;
     let gather = |table: &Tensor| -> candle_core::Result<Tensor> {
-        table.to_device(x.device())?.to_dtype(x.dtype())?.index_select(&idx, 0)?.reshape((t, 1, d / 2))
+        table.index_select(&idx, 0)?.to_device(x.device())?.to_dtype(x.dtype())?.reshape((t, 1, d / 2))
     };
     let (cos, sin) = (gather(cos)?, gather(sin)?);
     let (x1, x2) = (x.narrow(2, 0, d / 2)?, x.narrow(2, d / 2, d / 2)?);
