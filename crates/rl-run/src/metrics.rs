@@ -131,6 +131,16 @@ pub struct TrainerRow {
     pub tokens_per_s: f64,
     /// Seconds spent training the step.
     pub step_time_s: f64,
+    /// Seconds of the step's forward passes and losses, summed over its rows (rows side by side
+    /// each count; off the CPU measured to a device synchronisation).
+    #[serde(rename = "time/forward_s", default)]
+    pub forward_s: f64,
+    /// The same of its backward passes.
+    #[serde(rename = "time/backward_s", default)]
+    pub backward_s: f64,
+    /// Seconds of the gradient norm, clipping and the optimizer's update.
+    #[serde(rename = "time/optimizer_s", default)]
+    pub optimizer_s: f64,
     /// Seconds spent waiting for the step's batch.
     pub wait_s: f64,
     /// The batch trained no token, so the optimizer step was skipped (weights unchanged).
@@ -156,6 +166,16 @@ pub struct SftRow {
     pub samples: Option<u64>,
     /// Training throughput.
     pub tokens_per_s: f64,
+    /// Seconds of the step's forward passes and losses, summed over its rows (rows side by side
+    /// each count; off the CPU measured to a device synchronisation).
+    #[serde(rename = "time/forward_s", default)]
+    pub forward_s: f64,
+    /// The same of its backward passes.
+    #[serde(rename = "time/backward_s", default)]
+    pub backward_s: f64,
+    /// Seconds of the gradient norm, clipping and the optimizer's update.
+    #[serde(rename = "time/optimizer_s", default)]
+    pub optimizer_s: f64,
     /// Validation loss, on validation steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,

@@ -115,7 +115,7 @@ fn qwen3_0_6b() {
         let counts = step_counts(std::slice::from_ref(&mb)).expect("counts");
         let mut step = || {
             let rows = std::slice::from_ref(&mb);
-            let (g, _) =
+            let (g, _, _) =
                 step_gradients(&model, &vars, rows, &LossConfig::default(), counts, StepId { step: 1, seed: 0 })
                     .expect("gradients");
             opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");
@@ -174,7 +174,7 @@ fn main() {
             // The trainer's own path: gradients of the step's rows, then the optimizer.
             let mut step = || {
                 let rows = std::slice::from_ref(&mb);
-                let (g, _) =
+                let (g, _, _) =
                     step_gradients(&model, &vars, rows, &LossConfig::default(), counts, StepId { step: 1, seed: 0 })
                         .expect("gradients");
                 opt.step(&vars.vars, &g, 1e-4, 1.0).expect("adamw");

@@ -27,5 +27,5 @@ pub use rl_proto::train::v1::{MicroBatch, TrainBatch};
 pub use sft::{GroupWeighing, SftEnd, SftReport, SftTrainer, tokenize};
 pub use sft_groups::{SftGroup, shares_from_lags};
 pub use sft_rows::{Fit, SftExample, fit, pack, shared_prompt};
-pub use train::{RlTrainer, StepId, StepReport, device, step_gradients};
+pub use train::{RlTrainer, StepId, StepReport, StepTimes, device, step_gradients};
 pub use weights::Trained;

@@ -20,7 +20,7 @@ use crate::loss::{micro_loss, step_counts};
 use crate::optim::{Optimizer, clip_factor, global_norm, lr_at};
 use crate::sft_groups::{Picker, SftGroup, resumed_cursor, shares_from_lags, take_rows};
 use crate::sft_rows::{SftExample, pack};
-use crate::train::{StepId, device, step_gradients};
+use crate::train::{StepId, device, step_gradients, synced_since};
 use crate::weights::{Source, Trained};
 
 fn trains(role: &str, m: &LossMaskConfig) -> bool {
@@ -330,7 +330,7 @@ impl SftTrainer {
             };
             let rows = pack(&batch, seq_len);
             let counts = step_counts(&rows)?;
-            let (grads, stats) = step_gradients(
+            let (grads, stats, mut times) = step_gradients(
                 &self.model,
                 &self.vars,
                 &rows,
@@ -339,9 +339,11 @@ impl SftTrainer {
                 StepId { step: self.step, seed: self.cfg.seed },
             )?;
             let (loss, tokens) = (stats.ce_loss, rows.iter().map(|r| r.input_ids.len()).sum::<usize>());
+            let update = Instant::now();
             let grad_norm = global_norm(&grads)?;
             let lr = lr_at(&self.cfg.scheduler, self.cfg.optim.lr(), self.opt.steps, Some(self.cfg.max_steps));
             self.opt.step(&self.vars.vars, &grads, lr, clip_factor(grad_norm, self.cfg.optim.max_norm()))?;
+            times.optimizer_s = synced_since(self.model.device(), update)?;
             let val_loss = match &self.cfg.val {
                 Some(v)
                     if !val_rows.is_empty()
@@ -380,6 +382,9 @@ impl SftTrainer {
                 tokens: tokens as u64,
                 samples: Some(batch.len() as u64),
                 tokens_per_s: report.tokens_per_s,
+                forward_s: times.forward_s,
+                backward_s: times.backward_s,
+                optimizer_s: times.optimizer_s,
                 val_loss,
                 groups: group_metrics,
             };

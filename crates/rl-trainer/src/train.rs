@@ -40,6 +40,8 @@ pub struct StepReport {
     pub lr: f64,
     /// Seconds of forward, backward and update.
     pub train_s: f64,
+    /// How those seconds split.
+    pub times: StepTimes,
     /// No token of the batch was in any loss: no gradient, no optimizer step (AdamW's momentum
     /// and weight decay would otherwise still move the weights).
     pub optimizer_skipped: bool,
@@ -65,6 +67,9 @@ impl StepReport {
             lr: self.lr,
             tokens_per_s: self.tokens as f64 / self.train_s.max(1e-9),
             step_time_s: self.train_s,
+            forward_s: self.times.forward_s,
+            backward_s: self.times.backward_s,
+            optimizer_s: self.times.optimizer_s,
             wait_s,
             optimizer_skipped: self.optimizer_skipped,
         }
@@ -163,10 +168,11 @@ impl RlTrainer {
                 grad_norm: 0.0,
                 lr,
                 train_s: start.elapsed().as_secs_f64(),
+                times: StepTimes::default(),
                 optimizer_skipped: true,
             });
         }
-        let (grads, stats) = step_gradients(
+        let (grads, stats, mut times) = step_gradients(
             &self.model,
             &self.vars,
             &batch.micro_batches,
@@ -174,11 +180,13 @@ impl RlTrainer {
             counts,
             StepId { step: batch.step, seed: self.cfg.seed },
         )?;
+        let update = Instant::now();
         let grad_norm = global_norm(&grads)?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite { step: batch.step, what: String::from("gradient norm") });
         }
         self.opt.step(&self.vars.vars, &grads, lr, clip_factor(grad_norm, self.cfg.optim.max_norm()))?;
+        times.optimizer_s = synced_since(&self.device, update)?;
         Ok(StepReport {
             step: batch.step,
             stats,
@@ -187,6 +195,7 @@ impl RlTrainer {
             grad_norm,
             lr,
             train_s: start.elapsed().as_secs_f64(),
+            times,
             optimizer_skipped: false,
         })
     }
@@ -232,9 +241,31 @@ impl RlTrainer {
     }
 }
 
+/// Where a step's training time went, in seconds (`time/forward_s`, `time/backward_s`,
+/// `time/optimizer_s` in the trainer's metrics). Forward (the loss included) and backward are
+/// summed over the step's rows: rows that run side by side (small models on CPU) each count, so
+/// the two can add up to more than the step. Off the CPU each phase ends with a device
+/// synchronisation, so a phase is its kernels' time, not the time to queue them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTimes {
+    /// The rows' forward passes and losses.
+    pub forward_s: f64,
+    /// Their backward passes.
+    pub backward_s: f64,
+    /// Gradient norm, clipping and the optimizer's update.
+    pub optimizer_s: f64,
+}
+
+/// Seconds since `start` once `device` has finished the work queued on it (a no-op on the CPU).
+pub(crate) fn synced_since(device: &Device, start: Instant) -> Result<f64> {
+    device.synchronize()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Runs every row's forward and backward pass and sums the gradients in row order (each row's loss is already
 /// divided by the step's counts, so the sum is the gradient of the step's loss). Runs on a rayon
-/// pool thread: the kernels' parallel loops then start without a thread hand-off per op.
+/// pool thread: the kernels' parallel loops then start without a thread hand-off per op. The
+/// times' `optimizer_s` is left at 0 for the caller.
 pub fn step_gradients(
     model: &CausalLm,
     vars: &Trainable,
@@ -242,7 +273,7 @@ pub fn step_gradients(
     loss: &rl_configs::LossConfig,
     counts: crate::loss::StepCounts,
     step: StepId,
-) -> Result<(Vec<Tensor>, LossStats)> {
+) -> Result<(Vec<Tensor>, LossStats, StepTimes)> {
     let small = model.config().num_params() <= ROW_PARALLEL_MAX_PARAMS && model.device().is_cpu();
     let at_once = if small { rayon::current_num_threads().max(1) } else { 1 };
     rl_kernels::on_awake_pool(|| gradients_here(model, vars, rows, loss, counts, step, at_once))
@@ -280,8 +311,9 @@ impl StepId {
 /// thread.
 const ROW_PARALLEL_MAX_PARAMS: usize = 50_000_000;
 
-/// One row's loss gradients (by variable; `None` where the row does not reach it) and statistics.
-type RowGradients = (Vec<Option<Tensor>>, LossStats);
+/// One row's loss gradients (by variable; `None` where the row does not reach it), statistics
+/// and the seconds of its forward and backward passes.
+type RowGradients = (Vec<Option<Tensor>>, LossStats, StepTimes);
 
 fn row_gradients(
     model: &CausalLm,
@@ -292,12 +324,17 @@ fn row_gradients(
     id: StepId,
     row: usize,
 ) -> Result<RowGradients> {
+    let start = Instant::now();
     let (l, s) = micro_loss(model, mb, loss, counts, id.pass(row))?;
     if !(s.rl_loss + s.ce_loss).is_finite() {
         return Err(Error::NonFinite { step: id.step, what: String::from("loss") });
     }
+    let forward_s = synced_since(model.device(), start)?;
+    let start = Instant::now();
     let grads = l.backward()?;
-    Ok((vars.vars.iter().map(|(_, var)| grads.get(var.as_tensor()).cloned()).collect(), s))
+    let backward_s = synced_since(model.device(), start)?;
+    let times = StepTimes { forward_s, backward_s, optimizer_s: 0.0 };
+    Ok((vars.vars.iter().map(|(_, var)| grads.get(var.as_tensor()).cloned()).collect(), s, times))
 }
 
 fn gradients_here(
@@ -308,10 +345,11 @@ fn gradients_here(
     counts: crate::loss::StepCounts,
     id: StepId,
     at_once: usize,
-) -> Result<(Vec<Tensor>, LossStats)> {
+) -> Result<(Vec<Tensor>, LossStats, StepTimes)> {
     let at_once = at_once.max(1);
     let mut acc: Vec<Option<Tensor>> = vec![None; vars.vars.len()];
     let mut stats = LossStats::default();
+    let mut times = StepTimes::default();
     for (c, chunk) in rows.chunks(at_once).enumerate() {
         let one = |(j, mb): (usize, &rl_proto::train::v1::MicroBatch)| {
             row_gradients(model, vars, mb, loss, counts, id, c * at_once + j)
@@ -324,8 +362,10 @@ fn gradients_here(
         };
         // Summed in row order, as one row at a time does: the same step bit for bit.
         for r in done {
-            let (grads, s) = r?;
+            let (grads, s, t) = r?;
             stats.add(&s);
+            times.forward_s += t.forward_s;
+            times.backward_s += t.backward_s;
             for (slot, g) in acc.iter_mut().zip(grads) {
                 if let Some(g) = g {
                     *slot = Some(match slot.take() {
@@ -341,7 +381,7 @@ fn gradients_here(
         .zip(&vars.vars)
         .map(|(g, (_, v))| g.map_or_else(|| v.as_tensor().zeros_like(), Ok))
         .collect::<candle_core::Result<Vec<Tensor>>>()?;
-    Ok((grads, stats))
+    Ok((grads, stats, times))
 }
 
 #[cfg(test)]
@@ -381,7 +421,7 @@ mod tests {
         let id = StepId { step: 4, seed: 9 };
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         let run = |at_once| pool.install(|| gradients_here(&model, &vars, &rows, &loss, counts, id, at_once).unwrap());
-        let ((one, s1), (two, s2)) = (run(1), run(2));
+        let ((one, s1, _), (two, s2, _)) = (run(1), run(2));
         assert_eq!((s1.ce_loss.to_bits(), s1.rl_loss.to_bits()), (s2.ce_loss.to_bits(), s2.rl_loss.to_bits()));
         assert!(s1.ce_loss > 0.0);
         for ((name, _), (a, b)) in vars.vars.iter().zip(one.iter().zip(&two)) {

@@ -88,8 +88,28 @@ fn letters(n: usize, salt: usize) -> String {
     (0..n).map(|i| if (i + salt) % 7 == 6 { ' ' } else { char::from(b'a' + ((i * 13 + salt) % 26) as u8) }).collect()
 }
 
+/// The trainer's figures: tokens/s and, as medians like it, where a step's time went.
+struct Trainer {
+    tokens_per_s: f64,
+    forward_s: f64,
+    backward_s: f64,
+    optimizer_s: f64,
+}
+
+impl Trainer {
+    /// The step's split, for the printed table.
+    fn split(&self, tokens: usize) -> String {
+        let step = tokens as f64 / self.tokens_per_s.max(1e-9);
+        let rest = step - self.forward_s - self.backward_s - self.optimizer_s;
+        format!(
+            "a step {step:.2} s: forward + loss {:.2} s, backward {:.2} s, optimizer {:.2} s, the rest {rest:.2} s",
+            self.forward_s, self.backward_s, self.optimizer_s
+        )
+    }
+}
+
 /// Trainer tokens/s on rows of one `tokens`-token sample.
-fn trainer(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
+fn trainer(o: &Options, model: &Path, work: &Path) -> anyhow::Result<Trainer> {
     let data = work.join("long.jsonl");
     let rows: Vec<String> = (0..8)
         .map(|i| json!({"prompt": letters(32, i), "completion": letters(o.tokens - 96, i + 1)}).to_string())
@@ -108,15 +128,17 @@ fn trainer(o: &Options, model: &Path, work: &Path) -> anyhow::Result<f64> {
         .arg(work);
     run_ok(&mut cmd, "rl sft (trainer throughput)")?;
     let rows = jsonl(&work.join("gpu-train/metrics.jsonl"))?;
-    let tps: Vec<f64> = rows
-        .iter()
-        .filter(|r| r["step"].as_u64().is_some_and(|s| s > 1))
-        .filter_map(|r| r["tokens_per_s"].as_f64())
-        .collect();
-    if tps.is_empty() {
+    let timed: Vec<&Value> = rows.iter().filter(|r| r["step"].as_u64().is_some_and(|s| s > 1)).collect();
+    let of = |key: &str| median(timed.iter().filter_map(|r| r[key].as_f64()).collect());
+    if timed.is_empty() {
         bail!("rl sft wrote no step rows to {}", work.join("gpu-train/metrics.jsonl").display());
     }
-    Ok(median(tps))
+    Ok(Trainer {
+        tokens_per_s: of("tokens_per_s"),
+        forward_s: of("time/forward_s"),
+        backward_s: of("time/backward_s"),
+        optimizer_s: of("time/optimizer_s"),
+    })
 }
 
 /// The same trainer step in PyTorch + transformers on this machine's GPU (the python3 on PATH must
@@ -253,8 +275,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     run_ok(&mut init, "rl model init")?;
     let name = o.preset.clone();
 
-    let train = trainer(&o, &model, &work)?;
-    crate::workspace::eprintln_flush(&format!("bench gpu: trainer {train:.0} tokens/s"));
+    let trained = trainer(&o, &model, &work)?;
+    let (train, split) = (trained.tokens_per_s, trained.split(o.tokens));
+    crate::workspace::eprintln_flush(&format!("bench gpu: trainer {train:.0} tokens/s; {split}"));
     let reference = torch_reference(&o, &model);
     crate::workspace::eprintln_flush(&format!("bench gpu: PyTorch reference {reference:?}"));
     let server = serve(&o, &model, &work)?;
@@ -278,7 +301,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         Err(e) => format!("  PyTorch reference not measured: {e:#}\n"),
     };
     let text = format!(
-        "\nGPU benchmark: {} ({} {}), {}\n  trainer, {}-token rows: {train:.0} tokens/s (prime-rl, Qwen3-0.6B RL at 16k on one H100: {PRIME_RL_TOKENS_PER_S:.0}; ratio {:.2}x)\n  decode, batch 1: {b1:.0} tokens/s; batch 64: {b64:.0} tokens/s\n  mismatch KL (trainer vs inference, on-policy): {kl:.2e} (target < 1e-3)\n",
+        "\nGPU benchmark: {} ({} {}), {}\n  trainer, {}-token rows: {train:.0} tokens/s (prime-rl, Qwen3-0.6B RL at 16k on one H100: {PRIME_RL_TOKENS_PER_S:.0}; ratio {:.2}x)\n    {split} (medians)\n  decode, batch 1: {b1:.0} tokens/s; batch 64: {b64:.0} tokens/s\n  mismatch KL (trainer vs inference, on-policy): {kl:.2e} (target < 1e-3)\n",
         o.preset,
         o.device,
         o.dtype,

@@ -207,6 +207,10 @@ fn sft_stops_once_the_validation_loss_reaches_stop_below() {
         .collect();
     assert_eq!(rows.len(), 5, "stopped at the first validation (step 5)");
     assert!(rows[4]["val_loss"].as_f64().is_some());
+    // Each step says where its time went.
+    for key in ["time/forward_s", "time/backward_s", "time/optimizer_s"] {
+        assert!(rows.iter().all(|r| r[key].as_f64().is_some_and(|s| s > 0.0)), "{key}: {}", rows[0]);
+    }
     assert!(run.join("model/model.safetensors").exists(), "the model of the stopping step is written");
     // A threshold that is not a positive loss is refused.
     let bad = rl(&["sft", "@", "configs/reverse_text/sft.toml", "--val.stop-below", "0", "--dry-run"]);

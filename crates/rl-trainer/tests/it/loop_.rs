@@ -148,8 +148,18 @@ fn broadcasts_metrics_and_checkpoints_are_written_and_old_broadcasts_cleaned() {
         "lr",
         "tokens_per_s",
         "step_time_s",
+        "time/forward_s",
+        "time/backward_s",
+        "time/optimizer_s",
     ] {
         assert!(lines[0].get(key).is_some(), "metric {key}");
+    }
+    // Every phase took time, and the optimizer's (one phase of the step, after the rows) fits
+    // inside the step's time.
+    let rows: Vec<TrainerRow> = read_jsonl(&RunDir::new(&run).trainer_metrics()).unwrap();
+    for r in &rows {
+        assert!(r.forward_s > 0.0 && r.backward_s > 0.0 && r.optimizer_s > 0.0, "step {}: {r:?}", r.step);
+        assert!(r.optimizer_s < r.step_time_s, "step {}: {r:?}", r.step);
     }
 }
 
