@@ -84,7 +84,7 @@ pub(crate) fn eval(_command: &str, config: &OrchestratorConfig) -> anyhow::Resul
         .collect();
     let path = run.eval_result();
     write_json_atomic(&path, &serde_json::Value::Object(metrics))?;
-    writeln!(out, "wrote {}", path.display())?;
+    writeln!(out, "wrote {} and the traces {}", path.display(), run.eval_traces(0).display())?;
     if !failed.is_empty() {
         anyhow::bail!("every example of {} failed (the warnings above say why)", failed.join(", "));
     }

@@ -79,12 +79,12 @@ pub(crate) fn load(run: &RunDir, step: Option<u64>) -> Result<OrchestratorState>
     Ok(state)
 }
 
-/// Removes rollouts and broadcasts of steps after `step` (on a fresh run, `step` = 0: everything
+/// Removes rollouts, evaluation traces and broadcasts of steps after `step` (on a fresh run, `step` = 0: everything
 /// an earlier run left except the starting weights), and metrics rows after `step`. Returns the
 /// torn last line of `metrics.jsonl` it cut (a crash mid-append), for the caller to report where
 /// a person sees it.
 pub fn clean_after(run: &RunDir, step: u64) -> Result<Option<String>> {
-    for dir in [run.rollouts(), run.broadcasts()] {
+    for dir in [run.rollouts(), run.evals(), run.broadcasts()] {
         for (n, path) in steps_in(&dir) {
             if n > step {
                 std::fs::remove_dir_all(&path).map_err(|e| Error::io(&path, &e))?;
@@ -128,6 +128,7 @@ mod tests {
         for s in 0..=4 {
             std::fs::create_dir_all(run.broadcast(s)).unwrap();
             std::fs::create_dir_all(run.rollout_step(s)).unwrap();
+            std::fs::create_dir_all(run.eval_traces(s).parent().unwrap()).unwrap();
         }
         let rows: String = (1..=4).map(|s| format!("{{\"step\":{s}}}\n")).collect();
         std::fs::write(run.metrics(), rows + "{\"step\":5,\"rew").unwrap();
@@ -135,6 +136,7 @@ mod tests {
         let left = |dir: PathBuf| steps_in(&dir).into_iter().map(|(n, _)| n).collect::<Vec<_>>();
         assert_eq!(left(run.broadcasts()), vec![0, 1, 2]);
         assert_eq!(left(run.rollouts()), vec![0, 1, 2]);
+        assert_eq!(left(run.evals()), vec![0, 1, 2]);
         assert_eq!(std::fs::read_to_string(run.metrics()).unwrap(), "{\"step\":1}\n{\"step\":2}\n");
         clean_after(&run, 0).unwrap();
         assert_eq!(left(run.broadcasts()), vec![0], "a fresh run keeps only the starting weights");

@@ -105,14 +105,25 @@ pub(crate) fn member_rewards(name: &str, traces: &[&rl_serve::pb::Trace]) -> Map
     sums.into_iter().map(|(m, (sum, n))| (format!("eval/{name}/reward/member/{m}"), json!(sum / n as f64))).collect()
 }
 
+/// What an evaluation measured, and its rollouts for the traces file.
+pub(crate) struct Evaluated {
+    /// `eval/<env>/...` metrics.
+    pub metrics: Map<String, Value>,
+    /// Every rollout that came back, with its env's name, in example order.
+    pub traces: Vec<(String, rl_serve::pb::Trace)>,
+    /// The policy version they were sampled with.
+    pub policy_version: u64,
+}
+
 /// Evaluates every eval env with the policy version loaded now: each of its first `examples`
 /// tasks `k` times, as one dispatch.
 pub(crate) async fn evaluate(
     envs: &[&EvalEnv],
     dispatch: Dispatch<'_>,
     policy: &mut PolicyVersion,
-) -> Result<Map<String, Value>> {
+) -> Result<Evaluated> {
     let mut out = Map::new();
+    let mut all_traces = Vec::new();
     for e in envs {
         let started = Instant::now();
         let jobs: Vec<GroupJob<'_>> = (0..e.examples)
@@ -158,8 +169,10 @@ pub(crate) async fn evaluate(
         out.insert(format!("eval/{}/dropped", e.name), json!(collected.dropped_total()));
         out.insert(format!("eval/{}/policy_version", e.name), json!(policy.get()));
         out.insert(format!("eval/{}/time_s", e.name), json!(started.elapsed().as_secs_f64()));
+        all_traces
+            .extend(collected.groups.into_iter().flat_map(|(traces, _)| traces).map(|(_, t)| (e.name.clone(), t)));
     }
-    Ok(out)
+    Ok(Evaluated { metrics: out, traces: all_traces, policy_version: policy.get() })
 }
 
 #[cfg(test)]

@@ -39,4 +39,4 @@ pub use orchestrator::{Orchestrator, StepSummary};
 pub use rollout::{Group, Rollout};
 pub use sampler::{EnvShape, Planned, Sampler};
 pub use sink::{TrainingSample, pack, samples};
-pub use writer::{write_batch, write_traces};
+pub use writer::{write_batch, write_eval_traces, write_traces};

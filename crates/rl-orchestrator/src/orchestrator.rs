@@ -29,7 +29,7 @@ use crate::sampler::{EnvShape, Sampler};
 use crate::seq_len::check_trainable_within;
 use crate::sink::{TrainingSample, pack, samples};
 use crate::task_rate::TaskRate;
-use crate::writer::{write_batch, write_traces};
+use crate::writer::{write_batch, write_eval_traces, write_traces};
 
 /// What one step produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -461,6 +461,9 @@ impl Orchestrator {
             fatal_errors: false,
             rate: self.rate.as_ref(),
         };
-        evaluate(&envs, dispatch, &mut self.policy).await
+        let done = evaluate(&envs, dispatch, &mut self.policy).await?;
+        let traces = done.traces.iter().map(|(env, t)| (env.as_str(), t));
+        write_eval_traces(&self.run, step, traces, done.policy_version)?;
+        Ok(done.metrics)
     }
 }

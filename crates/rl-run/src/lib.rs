@@ -15,6 +15,7 @@
 //! <run>/curves.svg                           curves drawn from the two files above
 //! <run>/rollouts/step_N/rank_0.bin           training batch of step N (orchestrator -> trainer)
 //! <run>/rollouts/step_N/traces.jsonl         the step's traces as text (for people)
+//! <run>/evals/step_N/traces.jsonl            the evaluation's traces at step N (0: before training, `rl eval`)
 //! <run>/broadcasts/step_N/model.safetensors  weights after step N (trainer -> inference)
 //! <run>/broadcasts/step_N/STABLE             written last: the broadcast is complete
 //! <run>/checkpoints/step_N/trainer/          weights, optimizer, progress.json
@@ -195,6 +196,17 @@ impl RunDir {
         self.rollout_step(step).join(TRACES_FILE)
     }
 
+    /// Per-step evaluation directories.
+    pub fn evals(&self) -> PathBuf {
+        self.root.join("evals")
+    }
+
+    /// The traces of the evaluation run at `step` (every eval env's, one line per rollout, as
+    /// [`RunDir::traces`]); step 0 is the evaluation before training and `rl eval`'s.
+    pub fn eval_traces(&self, step: u64) -> PathBuf {
+        self.evals().join(step_name(step)).join(TRACES_FILE)
+    }
+
     /// Weight broadcasts.
     pub fn broadcasts(&self) -> PathBuf {
         self.root.join("broadcasts")
@@ -297,6 +309,7 @@ mod tests {
         assert_eq!(rel(run.orchestrator_state(4)), "checkpoints/step_4/orchestrator/state.json");
         assert_eq!(rel(run.model()), "model");
         assert_eq!(rel(run.eval_result()), "eval.json");
+        assert_eq!(rel(run.eval_traces(100)), "evals/step_100/traces.jsonl");
     }
 
     #[test]

@@ -310,6 +310,24 @@ async fn online_eval_reports_avg_and_pass_at_k() {
     assert_eq!(m["eval/reverse-text/pass@1"], 0.5);
     assert_eq!(m["eval/reverse-text/pass@4"], 1.0);
     assert_eq!(m["eval/reverse-text/policy_version"], 1);
+    // Each evaluation's rollouts are in its traces file, every env's, tagged with its name.
+    let eval_traces = |step: u64| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(RunDir::new(tmp.path()).eval_traces(step)).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let at_start = eval_traces(0);
+    assert_eq!(at_start.len(), 2 * 3 * 4, "two envs x 3 examples x k = 4");
+    let envs: std::collections::BTreeSet<&str> = at_start.iter().map(|t| t["env"].as_str().unwrap()).collect();
+    assert_eq!(envs, ["every-step", "reverse-text"].into());
+    assert!(
+        at_start.iter().all(|t| t["task"].as_str().unwrap().starts_with("test/")),
+        "eval tasks come from the test split"
+    );
+    let at_2 = eval_traces(2);
+    let solved = at_2.iter().filter(|t| t["env"] == "reverse-text" && t["reward"].as_f64().unwrap() > 0.0).count();
+    assert_eq!(solved, 6, "avg@4 of 0.5 over 3 examples: 6 of the 12 rollouts");
+    assert!(at_2.iter().all(|t| t["policy_version"] == 1 && t["messages"].as_array().unwrap().len() >= 2));
+    assert_eq!(eval_traces(1).len(), 3 * 4, "step 1: the every-step env alone");
     // The same evaluation standalone (`rl eval`): eval envs only, no training envs needed.
     let mut standalone = cfg.clone();
     standalone.train.env[0].address = None;
