@@ -22,6 +22,7 @@ pub(crate) fn command(run: &RunDir, w: &WandbConfig, single: bool) -> Vec<String
             "metrics": run.metrics(),
             "trainer_metrics": run.trainer_metrics(),
             "traces": run.traces_template(),
+            "eval_traces": run.eval_traces_template(),
             "config": config,
         },
     });
@@ -87,6 +88,10 @@ mod tests {
         assert_eq!(paths["trainer_metrics"], serde_json::json!(run.trainer_metrics()));
         assert_eq!(paths["config"], serde_json::json!(run.config(ConfigPart::Rl)));
         assert_eq!(paths["traces"].as_str().unwrap().replace("{step}", "7"), run.traces(7).display().to_string());
+        assert_eq!(
+            paths["eval_traces"].as_str().unwrap().replace("{step}", "7"),
+            run.eval_traces(7).display().to_string()
+        );
         assert_eq!(rl["dir"], serde_json::json!(run.wandb()));
         let sft = settings(&command(&run, &w, true));
         assert_eq!(sft["paths"]["config"], serde_json::json!(run.config(ConfigPart::Sft)));
@@ -107,5 +112,6 @@ mod tests {
             assert!(!source.contains(&quoted), "tracking.py spells the run file {quoted}; take it from `paths`");
         }
         assert!(!source.contains("\"rollouts\"") && !source.contains("\"configs\"") && !source.contains("\"trainer\""));
+        assert!(!source.contains("\"evals\""));
     }
 }

@@ -41,7 +41,8 @@ pub struct WandbConfig {
     pub tags: Vec<String>,
     /// `online`, `offline` or `disabled`.
     pub mode: WandbMode,
-    /// Log a table of samples (prompt, completion, reward) every this many steps (0: never).
+    /// Log a table of samples (prompt, completion, reward) every this many steps, and one of each
+    /// evaluation's rollouts with it (0: never).
     pub samples_every: u64,
     /// The Python interpreter (and its first arguments) with `rl_env` and `wandb` installed.
     pub python: Vec<String>,

@@ -207,6 +207,11 @@ impl RunDir {
         self.evals().join(step_name(step)).join(TRACES_FILE)
     }
 
+    /// [`RunDir::eval_traces`] as a template with `{step}` for the step (the tracking sidecar).
+    pub fn eval_traces_template(&self) -> String {
+        self.evals().join(step_name("{step}")).join(TRACES_FILE).display().to_string()
+    }
+
     /// Weight broadcasts.
     pub fn broadcasts(&self) -> PathBuf {
         self.root.join("broadcasts")
@@ -310,6 +315,7 @@ mod tests {
         assert_eq!(rel(run.model()), "model");
         assert_eq!(rel(run.eval_result()), "eval.json");
         assert_eq!(rel(run.eval_traces(100)), "evals/step_100/traces.jsonl");
+        assert_eq!(run.eval_traces_template().replace("{step}", "9"), run.eval_traces(9).display().to_string());
     }
 
     #[test]

@@ -66,6 +66,7 @@ def run_paths(run: Path, config: str):
         "metrics": str(run / "metrics.jsonl"),
         "trainer_metrics": str(run / "trainer" / "metrics.jsonl"),
         "traces": str(run / "rollouts" / "step_{step}" / "traces.jsonl"),
+        "eval_traces": str(run / "evals" / "step_{step}" / "traces.jsonl"),
         "config": str(run / "configs" / config),
     }
 
@@ -102,6 +103,7 @@ class TrackingTest(unittest.TestCase):
                 "messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": "cba"}],
             }
             write_lines(run / "rollouts" / "step_2" / "traces.jsonl", [trace])
+            write_lines(run / "evals" / "step_0" / "traces.jsonl", [trace, trace])
             settings = {
                 "project": "p",
                 "group": "sweep-1",
@@ -120,6 +122,8 @@ class TrackingTest(unittest.TestCase):
             self.assertEqual(json.loads(first[1]["trainer/loss"]), 1.5)
             self.assertEqual(json.loads(first[1]["rollouts/count"]), 8)
             self.assertEqual(json.loads(first[2]["rollout_samples/nrows"]), 1, "a samples table at step 2")
+            self.assertEqual(json.loads(first[0]["eval_samples/nrows"]), 2, "the step-0 evaluation's samples")
+            self.assertNotIn("eval_samples/nrows", first[2], "no evaluation at step 2")
             state = json.loads((run / "wandb" / "state.json").read_text())
             self.assertEqual(state["logged_step"], 2)
 

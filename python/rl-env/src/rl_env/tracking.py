@@ -171,12 +171,16 @@ class Tracker:
         if trainer:
             data.update(flatten({k: v for k, v in trainer.items() if k != "step"}, "trainer/"))
         every = int(self.settings.get("samples_every") or 0)
+        columns = ["step", "env", "prompt", "completion", "reward"]
         if every and step > 0 and step % every == 0:
             rows = samples(self.paths["traces"], step)
             if rows:
-                data["rollout_samples"] = self.wandb.Table(
-                    columns=["step", "env", "prompt", "completion", "reward"], data=rows
-                )
+                data["rollout_samples"] = self.wandb.Table(columns=columns, data=rows)
+        # Evaluations are sparse already: each one's samples go with it whenever samples are on.
+        if every and orch and any(k.startswith("eval/") for k in orch) and "eval_traces" in self.paths:
+            rows = samples(self.paths["eval_traces"], step)
+            if rows:
+                data["eval_samples"] = self.wandb.Table(columns=columns, data=rows)
         self.run.log(data, step=step)
         self.sent = step
 
