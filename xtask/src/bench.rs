@@ -86,7 +86,7 @@ const NAMES: [&str; 8] =
 
 const USAGE: &str = "usage: cargo xtask bench [NAME] [--no-reference]
   NAME: one of dry-run, generate, train-step, train-0.6b, rl-step, env-server, python-env (all but gpu when omitted),
-        or gpu [--rl PATH] [--device D] [--dtype T] [--preset P] [--tokens N]
+        or gpu [--rl PATH] [--device D] [--dtype T] [--preset P] [--tokens N] [--trainer-only]
   --no-reference: skip the Python references (PyTorch, PEFT, HF generate, TRL)";
 
 /// Which benchmarks a command line asks for.

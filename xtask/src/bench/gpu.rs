@@ -32,6 +32,10 @@ struct Options {
     dtype: String,
     preset: String,
     tokens: usize,
+    /// Measure the PyTorch reference (off with `--no-reference`).
+    reference: bool,
+    /// Stop after the trainer (`--trainer-only`: an A/B of a trainer change in a minute or two).
+    trainer_only: bool,
 }
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
@@ -42,6 +46,8 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
         dtype: String::from("bf16"),
         preset: String::from("qwen3-0.6b"),
         tokens: 16_384,
+        reference: true,
+        trainer_only: false,
     };
     let mut it = args.iter().filter(|a| a.as_str() != "gpu");
     while let Some(flag) = it.next() {
@@ -52,8 +58,11 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--dtype" => o.dtype = value()?.clone(),
             "--preset" => o.preset = value()?.clone(),
             "--tokens" => o.tokens = value()?.parse().context("--tokens takes a number")?,
-            "--no-reference" => {}
-            other => bail!("unknown option {other} (--rl PATH, --device, --dtype, --preset, --tokens N)"),
+            "--no-reference" => o.reference = false,
+            "--trainer-only" => o.trainer_only = true,
+            other => bail!(
+                "unknown option {other} (--rl PATH, --device, --dtype, --preset, --tokens N, --no-reference, --trainer-only)"
+            ),
         }
     }
     if !o.rl.exists() {
@@ -278,8 +287,24 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let trained = trainer(&o, &model, &work)?;
     let (train, split) = (trained.tokens_per_s, trained.split(o.tokens));
     crate::workspace::eprintln_flush(&format!("bench gpu: trainer {train:.0} tokens/s; {split}"));
-    let reference = torch_reference(&o, &model);
-    crate::workspace::eprintln_flush(&format!("bench gpu: PyTorch reference {reference:?}"));
+    if o.trainer_only {
+        let text = format!(
+            "\nGPU benchmark, trainer only: {} ({} {}), {}\n  trainer, {}-token rows: {train:.0} tokens/s\n    {split} (medians)\n",
+            o.preset,
+            o.device,
+            o.dtype,
+            o.rl.display(),
+            o.tokens,
+        );
+        super::reference::print_out(&text);
+        return Ok(());
+    }
+    let reference = if o.reference { torch_reference(&o, &model) } else { Err(anyhow::anyhow!("--no-reference")) };
+    let said = match &reference {
+        Ok(v) => v.to_string(),
+        Err(e) => format!("not measured: {e:#}"),
+    };
+    crate::workspace::eprintln_flush(&format!("bench gpu: PyTorch reference {said}"));
     let server = serve(&o, &model, &work)?;
     let _ = decode(&server, &name, 1, 8)?;
     let b1 = decode(&server, &name, 1, 256)?;
@@ -311,4 +336,27 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     );
     super::reference::print_out(&(text + &reference));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        let rl = env!("CARGO_MANIFEST_PATH");
+        ["gpu", "--rl", rl].iter().chain(list).map(|s| String::from(*s)).collect()
+    }
+
+    #[test]
+    fn every_accepted_option_does_something_and_others_are_refused() {
+        let o = parse(&args(&[])).unwrap();
+        assert!(o.reference && !o.trainer_only && o.tokens == 16_384 && o.device == "cuda");
+        let o = parse(&args(&["--no-reference", "--trainer-only", "--tokens", "1024", "--device", "cpu"])).unwrap();
+        assert!(!o.reference && o.trainer_only && o.tokens == 1024 && o.device == "cpu");
+        let err = parse(&args(&["--quick"])).err().unwrap().to_string();
+        assert!(err.contains("unknown option --quick") && err.contains("--trainer-only"), "{err}");
+        assert!(parse(&args(&["--tokens", "100"])).is_err(), "below 256 tokens");
+        let missing = parse(&["gpu", "--rl", "/nonexistent/rl"].map(String::from)).err().unwrap().to_string();
+        assert!(missing.contains("build-cuda"), "{missing}");
+    }
 }

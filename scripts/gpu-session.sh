@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A lent GPU session's benchmark in one device call (docs/gpu.md, "A device session").
+#
+#   here:       ./scripts/gpu-session.sh pack
+#               builds the CUDA `rl` (cargo xtask build-cuda) and the xtask binary, and leaves them
+#               stripped and xz-compressed in target/gpu-carry (~15 MB: a call carries 64 MiB).
+#   on the GPU: ./scripts/gpu-session.sh run [bench gpu options...]
+#               (device `run` with carry = ["target/gpu-carry"]): unpacks them, puts the machine's
+#               own CUDA 13 libraries (its PyTorch's nvidia wheels) on the library path, then runs
+#               `xtask bench gpu` whole and its trainer again with the two CUDA leads undone
+#               (RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1), with `nvidia-smi dmon` beside
+#               them. Everything lands in $OUT (or target/gpu-session): bench.txt, leads-off.txt,
+#               dmon.txt, the trainer's metrics.jsonl of each.
+# The run half's plumbing runs on a CPU too, with a CPU build packed by hand and
+# `run --device cpu --dtype f32 --preset tiny --tokens 1024`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+carry=target/gpu-carry
+case "${1:-}" in
+  pack)
+    cargo xtask build-cuda
+    cargo build --release --locked -p xtask
+    rm -rf "$carry"
+    mkdir -p "$carry"
+    strip -o "$carry/rl" target/cuda/dist/bin/rl
+    strip -o "$carry/xtask" target/release/xtask
+    xz -T0 -6 "$carry/rl" "$carry/xtask"
+    # xtask finds the repository where it was built; `run` links that path to the copy it runs in.
+    pwd >"$carry/built-at"
+    du -sh "$carry"
+    ;;
+  run)
+    shift
+    out=${OUT:-target/gpu-session}
+    mkdir -p "$out"
+    bin=$(mktemp -d)
+    for b in rl xtask; do
+      xz -dc "$carry/$b.xz" >"$bin/$b"
+      chmod +x "$bin/$b"
+    done
+    built_at=$(cat "$carry/built-at")
+    if [[ $built_at != "$(pwd)" && ! -e $built_at ]]; then
+      mkdir -p "$(dirname "$built_at")"
+      ln -s "$(pwd)" "$built_at"
+    fi
+    if libs=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null); then
+      export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    dmon=""
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1 || true
+      nvidia-smi dmon -s u -d 1 >"$out/dmon.txt" 2>&1 &
+      dmon=$!
+    fi
+    trap '[[ -n $dmon ]] && kill $dmon 2>/dev/null || true' EXIT
+    work=target/bench/gpu
+    echo "== bench gpu (the CUDA leads on)"
+    SECONDS=0
+    "$bin/xtask" bench gpu --rl "$bin/rl" "$@" 2>&1 | tee "$out/bench.txt"
+    cp "$work/gpu-train/metrics.jsonl" "$out/train-metrics.jsonl"
+    echo "== took ${SECONDS}s; the trainer again with both leads undone"
+    SECONDS=0
+    RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1 "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@" 2>&1 |
+      tee "$out/leads-off.txt"
+    cp "$work/gpu-train/metrics.jsonl" "$out/leads-off-metrics.jsonl"
+    echo "== took ${SECONDS}s"
+    ;;
+  *)
+    echo "usage: $0 pack | run [bench gpu options...]" >&2
+    exit 2
+    ;;
+esac
