@@ -7,10 +7,10 @@
 #   on the GPU: ./scripts/gpu-session.sh run [bench gpu options...]
 #               (device `run` with carry = ["target/gpu-carry"]): unpacks them, puts the machine's
 #               own CUDA 13 libraries (its PyTorch's nvidia wheels) on the library path, then runs
-#               `xtask bench gpu` whole and its trainer again with the two CUDA leads undone
-#               (RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1), with `nvidia-smi dmon` beside
-#               them. Everything lands in $OUT (or target/gpu-session): bench.txt, leads-off.txt,
-#               dmon.txt, the trainer's metrics.jsonl of each.
+#               the trainer of `xtask bench gpu` with the two CUDA leads (leads-on) and with both
+#               undone (leads-off: RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1), then the whole
+#               benchmark (bench), with `nvidia-smi dmon` beside them. Everything lands in $OUT
+#               (or target/gpu-session): <stage>.txt and <stage>-metrics.jsonl, dmon.txt, gpu.txt.
 # The run half's plumbing runs on a CPU too, with a CPU build packed by hand and
 # `run --device cpu --dtype f32 --preset tiny --tokens 1024`.
 set -euo pipefail
@@ -54,16 +54,24 @@ case "${1:-}" in
     fi
     trap '[[ -n $dmon ]] && kill $dmon 2>/dev/null || true' EXIT
     work=target/bench/gpu
-    echo "== bench gpu (the CUDA leads on)"
-    SECONDS=0
-    "$bin/xtask" bench gpu --rl "$bin/rl" "$@" 2>&1 | tee "$out/bench.txt"
-    cp "$work/gpu-train/metrics.jsonl" "$out/train-metrics.jsonl"
-    echo "== took ${SECONDS}s; the trainer again with both leads undone"
-    SECONDS=0
-    RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1 "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@" 2>&1 |
-      tee "$out/leads-off.txt"
-    cp "$work/gpu-train/metrics.jsonl" "$out/leads-off-metrics.jsonl"
-    echo "== took ${SECONDS}s"
+    # A stage that fails is reported and the next one still runs: the A/B comes first, since it
+    # is what the session is for, then the whole benchmark.
+    stage() {
+      local name=$1
+      shift
+      echo "== $name"
+      SECONDS=0
+      if "$@" 2>&1 | tee "$out/$name.txt"; then
+        cp "$work/gpu-train/metrics.jsonl" "$out/$name-metrics.jsonl" 2>/dev/null || true
+        echo "== $name took ${SECONDS}s"
+      else
+        echo "== $name FAILED after ${SECONDS}s"
+      fi
+    }
+    stage leads-on "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@"
+    stage leads-off env RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1 \
+      "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@"
+    stage bench "$bin/xtask" bench gpu --rl "$bin/rl" "$@"
     ;;
   *)
     echo "usage: $0 pack | run [bench gpu options...]" >&2
