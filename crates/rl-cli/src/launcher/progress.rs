@@ -1,5 +1,6 @@
 //! What a person watching `rl rl` sees: one line per orchestrator step (reward, the trainer's
-//! latest mismatch KL and speed, why a step trained nothing, failed reward functions), warnings
+//! latest mismatch KL and speed, why a step trained nothing, failed reward functions), one per
+//! evaluation (each eval env's reward and pass@k, where its rollouts are), warnings
 //! when trainer steps train nothing, `<run>/curves.svg` redrawn and the TensorBoard mirror, all fed
 //! by the rows the orchestrator and trainer append to their `metrics.jsonl`.
 
@@ -29,6 +30,8 @@ pub(crate) struct Progress {
     /// resuming).
     shown: u64,
     trained: BTreeMap<u64, Trained>,
+    /// The step of the last evaluation shown (`None`: none yet, not even the step-0 one).
+    evals_shown: Option<u64>,
     /// The streak of steps that trained nothing last warned about.
     warned_idle: usize,
     board: Option<Board>,
@@ -38,7 +41,17 @@ impl Progress {
     /// Shows steps after `shown`; mirrors rows into TensorBoard under `tensorboard` when given.
     pub(crate) fn new(max_steps: Option<u64>, shown: u64, tensorboard: Option<&Path>) -> anyhow::Result<Self> {
         let board = tensorboard.map(|dir| Board::open(dir, shown)).transpose()?;
-        Ok(Progress { started: Instant::now(), max_steps, shown, trained: BTreeMap::new(), warned_idle: 0, board })
+        // A resumed run showed its evaluations up to `shown` before.
+        let evals_shown = (shown > 0).then_some(shown);
+        Ok(Progress {
+            started: Instant::now(),
+            max_steps,
+            shown,
+            evals_shown,
+            trained: BTreeMap::new(),
+            warned_idle: 0,
+            board,
+        })
     }
 
     /// The step the run is waiting for.
@@ -59,6 +72,12 @@ impl Progress {
         }
         let mut stepped = false;
         for row in read_jsonl::<MetricsRow>(&run.metrics()).unwrap_or_default() {
+            if self.evals_shown.is_none_or(|s| row.step > s)
+                && let Some(line) = eval_line(&row, &run.eval_traces(row.step))
+            {
+                self.evals_shown = Some(row.step);
+                writeln!(out, "{line}")?;
+            }
             let Some(rollouts) = row.rollouts.as_ref().filter(|_| row.step > self.shown) else { continue };
             self.shown = row.step;
             stepped = true;
@@ -108,6 +127,44 @@ impl Progress {
         }
         Ok(())
     }
+}
+
+/// The line of the evaluation a row holds, if any: per eval env its mean reward, examples, errors
+/// and its widest pass@k, then where its rollouts are.
+fn eval_line(row: &MetricsRow, traces: &Path) -> Option<String> {
+    let get = |env: &str, key: &str| row.keyed.get(&format!("eval/{env}/{key}")).and_then(serde_json::Value::as_f64);
+    let envs: Vec<&str> = row
+        .keyed
+        .keys()
+        .filter_map(|k| k.strip_prefix("eval/")?.strip_suffix("/examples"))
+        .filter(|env| get(env, "reward/mean").is_some() && get(env, "errors").is_some())
+        .collect();
+    if envs.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = envs
+        .iter()
+        .map(|env| {
+            let errors = get(env, "errors").unwrap_or(0.0);
+            let mut part = format!(
+                "{env} reward {:.4} ({} examples{})",
+                get(env, "reward/mean").unwrap_or(f64::NAN),
+                get(env, "examples").unwrap_or(0.0),
+                if errors > 0.0 { format!(", {errors} failed") } else { String::new() }
+            );
+            let prefix = format!("eval/{env}/pass@");
+            let widest = row
+                .keyed
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.parse::<u64>().ok()?, v.as_f64()?)))
+                .max_by_key(|(k, _)| *k);
+            if let Some((k, v)) = widest {
+                part.push_str(&format!(", pass@{k} {v:.4}"));
+            }
+            part
+        })
+        .collect();
+    Some(format!("eval at step {} | {} | rollouts in {}", row.step, parts.join(" | "), traces.display()))
 }
 
 /// Reward functions that failed in a step (they score 0, so a run would otherwise learn from zeros
@@ -234,6 +291,56 @@ mod tests {
         let clean: rl_run::MetricsRow =
             serde_json::from_value(serde_json::json!({"step": 3, "env/arith/reward_errors": 0.0})).unwrap();
         assert_eq!(super::reward_error_note(&clean, &traces), None);
+    }
+
+    #[test]
+    fn an_evaluation_gets_its_own_line_with_each_envs_figures_and_its_traces() {
+        let row: rl_run::MetricsRow = serde_json::from_value(serde_json::json!({
+            "step": 0,
+            "eval/wiki-nav/reward/mean": 0.4479, "eval/wiki-nav/examples": 64, "eval/wiki-nav/errors": 0,
+            "eval/wiki-nav/avg@4": 0.45, "eval/wiki-nav/pass@1": 0.375, "eval/wiki-nav/pass@4": 0.5,
+            "eval/wiki-nav/reward/examples": 1.0,
+            "eval/debate/reward/mean": 0.1, "eval/debate/examples": 8, "eval/debate/errors": 2,
+            "env/wiki-nav/reward": 0.3
+        }))
+        .unwrap();
+        let traces = std::path::Path::new("out/evals/step_0/traces.jsonl");
+        assert_eq!(
+            super::eval_line(&row, traces).unwrap(),
+            "eval at step 0 | debate reward 0.1000 (8 examples, 2 failed) | wiki-nav reward 0.4479 (64 examples), \
+             pass@4 0.5000 | rollouts in out/evals/step_0/traces.jsonl"
+        );
+        let step: rl_run::MetricsRow =
+            serde_json::from_value(serde_json::json!({"step": 3, "env/wiki-nav/reward": 0.3})).unwrap();
+        assert_eq!(super::eval_line(&step, traces), None, "a step without an evaluation has no eval line");
+    }
+
+    #[test]
+    fn the_step_0_evaluation_is_shown_once_and_a_resumed_run_shows_only_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = rl_run::RunDir::new(dir.path());
+        let eval = |step: u64| serde_json::json!({"step": step, "eval/rt/reward/mean": 0.5, "eval/rt/examples": 4, "eval/rt/errors": 0});
+        let mut step2 = eval(2);
+        step2["reward/mean"] = serde_json::json!(0.25);
+        let rows = [eval(0).to_string(), step2.to_string()].join("\n") + "\n";
+        std::fs::write(run.metrics(), rows).unwrap();
+        let shown = |from: u64| {
+            let mut p = super::Progress::new(Some(2), from, None).unwrap();
+            let mut out = Vec::new();
+            p.observe(&run, &mut out).unwrap();
+            p.observe(&run, &mut out).unwrap();
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("eval at step"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let fresh = shown(0);
+        assert_eq!(fresh.len(), 2, "{fresh:?}");
+        assert!(fresh[0].starts_with("eval at step 0 | rt reward 0.5000 (4 examples)"), "{fresh:?}");
+        assert!(fresh[1].starts_with("eval at step 2 "), "{fresh:?}");
+        assert_eq!(shown(1).len(), 1, "resumed after step 1: step 2's evaluation only");
     }
 
     #[test]
