@@ -2,15 +2,23 @@
 # A lent GPU session's benchmark in one device call (docs/gpu.md, "A device session").
 #
 #   here:       ./scripts/gpu-session.sh pack
-#               builds the CUDA `rl` (cargo xtask build-cuda) and the xtask binary, and leaves them
-#               stripped and xz-compressed in target/gpu-carry (~15 MB: a call carries 64 MiB).
+#               builds the CUDA `rl` (cargo xtask build-cuda), the xtask binary and the CUPTI
+#               kernel profiler, and leaves them stripped and xz-compressed in target/gpu-carry
+#               (~17 MB: a call carries 64 MiB).
 #   on the GPU: ./scripts/gpu-session.sh run [bench gpu options...]
 #               (device `run` with carry = ["target/gpu-carry"]): unpacks them, puts the machine's
 #               own CUDA 13 libraries (its PyTorch's nvidia wheels) on the library path, then runs
-#               the trainer of `xtask bench gpu` with the two CUDA leads (leads-on) and with both
-#               undone (leads-off: RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1), then the whole
-#               benchmark (bench), with `nvidia-smi dmon` beside them. Everything lands in $OUT
-#               (or target/gpu-session): <stage>.txt and <stage>-metrics.jsonl, dmon.txt, gpu.txt.
+#               the stages of $STAGES in order (default "leads-on profile bench leads-off"), with
+#               `nvidia-smi dmon` beside them:
+#                 leads-on   the trainer of `xtask bench gpu` with the two CUDA leads;
+#                 profile    the whole benchmark but PyTorch under the CUPTI profiler
+#                            (scripts/cupti_profile.c): per CUDA process a summary of its kernels,
+#                            copies, synchronisations and API calls by time, in profile/;
+#                 bench      the whole benchmark, PyTorch's same-run reference included;
+#                 leads-off  the trainer with both leads undone (RL_CUDA_EVENT_TRACKING=1
+#                            RL_CUDA_POOL_RELEASE=1).
+#               Everything lands in $OUT (or target/gpu-session): <stage>.txt and
+#               <stage>-metrics.jsonl, profile/cupti-<pid>.txt, dmon.txt, gpu.txt.
 # The run half's plumbing runs on a CPU too, with a CPU build packed by hand and
 # `run --device cpu --dtype f32 --preset tiny --tokens 1024`.
 set -euo pipefail
@@ -24,7 +32,8 @@ case "${1:-}" in
     mkdir -p "$carry"
     strip -o "$carry/rl" target/cuda/dist/bin/rl
     strip -o "$carry/xtask" target/release/xtask
-    xz -T0 -6 "$carry/rl" "$carry/xtask"
+    cp target/cuda/dist/lib/libcupti_profile.so target/cuda/dist/lib/libcupti.so.13 "$carry/"
+    xz -T0 -6 "$carry/rl" "$carry/xtask" "$carry/libcupti_profile.so" "$carry/libcupti.so.13"
     # xtask finds the repository where it was built; `run` links that path to the copy it runs in.
     pwd >"$carry/built-at"
     du -sh "$carry"
@@ -34,7 +43,7 @@ case "${1:-}" in
     out=${OUT:-target/gpu-session}
     mkdir -p "$out"
     bin=$(mktemp -d)
-    for b in rl xtask; do
+    for b in rl xtask libcupti_profile.so libcupti.so.13; do
       xz -dc "$carry/$b.xz" >"$bin/$b"
       chmod +x "$bin/$b"
     done
@@ -54,8 +63,9 @@ case "${1:-}" in
     fi
     trap '[[ -n $dmon ]] && kill $dmon 2>/dev/null || true' EXIT
     work=target/bench/gpu
-    # A stage that fails is reported and the next one still runs: the A/B comes first, since it
-    # is what the session is for, then the whole benchmark.
+    # A stage that fails is reported and the next one still runs. The default order puts first
+    # what a session cut short by its time would miss most: our trainer's figure with the leads,
+    # where its time goes, the whole benchmark against PyTorch, then the leads' A/B.
     stage() {
       local name=$1
       shift
@@ -68,10 +78,23 @@ case "${1:-}" in
         echo "== $name FAILED after ${SECONDS}s"
       fi
     }
-    stage leads-on "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@"
-    stage leads-off env RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1 \
-      "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@"
-    stage bench "$bin/xtask" bench gpu --rl "$bin/rl" "$@"
+    for name in ${STAGES:-leads-on profile bench leads-off}; do
+      case $name in
+        leads-on) stage leads-on "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@" ;;
+        profile)
+          mkdir -p "$out/profile"
+          stage profile env CUDA_INJECTION64_PATH="$bin/libcupti_profile.so" RL_CUPTI_PROFILE_DIR="$out/profile" \
+            "$bin/xtask" bench gpu --rl "$bin/rl" --no-reference "$@"
+          ls "$out/profile"/cupti-*.txt 2>/dev/null || echo "== profile: no CUDA process wrote a profile"
+          ;;
+        bench) stage bench "$bin/xtask" bench gpu --rl "$bin/rl" "$@" ;;
+        leads-off)
+          stage leads-off env RL_CUDA_EVENT_TRACKING=1 RL_CUDA_POOL_RELEASE=1 \
+            "$bin/xtask" bench gpu --rl "$bin/rl" --trainer-only "$@"
+          ;;
+        *) echo "unknown stage $name (leads-on, profile, bench, leads-off)" >&2; exit 2 ;;
+      esac
+    done
     ;;
   *)
     echo "usage: $0 pack | run [bench gpu options...]" >&2

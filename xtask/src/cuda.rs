@@ -3,7 +3,8 @@
 //! with nvcc; nothing links), and `cargo xtask build-cuda` adds the runtime-library wheels and a
 //! link-time stub of the driver to link an `rl` binary with CUDA. On the GPU machine that binary
 //! loads the real driver (`libcuda.so.1`); where there is none, its launcher puts the stub on the
-//! library path so CPU work still runs and `device = "cuda"` fails with a clear error.
+//! library path so CPU work still runs and `device = "cuda"` fails with a clear error. Both also
+//! build the CUPTI kernel profiler (`scripts/cupti_profile.c`); the check runs its tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,13 +16,15 @@ use crate::venv::Venv;
 /// The compiler, pinned to CUDA 13.0, the oldest 13.x: candle's kernels ship as PTX that the
 /// driver compiles when it loads them, and a driver JITs PTX no newer than its own CUDA version
 /// (13.4's PTX fails on the r580 drivers that carry CUDA 13.0). Built with 13.0, the binary runs on
-/// every CUDA 13 driver. CCCL supplies `<nv/target>`, which `cuda_fp16.h` includes.
+/// every CUDA 13 driver. CCCL supplies `<nv/target>`, which `cuda_fp16.h` includes; CUPTI the
+/// headers and library of the kernel profiler (`scripts/cupti_profile.c`).
 const COMPILER: &[&str] = &[
     "nvidia-cuda-nvcc==13.0.88",
     "nvidia-nvvm==13.0.88",
     "nvidia-cuda-runtime==13.0.96",
     "nvidia-cuda-crt==13.0.88",
     "nvidia-cuda-cccl==13.0.85",
+    "nvidia-cuda-cupti==13.0.85",
 ];
 
 /// The libraries candle links (cudarc's `dynamic-linking`), besides the driver: 13.0 builds, which
@@ -116,7 +119,8 @@ pub(crate) fn clippy() -> anyhow::Result<()> {
     // but this build only ever feeds clippy.
     cmd.env("NVCC_APPEND_FLAGS", "-Xcicc -O0").env("NVCC", check_nvcc(&tk)?);
     run(cmd, "cargo clippy on the cuda feature")?;
-    check_kernel_sources(&tk)
+    check_kernel_sources(&tk)?;
+    check_profiler(&tk)
 }
 
 /// `nvcc-check` beside the toolkit's nvcc (cudaforge finds the headers from where nvcc is): nvcc
@@ -160,6 +164,59 @@ fn check_kernel_sources(tk: &Toolkit) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernel profiler's source: a CUPTI injection library (docs/gpu.md, "A device session").
+const PROFILER: &str = "scripts/cupti_profile.c";
+/// Its tests, which include the source and run without a GPU.
+const PROFILER_TEST: &str = "scripts/cupti_profile_test.c";
+/// The CUPTI library of the wheel, which the profiler finds beside itself (rpath `$ORIGIN`).
+const CUPTI_LIB: &str = "libcupti.so.13";
+/// What `build_profiler` names the library (`CUDA_INJECTION64_PATH` takes its path).
+const PROFILER_LIB: &str = "libcupti_profile.so";
+
+/// `gcc` with warnings as errors and the toolkit's headers and CUPTI library.
+fn gcc_cupti(tk: &Toolkit) -> Command {
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(tk.root.join("include"))
+        .arg("-L")
+        .arg(tk.root.join("lib"));
+    cmd
+}
+
+/// Builds the profiler into `out`, with the wheel's libcupti beside it.
+fn build_profiler(tk: &Toolkit, out: &Path) -> anyhow::Result<PathBuf> {
+    let root = crate::workspace::project_root();
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let lib = out.join(PROFILER_LIB);
+    let mut cmd = gcc_cupti(tk);
+    cmd.args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(root.join(PROFILER))
+        .arg(format!("-l:{CUPTI_LIB}"))
+        .arg("-Wl,-rpath,$ORIGIN");
+    run(cmd, &format!("gcc {PROFILER}"))?;
+    copy(&tk.root.join("lib").join(CUPTI_LIB), &out.join(CUPTI_LIB))?;
+    Ok(lib)
+}
+
+/// Builds the profiler (so CI catches one that does not compile) and runs its tests.
+fn check_profiler(tk: &Toolkit) -> anyhow::Result<()> {
+    let root = crate::workspace::project_root();
+    let out = root.join(TARGET_DIR).join("profiler-check");
+    build_profiler(tk, &out)?;
+    let test = out.join("cupti_profile_test");
+    let mut cmd = gcc_cupti(tk);
+    cmd.arg("-I")
+        .arg(root.join("scripts"))
+        .arg("-o")
+        .arg(&test)
+        .arg(root.join(PROFILER_TEST))
+        .arg(format!("-l:{CUPTI_LIB}"))
+        .arg(format!("-Wl,-rpath,{}", out.display()));
+    run(cmd, &format!("gcc {PROFILER_TEST}"))?;
+    run(Command::new(&test), PROFILER_TEST)
+}
+
 /// The libraries the binary needs at run time, as (link name, file in the toolkit's lib dir).
 const LIBS: &[(&str, &str)] = &[
     ("cublas", "libcublas.so.13"),
@@ -170,7 +227,8 @@ const LIBS: &[(&str, &str)] = &[
 ];
 
 /// Builds `target/cuda/dist`: `bin/rl` linked with CUDA, `lib/` the runtime libraries it finds
-/// through its rpath, `stub/libcuda.so.1`, and `rl`, the launcher to run.
+/// through its rpath and the kernel profiler (`libcupti_profile.so`), `stub/libcuda.so.1`, and
+/// `rl`, the launcher to run.
 pub(crate) fn build() -> anyhow::Result<()> {
     let packages: Vec<&str> = COMPILER.iter().chain(RUNTIME).copied().collect();
     let tk = Toolkit::install(&packages)?;
@@ -219,6 +277,7 @@ pub(crate) fn build() -> anyhow::Result<()> {
         }
     }
     copy(&link.join("libcuda.so"), &dist.join("stub/libcuda.so.1"))?;
+    build_profiler(&tk, &dist.join("lib"))?;
     let launcher = dist.join("rl");
     std::fs::write(&launcher, LAUNCHER).with_context(|| format!("cannot write {}", launcher.display()))?;
     let mut perms = std::fs::metadata(&launcher)?.permissions();

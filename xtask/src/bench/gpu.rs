@@ -109,7 +109,8 @@ impl Trainer {
     /// The step's split, for the printed table.
     fn split(&self, tokens: usize) -> String {
         let step = tokens as f64 / self.tokens_per_s.max(1e-9);
-        let rest = step - self.forward_s - self.backward_s - self.optimizer_s;
+        // Medians of each phase need not sum to the median step: the rest is at least 0.
+        let rest = (step - self.forward_s - self.backward_s - self.optimizer_s).max(0.0);
         format!(
             "a step {step:.2} s: forward + loss {:.2} s, backward {:.2} s, optimizer {:.2} s, the rest {rest:.2} s",
             self.forward_s, self.backward_s, self.optimizer_s
