@@ -18,8 +18,10 @@ use crate::args::Args;
 use crate::splits::Splits;
 
 mod demonstrations;
+mod game;
 mod graph;
 
+pub use game::{Action, Game, parse_text_action, tool_action};
 pub use graph::Graph;
 
 /// The tool-harness system prompt.
@@ -30,100 +32,13 @@ pub const TEXT_PROMPT: &str = "You navigate a small encyclopedia. Reach the targ
 Reply with exactly one action: <click_link>Exact Title</click_link> to follow a link on the current page, \
 or <go_back/> to return to the previous page.";
 
-/// A player's action, whichever harness carried it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Follow the link with this title.
-    Click(String),
-    /// Return to the previous article.
-    Back,
-    /// Something that is not a valid action (the reason is shown to the model).
-    Invalid(String),
-}
-
-/// Parses a text-harness reply: the first `<click_link>..</click_link>` or `<go_back/>`.
-pub fn parse_text_action(reply: &str) -> Action {
-    let click = reply.find("<click_link>");
-    let back = reply.find("<go_back/>").or_else(|| reply.find("<go_back>"));
-    match (click, back) {
-        (Some(c), b) if b.is_none_or(|b| c < b) => {
-            let start = c + "<click_link>".len();
-            match reply[start..].find("</click_link>") {
-                Some(end) => Action::Click(reply[start..start + end].trim().to_owned()),
-                None => Action::Invalid(String::from("<click_link> is not closed with </click_link>")),
-            }
-        }
-        (_, Some(_)) => Action::Back,
-        _ => Action::Invalid(String::from(
-            "no action found: reply with <click_link>Exact Title</click_link> or <go_back/>",
-        )),
-    }
-}
-
-/// A native tool call as an action.
-pub fn tool_action(name: &str, arguments: &str) -> Action {
-    match name {
-        "go_back" => Action::Back,
-        "click_link" => match serde_json::from_str::<Value>(arguments) {
-            Ok(v) => match v.get("title").and_then(Value::as_str) {
-                Some(t) => Action::Click(t.to_owned()),
-                None => Action::Invalid(String::from("click_link needs a string argument `title`")),
-            },
-            Err(e) => Action::Invalid(format!("click_link arguments are not JSON: {e}")),
-        },
-        other => Action::Invalid(format!("unknown tool `{other}`; use click_link or go_back")),
-    }
-}
-
-/// One episode's position, kept in `State::data["game"]`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Game {
-    /// Visited articles; the last one is the current article (go_back pops).
-    pub history: Vec<usize>,
-    /// Target article.
-    pub target: usize,
-    /// Actions taken (valid or not).
-    pub moves: u32,
-    /// Invalid actions.
-    pub invalid: u32,
-    /// The target was reached.
-    pub reached: bool,
-}
-
-impl Game {
-    /// Applies one action and returns what the model is shown.
-    pub fn apply(&mut self, graph: &Graph, action: &Action) -> String {
-        self.moves += 1;
-        let current = *self.history.last().expect("the start is always in the history");
-        let error = |g: &mut Game, why: String| {
-            g.invalid += 1;
-            format!("Error: {why}\n{}", graph.observation(current, g.target))
-        };
-        match action {
-            Action::Click(title) => match graph.find(title).filter(|j| graph.links[current].contains(j)) {
-                Some(j) => {
-                    self.history.push(j);
-                    self.reached = j == self.target;
-                    graph.observation(j, self.target)
-                }
-                None => error(self, format!("`{title}` is not a link on this page")),
-            },
-            Action::Back if self.history.len() > 1 => {
-                self.history.pop();
-                graph.observation(*self.history.last().expect("non-empty"), self.target)
-            }
-            Action::Back => error(self, String::from("there is no previous page")),
-            Action::Invalid(why) => error(self, why.clone()),
-        }
-    }
-}
-
 /// The wiki-nav environment.
 #[derive(Debug)]
 pub struct WikiNav {
     graph: Graph,
     data: Splits<(usize, usize)>,
     tools_harness: bool,
+    shuffle_links: bool,
     max_turns: u32,
     rubric: RubricGroup,
 }
@@ -147,7 +62,9 @@ impl WikiNav {
     /// `test_examples`, `min_distance`, `max_distance`, `train_max_distance` (training pairs up
     /// to this many clicks apart; `max_distance` by default; the held-out pairs are always those
     /// of `min_distance..=max_distance`), `max_turns`, `seed`, `harness`, `invalid_penalty`
-    /// (subtracted from the reward per invalid action; 0 by default).
+    /// (subtracted from the reward per invalid action; 0 by default), `shuffle_links` (each
+    /// observation lists the page's links in an order drawn from the episode and its move count,
+    /// rather than the graph's fixed order; false by default).
     pub fn new(args: &Map<String, Value>) -> Result<Self> {
         let mut a = Args::new("wiki-nav", args);
         let n = a.u64("num_articles", 30)?;
@@ -161,6 +78,7 @@ impl WikiNav {
         let seed = a.u64("seed", 0)?;
         let harness = a.choice("harness", "tools", &["tools", "text"])?;
         let invalid_penalty = a.f64("invalid_penalty", 0.0)?;
+        let shuffle_links = a.bool("shuffle_links", false)?;
         if !(0.0..=1.0).contains(&invalid_penalty) {
             return Err(Error::bad_request(
                 "env.args.invalid_penalty",
@@ -211,6 +129,7 @@ impl WikiNav {
             graph,
             data,
             tools_harness: harness == "tools",
+            shuffle_links,
             max_turns: max_turns as u32,
             rubric: RubricGroup::new(vec![rubric]),
         })
@@ -229,7 +148,9 @@ impl WikiNav {
         self.data
             .get(split)
             .iter()
-            .map(|&(a, b)| demonstrations::conversation(&self.graph, system, a, b, self.tools_harness))
+            .map(|&(a, b)| {
+                demonstrations::conversation(&self.graph, system, a, b, self.tools_harness, self.shuffle_links)
+            })
             .collect()
     }
 
@@ -299,7 +220,8 @@ impl Environment for WikiNav {
     async fn prompt(&self, task: &Task) -> Result<Vec<Message>> {
         let (start, target) = Self::ends(task, &self.graph)?;
         let system = if self.tools_harness { TOOLS_PROMPT } else { TEXT_PROMPT };
-        Ok(vec![Message::system(system), Message::user(self.graph.observation(start, target))])
+        let shown = Game::new(start, target, self.shuffle_links).observation(&self.graph);
+        Ok(vec![Message::system(system), Message::user(shown)])
     }
 
     fn tools(&self, _task: &Task) -> Vec<ToolSpec> {
@@ -315,7 +237,7 @@ impl Environment for WikiNav {
             Some(_) => game(state)?,
             None => {
                 let (start, target) = Self::ends(task, &self.graph)?;
-                Game { history: vec![start], target, moves: 0, invalid: 0, reached: false }
+                Game::new(start, target, self.shuffle_links)
             }
         };
         let reply = state
@@ -396,7 +318,7 @@ mod tests {
         let e = env("text");
         let t = e.task("train", 0).unwrap();
         let (start, target) = WikiNav::ends(&t, &e.graph).unwrap();
-        let mut g = Game { history: vec![start], target, moves: 0, invalid: 0, reached: false };
+        let mut g = Game::new(start, target, false);
         let shown = g.apply(&e.graph, &Action::Click(String::from("Nowhere")));
         assert!(shown.starts_with("Error: `Nowhere` is not a link on this page"), "{shown}");
         assert!(g.apply(&e.graph, &Action::Back).starts_with("Error: there is no previous page"));

@@ -111,9 +111,15 @@ impl Graph {
         path
     }
 
-    /// What the model sees of an article.
-    pub fn observation(&self, i: usize, target: usize) -> String {
-        let links: Vec<&str> = self.links[i].iter().map(|&j| self.titles[j].as_str()).collect();
+    /// What the model sees of an article: its links in the graph's order, or with `shuffle`
+    /// (an episode's start and the moves made so far) in an order drawn from it, so the same page
+    /// lists its links in another order each time an episode shows it.
+    pub fn observation(&self, i: usize, target: usize, shuffle: Option<(usize, u32)>) -> String {
+        let mut links: Vec<&str> = self.links[i].iter().map(|&j| self.titles[j].as_str()).collect();
+        if let Some((start, moves)) = shuffle {
+            let salt = ((start as u64) << 40) ^ ((target as u64) << 20) ^ u64::from(moves);
+            Rng::new(salt, "wiki-nav/link-order").shuffle(&mut links);
+        }
         format!(
             "You are at: {}\n{}\nLinks: {}\nTarget: {}",
             self.titles[i],

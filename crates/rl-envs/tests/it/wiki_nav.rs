@@ -254,8 +254,9 @@ async fn replay(demo: Vec<rl_serve::Message>) -> FakeModel {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demonstrations_are_the_episodes_of_perfect_moves() {
-    for harness in ["tools", "text"] {
-        let args = json!({"num_examples": 6, "seed": 5, "harness": harness, "min_distance": 1, "max_distance": 3});
+    for (harness, shuffle_links) in [("tools", false), ("text", false), ("tools", true), ("text", true)] {
+        let args = json!({"num_examples": 6, "seed": 5, "harness": harness, "min_distance": 1, "max_distance": 3,
+                          "shuffle_links": shuffle_links});
         let env = WikiNav::new(args.as_object().unwrap()).unwrap();
         let demos = rl_envs::demonstrations("wiki-nav", args.as_object().unwrap(), "train").unwrap();
         assert_eq!(demos.conversations.len(), 6);
@@ -297,4 +298,34 @@ async fn demonstrations_are_the_episodes_of_perfect_moves() {
             assert_eq!(recorded, demo, "{harness}: the episode records the demonstration's messages");
         }
     }
+}
+
+#[test]
+fn shuffled_links_are_the_same_links_in_an_order_drawn_per_episode_and_move() {
+    let args = |shuffle: bool| {
+        json!({"num_examples": 40, "seed": 5, "harness": "text", "min_distance": 1,
+                                      "max_distance": 3, "shuffle_links": shuffle})
+    };
+    let demos =
+        |shuffle: bool| rl_envs::demonstrations("wiki-nav", args(shuffle).as_object().unwrap(), "train").unwrap();
+    let (fixed, shuffled) = (demos(false), demos(true));
+    assert_eq!(shuffled.conversations, demos(true).conversations, "the order is drawn from the episode, not the clock");
+    let links = |text: &str| -> Vec<String> {
+        let line = text.lines().find_map(|l| l.strip_prefix("Links: ")).expect("a links line");
+        line.split(", ").map(String::from).collect()
+    };
+    let (mut pages, mut reordered) = (0, 0);
+    for (f, s) in fixed.conversations.iter().zip(&shuffled.conversations) {
+        assert_eq!(f.len(), s.len());
+        for (a, b) in f.iter().zip(s).filter(|(a, _)| a.content.contains("Links: ")) {
+            let (mut la, mut lb) = (links(&a.content), links(&b.content));
+            pages += 1;
+            reordered += usize::from(la != lb);
+            la.sort();
+            lb.sort();
+            assert_eq!(la, lb, "the same links, reordered");
+        }
+    }
+    // 3 links have 6 orders: a fixed order survives a draw 1 time in 6.
+    assert!(pages > 50 && reordered * 2 > pages, "{reordered} of {pages} pages reordered");
 }
