@@ -1,8 +1,10 @@
 // A kernel-level GPU profile of any CUDA process, without nsys: a CUPTI injection library. The CUDA
 // driver loads it when CUDA_INJECTION64_PATH names it (at cuInit) and calls InitializeInjection;
 // it then records every kernel, copy, memset, synchronisation and driver/runtime API call through
-// CUPTI's activity API, and at exit writes a summary to $RL_CUPTI_PROFILE_DIR/cupti-<pid>.txt
-// (the current directory when unset): the process's command line, the span from the first to the
+// CUPTI's activity API, and writes a summary to $RL_CUPTI_PROFILE_DIR/cupti-<pid>.txt (the
+// current directory when unset) every $RL_CUPTI_PROFILE_EVERY_S seconds (5 by default; 0: only at
+// exit), so a process that is killed rather than exiting leaves one too, and again at exit:
+// the process's command line, the span from the first to the
 // last record, time the GPU ran kernels against that span (and per second of the run, to tell a
 // host-bound step from slow kernels), and the kernels, copies and API calls by total time.
 // Built by `scripts/gpu-session.sh pack` against the CUDA 13.0 CUPTI wheel (xtask/src/cuda.rs),
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUFFER_BYTES (8u << 20)
@@ -191,7 +194,7 @@ static void write_apis(FILE *f, const char *title, CUpti_CallbackDomain domain, 
                 (double)rows[i].ns / 1e3 / (double)rows[i].count, rows[i].name);
 }
 
-static void write_summary(FILE *f) {
+static void write_summary(FILE *f, int final) {
     char cmdline[2048] = "";
     FILE *c = fopen("/proc/self/cmdline", "r");
     if (c) {
@@ -213,6 +216,7 @@ static void write_summary(FILE *f) {
     qsort(rows, n, sizeof rows[0], by_time);
     uint64_t wall = last_ns > first_ns ? last_ns - first_ns : 0;
     fprintf(f, "CUPTI profile of pid %d: %s\n", (int)getpid(), cmdline);
+    fprintf(f, "%s\n", final ? "written at exit" : "written while the process ran (it has not exited since, or was killed)");
     fprintf(f, "span of the GPU records: %.1f ms; kernels ran %.1f ms of it (%.1f%%), %llu launches, %llu distinct\n",
             ms(wall), ms(kernel_ns), wall ? 100.0 * (double)kernel_ns / (double)wall : 0.0,
             (unsigned long long)launches, (unsigned long long)n);
@@ -248,9 +252,8 @@ static void write_summary(FILE *f) {
     write_apis(f, "runtime API", CUPTI_CB_DOMAIN_RUNTIME_API, runtime_api);
 }
 
-// Flushes CUPTI's buffers and writes the summary next to the others (temp file, then rename).
-static void at_exit(void) {
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+// Writes the summary next to the others (temp file, then rename).
+static void write_file(int final) {
     const char *dir = getenv("RL_CUPTI_PROFILE_DIR");
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/cupti-%d.txt", dir && *dir ? dir : ".", (int)getpid());
@@ -258,7 +261,7 @@ static void at_exit(void) {
     pthread_mutex_lock(&lock);
     FILE *f = fopen(tmp, "w");
     if (f) {
-        write_summary(f);
+        write_summary(f, final);
         int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
         ok = fclose(f) == 0 && ok;
         if (!ok || rename(tmp, path) != 0) fprintf(stderr, "cupti_profile: cannot write %s\n", path);
@@ -266,6 +269,24 @@ static void at_exit(void) {
         fprintf(stderr, "cupti_profile: cannot create %s\n", tmp);
     }
     pthread_mutex_unlock(&lock);
+}
+
+// Every few seconds: the buffers whose records are complete (CUPTI's default flush, meant for a
+// thread of its own), then the summary so far.
+static void *write_periodically(void *every) {
+    struct timespec wait = {(time_t)(uintptr_t)every, 0};
+    for (;;) {
+        nanosleep(&wait, NULL);
+        cuptiActivityFlushAll(0);
+        write_file(0);
+    }
+    return NULL;
+}
+
+// At exit every buffer, complete or not, then the last summary.
+static void at_exit(void) {
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    write_file(1);
 }
 
 static int enable(CUpti_ActivityKind kind, const char *what) {
@@ -295,6 +316,11 @@ int InitializeInjection(void) {
     enable(CUPTI_ACTIVITY_KIND_RUNTIME, "runtime API calls");
     enable(CUPTI_ACTIVITY_KIND_OVERHEAD, "CUPTI's overhead");
     atexit(at_exit);
+    const char *every = getenv("RL_CUPTI_PROFILE_EVERY_S");
+    long seconds = every && *every ? strtol(every, NULL, 10) : 5;
+    pthread_t writer;
+    if (seconds > 0 && pthread_create(&writer, NULL, write_periodically, (void *)(uintptr_t)seconds) == 0)
+        pthread_detach(writer);
     fprintf(stderr, "cupti_profile: recording pid %d\n", (int)getpid());
     return 1;
 }
