@@ -217,7 +217,7 @@ static void write_summary(FILE *f, int final) {
     uint64_t wall = last_ns > first_ns ? last_ns - first_ns : 0;
     fprintf(f, "CUPTI profile of pid %d: %s\n", (int)getpid(), cmdline);
     fprintf(f, "%s\n", final ? "written at exit" : "written while the process ran (it has not exited since, or was killed)");
-    fprintf(f, "span of the GPU records: %.1f ms; kernels ran %.1f ms of it (%.1f%%), %llu launches, %llu distinct\n",
+    fprintf(f, "span of the GPU records: %.1f ms; kernels ran %.1f ms of it (%.1f%%; overlapping kernels count each), %llu launches, %llu distinct\n",
             ms(wall), ms(kernel_ns), wall ? 100.0 * (double)kernel_ns / (double)wall : 0.0,
             (unsigned long long)launches, (unsigned long long)n);
     fprintf(f, "CUPTI's own overhead: %llu records, %.1f ms; records dropped: %llu\n",

@@ -95,6 +95,13 @@ case "${1:-}" in
         *) echo "unknown stage $name (leads-on, profile, bench, leads-off)" >&2; exit 2 ;;
       esac
     done
+    # The profiles' heads last, so the call's output tail carries them even if its files do not
+    # come back: per process its command, the kernels' share, the top kernels and driver calls.
+    for f in "$out"/profile/cupti-*.txt; do
+      [[ -e $f ]] || continue
+      echo "== $(basename "$f")"
+      awk '/^(kernels by total time|driver API)/ { n = 9 } /^runtime API/ { n = 0 } NR <= 4 || n-- > 0' "$f" | cut -c1-150
+    done
     ;;
   *)
     echo "usage: $0 pack | run [bench gpu options...]" >&2
