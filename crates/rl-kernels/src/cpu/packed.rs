@@ -226,10 +226,18 @@ impl WithSimd for Panels<'_, '_> {
         }
         // Rows per register tile: 2 * MR accumulators + 2 weight vectors + the broadcasts must
         // fit the register file (32 vectors with AVX-512, 16 with AVX2). At 6 rows with AVX2 the
-        // compiler spilled an accumulator to the stack on every step of the loop; 4 rows (two
+        // compiler spilled an accumulator to the stack on every step of the loop (measured while
+        // the loop still had bounds checks: see `tile`; not tried since); 4 rows (two
         // passes over a panel for 8 sequences, the second from cache) ran products of 8 rows at
         // 1.3-1.75x the speed (2-core AMD EPYC, products of the 0.6B shape's layers).
         let mr = if S::F32_LANES >= 16 { 12 } else { 4 };
+        let interleaved;
+        let x = if m == 1 {
+            x
+        } else {
+            interleaved = interleave_rows(x, m, k, mr);
+            &interleaved[..]
+        };
         let c_first = range.start * nr;
         let last = range.end;
         for p in range {
@@ -237,7 +245,7 @@ impl WithSimd for Panels<'_, '_> {
             let mut r0 = 0;
             while r0 < m {
                 let n = mr.min(m - r0);
-                let xs = &x[r0 * k..];
+                let xs = &x[r0 * k..][..n * k];
                 let ys = &mut rows[r0..r0 + n];
                 // Each tile prefetches its share of the next panel's lines, so the memory bus
                 // keeps streaming while a tile computes from cache. A single row of f32 weights
@@ -272,6 +280,23 @@ impl WithSimd for Panels<'_, '_> {
     }
 }
 
+/// `x` (`m` rows of `k`) in row tiles of `mr`, each tile's rows interleaved (`[k][rows]`): a tile
+/// reads step `kk`'s inputs as one `[f32; MR]`, at constant offsets from one pointer, with no
+/// bounds check in its loop (see [`tile`]).
+fn interleave_rows(x: &[f32], m: usize, k: usize, mr: usize) -> Vec<f32> {
+    let mut out = vec![0f32; m * k];
+    for r0 in (0..m).step_by(mr) {
+        let n = mr.min(m - r0);
+        let tile = &mut out[r0 * k..][..n * k];
+        for i in 0..n {
+            for (kk, &v) in x[(r0 + i) * k..][..k].iter().enumerate() {
+                tile[kk * n + i] = v;
+            }
+        }
+    }
+    out
+}
+
 /// Which lines of the next panel a tile prefetches: those `pass`, `pass + passes`, ... (each of
 /// the `passes` row tiles over a panel fetches its share, so memory streams all the while).
 #[derive(Clone, Copy)]
@@ -280,7 +305,7 @@ struct Ahead {
     pass: usize,
 }
 
-/// One `MR x NR` tile: rows `x[0..MR]` (stride `k`) against one panel, into columns
+/// One `MR x NR` tile: `MR` rows interleaved in `x` (`[k][MR]`) against one panel, into columns
 /// `c0..c0 + cols` (`cols <= NR`) of the row segments `ys`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -299,17 +324,22 @@ fn tile<S: Simd, const MR: usize>(
     let (w, _) = S::as_simd_f32s(panel);
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; 2]; MR];
-    let rows: [&[f32]; MR] = std::array::from_fn(|i| &x[i * k..i * k + k]);
+    let (xk, _) = x.as_chunks::<MR>();
+    // Nothing in this loop may panic. With bounds-checked indexing (`w[2 * kk]`, a row slice's
+    // `[kk]`) LLVM kept the 12-row tile's accumulators in registers but also stored all 24 of them
+    // to the stack at every step, one 64-byte store per FMA: products of 12 to 64 rows (prompts,
+    // large batches) ran at 160-200 GFLOP/s instead of 410-460 (the 0.6B shape's layers, 2-core
+    // Zen 5; 11 rows and fewer were not affected).
     // No next panel: never due (the branch then costs nothing in the streaming loop).
     let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
-    for kk in 0..k {
+    for (kk, (xr, wr)) in xk[..k].iter().zip(w.as_chunks::<2>().0).enumerate() {
         if kk == due {
             prefetch::span_to_l2(next, kk * 2 * S::F32_LANES, 2 * S::F32_LANES);
             due += pre.passes;
         }
-        let (w0, w1) = (w[2 * kk], w[2 * kk + 1]);
+        let [w0, w1] = *wr;
         for i in 0..MR {
-            let b = simd.splat_f32s(rows[i][kk]);
+            let b = simd.splat_f32s(xr[i]);
             acc[i][0] = simd.mul_add_f32s(b, w0, acc[i][0]);
             acc[i][1] = simd.mul_add_f32s(b, w1, acc[i][1]);
         }
@@ -336,30 +366,32 @@ fn tile_bf16<S: Simd, const MR: usize>(
     let zero = simd.splat_f32s(0.0);
     let (high, sixteen) = (simd.splat_u32s(0xFFFF_0000), simd.splat_u32s(16));
     let mut acc = [[zero; 2]; MR];
-    let rows: [&[f32]; MR] = std::array::from_fn(|i| &x[i * k..i * k + k]);
+    let (xk, _) = x.as_chunks::<MR>();
+    let xk = &xk[..k];
     let widen = |word: S::u32s| {
         let even = simd.transmute_f32s_u32s(simd.and_u32s(word, high));
         let odd = simd.transmute_f32s_u32s(simd.wrapping_dyn_shl_u32s(word, sixteen));
         (even, odd)
     };
     let mut due = if next.is_empty() { usize::MAX } else { pre.pass };
-    for j in 0..k / 2 {
+    let (pairs, last) = xk.as_chunks::<2>();
+    let (words, _) = w.as_chunks::<2>();
+    for (j, ([xa, xb], [w0, w1])) in pairs.iter().zip(words).enumerate() {
         if j == due {
             prefetch::span_to_l2(next, j * 2 * S::F32_LANES, 2 * S::F32_LANES);
             due += pre.passes;
         }
-        let ((e0, o0), (e1, o1)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
+        let ((e0, o0), (e1, o1)) = (widen(*w0), widen(*w1));
         for i in 0..MR {
-            let (a, b) = (simd.splat_f32s(rows[i][2 * j]), simd.splat_f32s(rows[i][2 * j + 1]));
+            let (a, b) = (simd.splat_f32s(xa[i]), simd.splat_f32s(xb[i]));
             acc[i][0] = simd.mul_add_f32s(b, o0, simd.mul_add_f32s(a, e0, acc[i][0]));
             acc[i][1] = simd.mul_add_f32s(b, o1, simd.mul_add_f32s(a, e1, acc[i][1]));
         }
     }
-    if !k.is_multiple_of(2) {
-        let j = k / 2;
-        let ((e0, _), (e1, _)) = (widen(w[2 * j]), widen(w[2 * j + 1]));
+    if let ([xa], Some([w0, w1])) = (last, words.get(k / 2)) {
+        let ((e0, _), (e1, _)) = (widen(*w0), widen(*w1));
         for i in 0..MR {
-            let a = simd.splat_f32s(rows[i][2 * j]);
+            let a = simd.splat_f32s(xa[i]);
             acc[i][0] = simd.mul_add_f32s(a, e0, acc[i][0]);
             acc[i][1] = simd.mul_add_f32s(a, e1, acc[i][1]);
         }
