@@ -6,7 +6,7 @@ samples each (32 new tokens). Decode time = generate(N) - generate(1),
 so the prompt's prefill is not counted (as in our benchmark). Prints one JSON line per case.
 
 With the argument `qwen3-0.6b`: Qwen3-0.6B's shapes (random weights), 32 new tokens after 64-token
-prompts at batch 1 and 8 (the best of two runs): in f32, in f32 with the weights rounded to bf16 (as
+prompts at batch 1, 8 and 32 (the best of two runs): in f32, in f32 with the weights rounded to bf16 (as
 a bf16 checkpoint loaded in f32), in bf16, and that checkpoint in f32 with PEFT LoRA adapters
 (r=16, every projection) unmerged and merged.
 
@@ -53,7 +53,7 @@ def qwen3_0_6b():
             model = get_peft_model(model.to(torch.float32), lora).eval()
         elif weights == "lora-merged":
             model = model.merge_and_unload().eval()
-        for batch in (1, 8):
+        for batch in (1, 8, 32):
             ids = torch.stack([(torch.arange(64) * 7 + b) % 100 + 8 for b in range(batch)])
             timed(model, ids, 2)
             prefill = min(timed(model, ids, 1) for _ in range(2))

@@ -1,7 +1,7 @@
 //! Benchmark: decode (and prefill) tokens/s of the CPU runtime at batch 1 and 32 for the `tiny` and
 //! `small` presets (random weights, f32), one JSON line per case (`cargo xtask bench generate` prints
 //! them next to HF `generate`'s). With the argument `qwen3-0.6b`: that shape's greedy decode after
-//! 64-token prompts at batch 1 and 8 (`cargo xtask bench train-0.6b` prints it).
+//! 64-token prompts at batch 1, 8 and 32 (`cargo xtask bench train-0.6b` prints it).
 
 // The printed table is this benchmark's output.
 #![allow(clippy::print_stdout)]
@@ -74,7 +74,8 @@ fn grouped(m: &CpuRuntime, prompts: usize, n: usize, len: usize, steps: usize) -
     caches
 }
 
-/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1 and 8 (the best of two):
+/// The Qwen3-0.6B shape: 32 new tokens after 64-token prompts, batch 1, 8 and 32 (the best of two;
+/// 32 sequences, as an RL step's rollouts decode together, run the 12-row tiles):
 /// `f32` random f32 weights; `ckpt-bf16` the same weights rounded to bf16, as a checkpoint stored
 /// in bf16 (every released Qwen3) holds them, computed in f32 (the runtime packs such matrices in
 /// bf16, losslessly); `bf16` the f32 weights packed in bf16 (rounded: a bf16 model); `lora` the
@@ -120,7 +121,7 @@ fn qwen3_0_6b() {
     for (weights, build) in cases {
         let m = build().expect("runtime");
         let _ = decode(&m, &prefilled(&m, 1, 2), 2);
-        for batch in [1usize, 8] {
+        for batch in [1usize, 8, 32] {
             let caches = prefilled(&m, batch, 32);
             let d = (0..2).map(|_| decode(&m, &caches, 32)).fold(0.0, f64::max);
             println!(

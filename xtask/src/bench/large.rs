@@ -2,7 +2,7 @@
 //! projection) train steps, ours next to PyTorch and PyTorch + PEFT measured in the same run, with
 //! each side's peak memory (and our LoRA step over a bf16 checkpoint's values, whose base the
 //! trainer holds in bf16, next to PEFT's f32 step); then our LoRA step against our full step; then
-//! greedy decode at batch 1 and 8 next to HF `generate`.
+//! greedy decode at batch 1, 8 and 32 next to HF `generate`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
