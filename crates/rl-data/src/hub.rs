@@ -43,6 +43,13 @@ pub fn locate_in(name: &str, cache: Option<&Path>) -> Result<PathBuf> {
     snapshot(&repo, revision)
 }
 
+/// Whether `name` could be a hub id (`org/name` or `name`, optionally `@revision`): not a path
+/// that starts at the root, the home or the current directory, and at most one `/`.
+pub fn looks_like_hub_id(name: &str) -> bool {
+    let bare = name.split_once('@').map_or(name, |(id, _)| id);
+    !bare.is_empty() && !bare.starts_with(['/', '.', '~']) && bare.matches('/').count() <= 1
+}
+
 /// The snapshot of a model hub id (`org/name`, optionally `@revision`) in the local hub cache, as
 /// transformers finds it offline; `None` when `id` is an existing path or the cache has no such
 /// model (the caller's own "not a model directory" error then stands).
@@ -53,8 +60,7 @@ pub fn cached_model(id: &str) -> Result<Option<PathBuf>> {
 /// [`cached_model`] with the hub cache given.
 pub fn cached_model_in(id: &str, cache: Option<&Path>) -> Result<Option<PathBuf>> {
     let (bare, revision) = id.split_once('@').unwrap_or((id, "main"));
-    let looks_like_id = !bare.is_empty() && !bare.starts_with(['/', '.', '~']) && bare.matches('/').count() <= 1;
-    let Some(cache) = cache.filter(|_| looks_like_id && !Path::new(id).exists()) else {
+    let Some(cache) = cache.filter(|_| looks_like_hub_id(id) && !Path::new(id).exists()) else {
         return Ok(None);
     };
     let repo = repo_dir(cache, "models", bare);
@@ -122,6 +128,16 @@ mod tests {
         std::fs::write(repo.join("refs/main"), "abc\n").unwrap();
         std::fs::write(repo.join("refs/v1"), "def").unwrap();
         dir
+    }
+
+    #[test]
+    fn hub_ids_are_told_from_paths() {
+        for id in ["Qwen/Qwen3-0.6B", "gpt2", "org/data@v1"] {
+            assert!(looks_like_hub_id(id), "{id}");
+        }
+        for path in ["/nonexistent", "./models/tiny", "../x", "~/m", "outputs/models/tiny", "", "@v1"] {
+            assert!(!looks_like_hub_id(path), "{path}");
+        }
     }
 
     #[test]

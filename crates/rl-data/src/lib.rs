@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 pub use calendar::civil_from_days;
 pub use error::{Error, Result};
-pub use hub::{cached_model, cached_model_in, hub_cache_dir, locate, locate_in};
+pub use hub::{cached_model, cached_model_in, hub_cache_dir, locate, locate_in, looks_like_hub_id};
 pub use row::Row;
 pub use rows::read_file;
 pub use splits::split_files;

@@ -100,6 +100,9 @@ pub fn read_config(dir: &Path) -> Result<ModelConfig> {
 /// Why `dir` (without a config.json) is not a model directory; a PEFT adapter directory (what
 /// `rl sft` / `rl rl` write to `<run>/adapter`) is named as one, with where its model is.
 fn not_a_model(dir: &Path) -> String {
+    if !dir.exists() && !dir.to_str().is_some_and(rl_data::looks_like_hub_id) {
+        return String::from("does not exist");
+    }
     if !dir.exists() {
         // Perhaps a hub id: commands resolve those from the local hub cache, never the network.
         let cache = rl_data::hub_cache_dir().map_or_else(|| String::from("unset"), |c| c.display().to_string());
