@@ -84,8 +84,12 @@ impl PackedLinear {
 
     /// Packs `w` in f32 whatever its values.
     fn new_f32(w: &[f32], out: usize, inp: usize) -> Self {
+        Self::pack_f32(w, out, inp, 2 * simd_lanes())
+    }
+
+    /// Packs `w` in f32 into panels of `nr` columns.
+    fn pack_f32(w: &[f32], out: usize, inp: usize, nr: usize) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {} values is not [{out}, {inp}]", w.len());
-        let nr = 2 * simd_lanes();
         let n_panels = out.div_ceil(nr);
         let mut panels = vec![0f32; n_panels * inp * nr];
         for (p, panel) in panels.chunks_mut(inp * nr).enumerate() {
@@ -101,8 +105,12 @@ impl PackedLinear {
 
     /// Packs `w` with every weight rounded to bf16 (see the module's doc).
     pub fn new_bf16(w: &[f32], out: usize, inp: usize) -> Self {
+        Self::pack_bf16(w, out, inp, 2 * simd_lanes())
+    }
+
+    /// Packs `w` rounded to bf16 into panels of `nr` columns.
+    fn pack_bf16(w: &[f32], out: usize, inp: usize, nr: usize) -> Self {
         assert_eq!(w.len(), out * inp, "weight of {} values is not [{out}, {inp}]", w.len());
-        let nr = 2 * simd_lanes();
         let (n_panels, pairs) = (out.div_ceil(nr), inp.div_ceil(2));
         let mut panels = vec![0u32; n_panels * pairs * nr];
         for (p, panel) in panels.chunks_mut(pairs * nr).enumerate() {
@@ -545,6 +553,38 @@ mod tests {
         assert!(PackedLinear::new(&w, 6, 4).is_bf16());
         w[17] = 0.1;
         assert!(!PackedLinear::new(&w, 6, 4).is_bf16());
+    }
+
+    /// The AVX2 tiles (4 rows of 16 columns) on a machine with AVX-512 too, where `apply` would
+    /// dispatch to the AVX-512 ones: every x86-64 kind the tiles run on gets its tiles tested.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_tiles_match_the_definition_wherever_avx2_runs() {
+        let Some(v3) = pulp::x86::V3::try_new() else { return };
+        for (m, inp, out) in [(1, 7, 5), (3, 16, 33), (4, 64, 70), (5, 63, 40), (9, 33, 17), (13, 40, 21)] {
+            let x: Vec<f32> = (0..m * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let w: Vec<f32> = (0..out * inp).map(|i| ((i * 53 % 97) as f32 - 48.0) / 40.0 + 1e-3).collect();
+            let rounded: Vec<f32> = w.iter().map(|&v| bf16_value(bf16_bits(v))).collect();
+            for (packed, weights) in
+                [(PackedLinear::pack_f32(&w, out, inp, 16), &w), (PackedLinear::pack_bf16(&w, out, inp, 16), &rounded)]
+            {
+                let want = reference(&x, weights, m, inp, out);
+                for accumulate in [false, true] {
+                    let mut y = vec![if accumulate { 1.0 } else { f32::NAN }; m * out];
+                    let mut rows: Vec<&mut [f32]> = y.chunks_mut(out).collect();
+                    let range = 0..out.div_ceil(16);
+                    Simd::vectorize(v3, Panels { w: &packed, rows: &mut rows, range, x: &x, accumulate });
+                    let base = if accumulate { 1.0 } else { 0.0 };
+                    for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                        let b = b + base;
+                        assert!(
+                            (f64::from(*a) - b).abs() < 1e-4 * (1.0 + b.abs()),
+                            "({m},{inp},{out}) [{i}] {a} vs {b}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
