@@ -81,6 +81,22 @@ fn ci(args: &[String]) -> anyhow::Result<()> {
         a.extend_from_slice(features);
         workspace::cargo_env(&a, &lint)
     })?;
+    // The CPU kernels dispatch at run time to AVX-512 or AVX2 tiles of different shapes; on an
+    // AVX-512 machine the run above tests only the first, so the kernels' and the model's tests
+    // (the fused ops and the decode runtime against their references) run again capped at AVX2.
+    if has_avx512() {
+        step("kernel tests on AVX2 (RL_SIMD=avx2)", || {
+            let mut a = if has_nextest() {
+                vec!["nextest", "run", "--locked", "--no-fail-fast"]
+            } else {
+                vec!["test", "--locked", "--no-fail-fast"]
+            };
+            a.extend_from_slice(&["-p", "rl-kernels", "-p", "rl-model"]);
+            let mut env = lint.clone();
+            env.push(("RL_SIMD", std::ffi::OsStr::new("avx2")));
+            workspace::cargo_env(&a, &env)
+        })?;
+    }
     venvs.wait();
     step("python sdk tests", python::test)?;
     step("example env crate", example_env::check)?;
@@ -107,6 +123,14 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
     f().with_context(|| format!("ci step `{name}` failed"))?;
     eprintln_flush(&format!("    {name} ok ({:.1}s)", start.elapsed().as_secs_f64()));
     Ok(())
+}
+
+/// Whether this CPU runs the kernels' AVX-512 tiles (then their AVX2 ones need a run of their own).
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 fn has_nextest() -> bool {

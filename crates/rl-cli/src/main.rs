@@ -33,6 +33,10 @@ static ALLOC: rl_kernels::LargeBlockCache = rl_kernels::LargeBlockCache::new();
 fn main() -> ExitCode {
     // Before any thread exists (the orphan watch below starts one).
     rl_kernels::tune_process();
+    if let Err(e) = rl_kernels::cpu::simd::check_simd_var() {
+        let _ = writeln!(std::io::stderr().lock(), "error: {e}");
+        return ExitCode::from(2);
+    }
     orphan::exit_with_launcher();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match commands::run(&args) {

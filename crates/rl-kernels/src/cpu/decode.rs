@@ -93,7 +93,7 @@ pub fn attend_step(
     let keys: usize = runs.iter().map(|r| r.len).sum();
     s.clear();
     s.resize(rows * keys, 0.0);
-    pulp::Arch::new().dispatch(Step { q, groups, rep, d, runs, ld, scale, s, out })
+    super::simd::arch().dispatch(Step { q, groups, rep, d, runs, ld, scale, s, out })
 }
 
 struct Step<'a, 'r> {

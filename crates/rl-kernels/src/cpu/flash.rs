@@ -119,7 +119,7 @@ pub(crate) fn applies(d: usize) -> bool {
             instantiated(tiling::<S>(self.0))
         }
     }
-    pulp::Arch::new().dispatch(Op(d))
+    super::simd::arch().dispatch(Op(d))
 }
 
 /// Each head group's columns of `x` (`t` rows, stride `ld`) as one contiguous `[t][d]` block,
@@ -306,7 +306,7 @@ pub(crate) fn forward(
             true
         }
     }
-    pulp::Arch::new().dispatch(Op { h, out, ldo, lse, lse_stride, sc })
+    super::simd::arch().dispatch(Op { h, out, ldo, lse, lse_stride, sc })
 }
 
 /// Backward of one head block (see [`Grads`]); false (nothing written) when the head width does
@@ -340,7 +340,7 @@ pub(crate) fn backward(h: &HeadBlock<'_>, g: &mut Grads<'_>, sc: &mut Scratch) -
             true
         }
     }
-    pulp::Arch::new().dispatch(Op { h, g, sc })
+    super::simd::arch().dispatch(Op { h, g, sc })
 }
 
 #[inline(always)]

@@ -64,7 +64,7 @@ fn simd_lanes() -> usize {
             S::F32_LANES
         }
     }
-    pulp::Arch::new().dispatch(Lanes)
+    super::simd::arch().dispatch(Lanes)
 }
 
 /// Whether `v` is exactly a bf16 value (its low 16 bits are zero; NaNs aside, which no weight is).
@@ -172,7 +172,7 @@ impl PackedLinear {
         accumulate: bool,
     ) {
         if parts <= 1 || range.len() < 2 {
-            pulp::Arch::new().dispatch(Panels { w: self, rows, range, x, accumulate });
+            super::simd::arch().dispatch(Panels { w: self, rows, range, x, accumulate });
             return;
         }
         let left = parts / 2;
