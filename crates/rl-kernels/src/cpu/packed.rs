@@ -234,10 +234,12 @@ impl WithSimd for Panels<'_, '_> {
         }
         // Rows per register tile: 2 * MR accumulators + 2 weight vectors + the broadcasts must
         // fit the register file (32 vectors with AVX-512, 16 with AVX2). At 6 rows with AVX2 the
-        // compiler spilled an accumulator to the stack on every step of the loop (measured while
-        // the loop still had bounds checks: see `tile`; not tried since); 4 rows (two
-        // passes over a panel for 8 sequences, the second from cache) ran products of 8 rows at
-        // 1.3-1.75x the speed (2-core AMD EPYC, products of the 0.6B shape's layers).
+        // compiler spilled an accumulator to the stack on every step of the loop (while the loop
+        // still had bounds checks: see `tile`); 4 rows (two passes over a panel for 8 sequences,
+        // the second from cache) ran products of 8 rows at 1.3-1.75x the speed (2-core AMD EPYC,
+        // products of the 0.6B shape's layers). Retried without the checks (`RL_SIMD=avx2` on a
+        // Zen 5): 6-row f32 tiles no longer spill, but 8 rows (6 + 2) ran 5% slower than 4 + 4
+        // and the 6-row bf16 tile still spills (docs/benchmarks.md).
         let mr = if S::F32_LANES >= 16 { 12 } else { 4 };
         let interleaved;
         let x = if m == 1 {
