@@ -114,7 +114,17 @@ mod tests {
         let first = look(&mut watch);
         assert!(first.suspects.is_empty(), "{:?}", first.lines);
         assert!(std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap().success());
-        std::thread::sleep(Duration::from_millis(100));
+        // The stop takes effect once the child leaves what it is in: on a busy machine it was
+        // still reading its program from disk ('D') 100 ms after the signal.
+        let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let stopped_state =
+            |stat: String| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T'));
+        for _ in 0..100 {
+            if stopped_state(state()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let stopped = look(&mut watch);
         assert_eq!(stopped.suspects, ["worker"], "{:?}", stopped.lines);
         assert!(stopped.lines[0].contains("STOPPED") && stopped.lines[0].contains("CPU since"), "{:?}", stopped.lines);
